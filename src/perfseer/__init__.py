@@ -1,0 +1,9 @@
+"""perfseer: predict deep-learning model performance from the computational graph."""
+
+__version__ = "0.1.0"
+
+from perfseer.api import extract  # noqa: E402
+from perfseer.errors import PerfseerError  # noqa: E402
+from perfseer.features.perfgraph import PerfGraph  # noqa: E402
+
+__all__ = ["extract", "PerfGraph", "PerfseerError", "__version__"]

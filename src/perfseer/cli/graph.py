@@ -1,0 +1,130 @@
+"""``perfseer graph MODEL``: extract a model's PerfGraph and summarise it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from perfseer.errors import PerfseerError, ShapeError
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"3x224x224"`` -> ``(3, 224, 224)``."""
+    try:
+        dims = tuple(int(p) for p in text.lower().replace(",", "x").split("x") if p != "")
+    except ValueError:
+        dims = ()
+    if not dims or any(d <= 0 for d in dims):
+        raise ShapeError(f"cannot read input shape '{text}'",
+                         "write the dimensions of one sample without the batch, e.g. 3x224x224")
+    return dims
+
+
+def parse_dims(items: list[str] | None) -> dict[str, int]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit() or int(value) <= 0:
+            raise ShapeError(f"cannot read --dim '{item}'", "write NAME=VALUE with a positive integer, e.g. seq=128")
+        out[name.strip()] = int(value)
+    return out
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("graph", help="extract a model's PerfGraph and summarise it",
+                       description="Extract the PerfGraph of MODEL: an .onnx file, timm:NAME, torchvision:NAME "
+                                   "or example:NAME.")
+    p.add_argument("model", help="an .onnx file, timm:NAME, torchvision:NAME or example:NAME")
+    p.add_argument("--batch", type=int, default=None, help="batch size to bind (default 1)")
+    p.add_argument("--input-shape", help="one sample's shape without the batch, e.g. 3x224x224")
+    p.add_argument("--dim", action="append", metavar="NAME=VALUE", help="bind a symbolic input dimension")
+    p.add_argument("--json", metavar="PATH", help="write the summary as JSON to PATH ('-' for stdout)")
+    p.add_argument("--save", metavar="PATH", help="save the graph's features (safetensors) to PATH")
+    p.add_argument("--top", type=int, default=8, help="how many of the heaviest operators to list")
+    p.set_defaults(func=run)
+
+
+def graph_summary(model, batch=None, input_shape=None, dims=None) -> tuple[dict, object]:
+    """Extract and summarise: the plain function behind the subcommand (tests call it directly)."""
+    from perfseer.api import extract
+
+    pg = extract(model, batch=batch, input_shape=input_shape, dims=dims)
+    return pg.summary(), pg
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.batch is not None and args.batch < 1:
+        raise ShapeError(f"--batch must be at least 1, got {args.batch}", "pass --batch N with N >= 1")
+    shape = parse_shape(args.input_shape) if args.input_shape else None
+    summary, pg = graph_summary(args.model, args.batch, shape, parse_dims(args.dim))
+    summary["heaviest"] = [{"node": n, "op": o, "flops": f} for n, o, f in pg.heaviest(args.top)]
+    if args.save:
+        from perfseer.features.pyg import save_graphs
+
+        save_graphs([pg], args.save, meta=[{"model": str(args.model), "batch_size": pg.batch_size}])
+    if args.json:
+        text = json.dumps(summary, indent=2)
+        if args.json == "-":
+            print(text)
+            return 0
+        _write_atomic(Path(args.json), text + "\n")
+    render(summary, args.model)
+    return 0
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    try:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise PerfseerError(f"cannot write {path}: {e.strerror}", "choose a writable path for --json") from e
+
+
+def _si(value: float, unit: str = "") -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {prefix}{unit}"
+    return f"{value:.0f} {unit}".rstrip()
+
+
+def render(summary: dict, model) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"PerfGraph of {model} (batch {summary['batch_size']})", show_header=False, box=None)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    rows = [
+        ("operators (nodes)", f"{summary['num_nodes']:,}"),
+        ("data-flow edges", f"{summary['num_edges']:,}"),
+        ("folded shape/constant ops", f"{summary['folded_nodes']:,}"),
+        ("parameters", f"{summary['params']:,} ({_si(summary['params'])})"),
+        ("MACs (conv/matmul)", _si(summary["macs"], "MAC")),
+        ("FLOPs (all operators)", _si(summary["flops"], "FLOP")),
+        ("memory access", _si(summary["memory_access_bytes"], "B")),
+        ("weights", _si(summary["weight_bytes"], "B")),
+        ("arithmetic intensity", f"{summary['arithmetic_intensity']:.1f} FLOP/B"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+    heavy = Table(title="heaviest operators", title_justify="left")
+    heavy.add_column("node")
+    heavy.add_column("op")
+    heavy.add_column("FLOPs", justify="right")
+    heavy.add_column("share", justify="right")
+    for h in summary["heaviest"]:
+        share = h["flops"] / summary["flops"] * 100 if summary["flops"] else 0.0
+        heavy.add_row(h["node"], h["op"], _si(h["flops"]), f"{share:.1f}%")
+    console.print(heavy)
+    ops = ", ".join(f"{op} x{n}" for op, n in sorted(summary["op_counts"].items(), key=lambda kv: -kv[1]))
+    console.print(f"[bold]operators:[/bold] {ops}")
+    if summary["uncovered_ops"]:
+        unc = ", ".join(f"{op} x{n}" for op, n in summary["uncovered_ops"].items())
+        console.print(f"[yellow]uncovered operators (generic estimate: 1 FLOP per output element):[/yellow] {unc}")
+    else:
+        console.print("[green]every operator has its own cost function[/green]")

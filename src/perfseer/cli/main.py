@@ -1,0 +1,41 @@
+"""The ``perfseer`` command: one module per subcommand, each a parser function plus a plain function."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from perfseer import __version__
+from perfseer.cli import graph as graph_cmd
+from perfseer.errors import PerfseerError
+
+SUBCOMMANDS = {"graph": graph_cmd}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfseer",
+        description="Predict deep-learning model performance from the computational graph.",
+    )
+    parser.add_argument("--version", action="version", version=f"perfseer {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in SUBCOMMANDS.items():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PerfseerError as e:
+        print(f"perfseer {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Exceptions raised on bad input.
+
+Every error perfseer raises for a user's mistake is a :class:`PerfseerError`: its message is one
+line that names the problem and how to fix it, so the CLI can print it as is and exit non-zero.
+"""
+
+from __future__ import annotations
+
+
+class PerfseerError(Exception):
+    """Base class: a problem with the user's input, with a hint on how to fix it."""
+
+    def __init__(self, problem: str, fix: str | None = None):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem}; fix: {fix}" if fix else problem)
+
+
+class ModelLoadError(PerfseerError):
+    """The model could not be read: missing file, not ONNX, truncated, unknown reference."""
+
+
+class UnsupportedModelError(PerfseerError):
+    """The model is valid but uses something perfseer cannot represent (control flow, custom ops)."""
+
+
+class ShapeError(PerfseerError):
+    """Tensor shapes could not be determined or are invalid (unbound symbolic or zero-size dims)."""
+
+
+class MissingDependencyError(PerfseerError, ImportError):
+    """An optional dependency is needed for this feature."""
+
+    def __init__(self, package: str, extra: str, what: str):
+        super().__init__(
+            f"{what} needs the optional package '{package}', which is not installed",
+            f"pip install 'perfseer[{extra}]'",
+        )
+
+
+class SchemaError(PerfseerError):
+    """A saved PerfGraph file is corrupt or was written by an incompatible feature schema."""

@@ -1,0 +1,205 @@
+"""The PerfGraph (PerfSeer §3.1): a model's operator graph with node, edge and global features."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfseer.features import schema
+from perfseer.features.ops import REGISTRY, NodeView, OpCost, generic_cost, memory_of
+from perfseer.features.ops.registry import registry_key
+from perfseer.graph.ir import Graph, Tensor
+
+_N_HP = len(schema.HYPERPARAMETERS)
+_COST_AT = {name: _N_HP + i for i, name in enumerate(schema.COST_FEATURES)}
+
+
+def edge_shape_features(t: Tensor) -> tuple[float, ...]:
+    """``(rank, batch, channels, height, width, tokens)`` of a tensor, read by its layout."""
+    s = t.shape
+    r = len(s)
+    batch_axis = next((i for i, k in enumerate(t.batch_scale) if k), None)
+    batch = float(s[batch_axis]) if batch_axis is not None else 1.0
+    if r == 0:
+        return (0.0, batch, 1.0, 1.0, 1.0, 1.0)
+    if r == 1:
+        return (1.0, batch, float(s[0]), 1.0, 1.0, 1.0)
+    if r == 2:
+        return (2.0, batch, float(s[1]), 1.0, 1.0, 1.0)
+    if r == 3:
+        return (3.0, batch, float(s[2]), float(s[1]), 1.0, float(s[1]))
+    return (float(r), batch, float(s[1]), float(s[-2]), float(s[-1]), float(math.prod(s[2:])))
+
+
+@dataclass(frozen=True)
+class PerfGraph:
+    """A model as PerfSeer's performance graph.
+
+    Attributes:
+        graph: the typed IR it was computed from (kept for re-binding the batch size).
+        x: node features, ``[num_nodes, len(schema.NODE_FEATURES)]`` float64.
+        edge_index: ``[2, num_edges]`` int64, source and target node of each data-flow edge.
+        edge_attr: ``[num_edges, len(schema.EDGE_FEATURES)]`` float64.
+        u: global features, ``[len(schema.GLOBAL_FEATURES)]`` float64.
+        op_types: the ONNX op type of each node.
+        covered: whether each node's operator has its own cost function.
+        edge_tensors: the tensor name carried by each edge.
+    """
+
+    graph: Graph
+    x: np.ndarray
+    edge_index: np.ndarray
+    edge_attr: np.ndarray
+    u: np.ndarray
+    op_types: tuple[str, ...]
+    covered: np.ndarray
+    edge_tensors: tuple[str, ...]
+
+    # -- summary figures ------------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def batch_size(self) -> int:
+        return self.graph.batch_size
+
+    def _col(self, name: str) -> np.ndarray:
+        return self.x[:, _COST_AT[name]]
+
+    @property
+    def flops(self) -> float:
+        return float(self._col("flops").sum())
+
+    @property
+    def macs(self) -> float:
+        return float(self._col("macs").sum())
+
+    @property
+    def memory_access_bytes(self) -> float:
+        return float(self._col("memory_access_bytes").sum())
+
+    @property
+    def params(self) -> int:
+        return self.graph.parameter_count
+
+    @property
+    def uncovered_ops(self) -> dict[str, int]:
+        """Operators without a cost function (they got the generic estimate), with their counts."""
+        return dict(Counter(op for op, c in zip(self.op_types, self.covered) if not c))
+
+    def heaviest(self, k: int = 5, by: str = "flops") -> list[tuple[str, str, float]]:
+        """The ``k`` nodes with the largest ``by`` feature: ``(name, op_type, value)``."""
+        col = self._col(by)
+        order = np.argsort(-col, kind="stable")[:k]
+        return [(self.graph.nodes[i].name, self.op_types[i], float(col[i])) for i in order]
+
+    def summary(self) -> dict:
+        """The figures of ``perfseer graph --json``."""
+        ops = Counter(self.op_types)
+        return {
+            "model": self.graph.name, "batch_size": self.batch_size, "schema_version": schema.SCHEMA_VERSION,
+            "num_nodes": self.num_nodes, "num_edges": self.num_edges, "params": self.params,
+            "macs": self.macs, "flops": self.flops, "memory_access_bytes": self.memory_access_bytes,
+            "weight_bytes": float(self._col("weight_bytes").sum()),
+            "arithmetic_intensity": float(self.u[schema.GLOBAL_FEATURES.index("arithmetic_intensity")]),
+            "folded_nodes": self.graph.folded_nodes, "op_counts": dict(sorted(ops.items())),
+            "uncovered_ops": self.uncovered_ops,
+            "heaviest": [{"node": n, "op": o, "flops": f} for n, o, f in self.heaviest()],
+        }
+
+    # -- transformations ------------------------------------------------------------------------
+    def with_batch(self, batch: int) -> "PerfGraph":
+        """The PerfGraph at another batch size, without re-exporting or re-reading the model."""
+        return build_perfgraph(self.graph.with_batch(batch))
+
+    def to_pyg(self):
+        """This graph as a PyTorch Geometric ``Data`` (see :mod:`perfseer.features.pyg`)."""
+        from perfseer.features.pyg import to_data
+
+        return to_data(self)
+
+
+def node_costs(graph: Graph) -> tuple[list[OpCost], np.ndarray]:
+    costs, covered = [], np.zeros(len(graph.nodes), dtype=bool)
+    for i, node in enumerate(graph.nodes):
+        fn = REGISTRY.get(registry_key(node))
+        view = NodeView(node, graph)
+        if fn is not None:
+            try:
+                costs.append(fn(view))
+                covered[i] = True
+                continue
+            except (AttributeError, TypeError, IndexError, ValueError, ZeroDivisionError, KeyError):
+                pass  # an unusual variant of the op (missing optional input...): estimate it
+        costs.append(generic_cost(view))
+    return costs, covered
+
+
+def _stats(v: np.ndarray) -> list[float]:
+    if v.size == 0:
+        return [0.0, 0.0, 0.0, 0.0]
+    return [float(v.sum()), float(v.mean()), float(np.median(v)), float(v.max())]
+
+
+def build_perfgraph(graph: Graph) -> PerfGraph:
+    """Compute every feature of ``graph``."""
+    costs, covered = node_costs(graph)
+    n = len(graph.nodes)
+    x = np.zeros((n, len(schema.NODE_FEATURES)), dtype=np.float64)
+    hp_index = schema.HP_INDEX
+    mem = np.zeros((n, 5))
+    for i, (node, cost) in enumerate(zip(graph.nodes, costs)):
+        row = x[i]
+        for k, v in cost.hp.items():
+            row[hp_index[k]] = v
+        row[_COST_AT["flops"]] = cost.flops
+        row[_COST_AT["macs"]] = cost.macs
+        mem[i] = memory_of(NodeView(node, graph), cost)
+    read, weights, out, wread, params = mem.T
+    mac = read + wread + out
+    x[:, _COST_AT["memory_access_bytes"]] = mac
+    x[:, _COST_AT["input_bytes"]] = read
+    x[:, _COST_AT["output_bytes"]] = out
+    x[:, _COST_AT["weight_bytes"]] = weights
+    x[:, _COST_AT["params"]] = params
+    flops = x[:, _COST_AT["flops"]]
+    x[:, _COST_AT["arithmetic_intensity"]] = np.divide(flops, mac, out=np.zeros(n), where=mac > 0)
+    for col, total in (("flops_share", flops.sum()), ("memory_access_share", mac.sum()),
+                       ("weight_share", weights.sum())):
+        src = {"flops_share": flops, "memory_access_share": mac, "weight_share": weights}[col]
+        x[:, _COST_AT[col]] = src / total if total > 0 else 0.0
+
+    producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs if o}
+    src, dst, names, eattr = [], [], [], []
+    for j, node in enumerate(graph.nodes):
+        for name in node.inputs:
+            i = producer.get(name)
+            if i is None:
+                continue
+            t = graph.tensors[name]
+            src.append(i)
+            dst.append(j)
+            names.append(name)
+            eattr.append((t.nbytes, float(t.numel), *edge_shape_features(t)))
+    edge_index = np.array([src, dst], dtype=np.int64).reshape(2, -1)
+    edge_attr = np.array(eattr, dtype=np.float64).reshape(-1, len(schema.EDGE_FEATURES))
+
+    ne = edge_index.shape[1]
+    total_flops, total_mac = flops.sum(), mac.sum()
+    u = np.array([
+        n, ne, ne / (n * (n - 1)) if n > 1 else 0.0,
+        *_stats(flops), *_stats(mac), *_stats(weights),
+        float(edge_attr[:, 0].mean()) if ne else 0.0,
+        total_flops / total_mac if total_mac > 0 else 0.0,
+        graph.batch_size, graph.parameter_count, float(x[:, _COST_AT["macs"]].sum()),
+    ], dtype=np.float64)
+    return PerfGraph(graph, x, edge_index, edge_attr, u, tuple(nd.op_type for nd in graph.nodes), covered,
+                     tuple(names))

@@ -1,0 +1,379 @@
+"""ONNX skeleton -> typed :class:`~perfseer.graph.ir.Graph`: bind inputs, infer shapes, fold.
+
+The steps, in order:
+
+1. reject what cannot be represented (control flow, a graph without inputs);
+2. bind every input dimension: the batch axis to a sentinel size, other symbolic dimensions to
+   the values the user gave, or fail naming the dimension;
+3. infer every tensor's shape with ONNX's shape inference (with data propagation);
+4. walk the operators in order: an operator whose inputs are all static (weights, constants,
+   shapes) is folded, and small folded values are computed, because later shapes may need them;
+   when they do, the computed values go back into shape inference;
+5. build the IR, with each dimension's multiple of the batch recorded for re-binding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from perfseer.errors import ShapeError, UnsupportedModelError
+from perfseer.graph import fold
+from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
+from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
+from perfseer.graph.torch_export import BATCH_SENTINEL, META_BUFFERS, META_SENTINEL
+
+CONTROL_FLOW = frozenset({"Loop", "If", "Scan"})
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+# Operators with no inputs that still do device work.
+_SOURCE_OPS = frozenset({"RandomNormal", "RandomUniform", "EyeLike"})
+_NONDETERMINISTIC = frozenset({"RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
+# Inputs (by position) of these operators are running statistics, not trainable parameters.
+_BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
+
+DTYPE_NAMES = {
+    v: helper.tensor_dtype_to_np_dtype(v).name if v not in (0, 16) + tuple(range(17, 27)) else None
+    for v in onnx.TensorProto.DataType.values()
+}
+DTYPE_NAMES.update({0: "undefined", 8: "string", 16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz",
+                    19: "float8e5m2", 20: "float8e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4e2m1"})
+for _v in onnx.TensorProto.DataType.values():
+    DTYPE_NAMES.setdefault(_v, onnx.TensorProto.DataType.Name(_v).lower())
+    if DTYPE_NAMES[_v] is None:
+        DTYPE_NAMES[_v] = onnx.TensorProto.DataType.Name(_v).lower()
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    out = {}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.TENSOR:
+            out[a.name] = numpy_helper.to_array(a.t) if math.prod(a.t.dims) <= SMALL_VALUE_ELEMENTS else None
+        elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            out[a.name] = None
+        else:
+            v = helper.get_attribute_value(a)
+            out[a.name] = v.decode() if isinstance(v, bytes) else (
+                [x.decode() if isinstance(x, bytes) else x for x in v] if isinstance(v, list) else v)
+    return out
+
+
+class _Extraction:
+    def __init__(self, skel: Skeleton, batch, input_shape, dims):
+        self.skel = skel
+        self.model = skel.model
+        self.g = self.model.graph
+        self.source = skel.source
+        self.batch = batch
+        self.input_shape = tuple(input_shape) if input_shape is not None else None
+        self.dims = dict(dims or {})
+        self.meta = {p.key: p.value for p in self.model.metadata_props}
+        self.sentinel = int(self.meta.get(META_SENTINEL, 0)) or None
+        self.init_names = {t.name for t in self.g.initializer}
+        self.injected: set[str] = set()  # folded values fed back to shape inference as initializers
+        self.removed = 0  # folded nodes replaced by those initializers
+        self.opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+    # -- 1. what cannot be represented ------------------------------------------------------------
+    def check_supported(self) -> None:
+        if self.model.functions:
+            from onnx import inliner
+
+            self.model = inliner.inline_local_functions(self.model)
+            self.g = self.model.graph
+        for node in self.g.node:
+            if node.op_type in CONTROL_FLOW and node.domain in STANDARD_DOMAINS:
+                raise UnsupportedModelError(
+                    f"{self.source} contains control flow ({node.op_type} node '{node.name or node.output[0]}'), "
+                    "whose cost depends on run-time data",
+                    "export with static control flow (trace the model at fixed shapes, unroll loops) and retry",
+                )
+        self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
+        if not self.real_inputs:
+            raise UnsupportedModelError(
+                f"{self.source} has no graph inputs: nothing is fed to it at run time",
+                "export the model with its input tensors (e.g. the image) as graph inputs",
+            )
+
+    # -- 2. bind input dimensions -----------------------------------------------------------------
+    def bind_inputs(self) -> None:
+        self.batch_bound = False  # whether axis 0 of the inputs carries the sentinel batch
+        first = True
+        names: dict[str, int] = {}
+        for vi in self.real_inputs:
+            tt = vi.type.tensor_type
+            if not tt.HasField("shape"):
+                raise ShapeError(f"input '{vi.name}' of {self.source} has no declared shape",
+                                 "export the model with input shapes, or pass --input-shape")
+            dims = list(tt.shape.dim)
+            if first and self.input_shape is not None:
+                if len(self.input_shape) != len(dims) - 1:
+                    raise ShapeError(
+                        f"--input-shape {'x'.join(map(str, self.input_shape))} has {len(self.input_shape)} "
+                        f"dimensions but input '{vi.name}' has {len(dims) - 1} besides the batch",
+                        f"give {len(dims) - 1} dimensions, e.g. "
+                        f"{'x'.join(str(d.dim_value or 1) for d in dims[1:])}",
+                    )
+                for d, v in zip(dims[1:], self.input_shape):
+                    d.Clear()
+                    d.dim_value = int(v)
+            first = False
+            for axis, d in enumerate(dims):
+                is_sentinel = self.sentinel is not None and d.HasField("dim_value") and d.dim_value == self.sentinel
+                if axis == 0 and (d.HasField("dim_param") or not d.HasField("dim_value") or is_sentinel):
+                    if d.dim_param:
+                        names[d.dim_param] = BATCH_SENTINEL
+                    d.Clear()
+                    d.dim_value = BATCH_SENTINEL
+                    self.batch_bound = True
+                    continue
+                if d.HasField("dim_value"):
+                    if d.dim_value <= 0:
+                        raise ShapeError(
+                            f"input '{vi.name}' has a zero-size dimension (axis {axis}): it would do no work",
+                            "export the model with a non-empty example input, or pass --input-shape",
+                        )
+                    continue
+                name = d.dim_param
+                value = self.dims.get(name, names.get(name))
+                if value is None:
+                    raise ShapeError(
+                        f"input '{vi.name}' has a symbolic dimension '{name or '?'}' (axis {axis}) that "
+                        "cannot be bound",
+                        f"pass --dim {name or 'NAME'}=VALUE (Python: dims={{'{name}': VALUE}})",
+                    )
+                if int(value) <= 0:
+                    raise ShapeError(f"dimension '{name}' bound to {value}", "bind it to a positive integer")
+                d.Clear()
+                d.dim_value = int(value)
+        # Symbolic dims elsewhere (outputs, value_info) are re-derived by shape inference.
+        del self.g.output[:]
+        self.g.output.extend(helper.make_tensor_value_info(o, 0, None) for o in self._output_names)
+
+    # -- 3./4. shapes and folding -----------------------------------------------------------------
+    def infer(self) -> dict[str, tuple[int, tuple[int, ...] | None]]:
+        del self.g.value_info[:]
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self.model, check_type=False, strict_mode=False,
+                                                         data_prop=True)
+        except Exception as e:  # onnx raises InferenceError or RuntimeError with a long message
+            raise ShapeError(f"shape inference failed for {self.source}: {str(e).splitlines()[0][:300]}",
+                             "check --input-shape and --batch against what the model accepts") from e
+        types: dict[str, tuple[int, tuple[int, ...] | None]] = {}
+        for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type"):
+                continue
+            shape = None
+            if tt.HasField("shape"):
+                dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+                shape = None if any(d < 0 for d in dims) else dims
+            types[vi.name] = (tt.elem_type, shape)
+        for t in self.g.initializer:
+            types[t.name] = (t.data_type, tuple(t.dims))
+        return types
+
+    def run(self) -> Graph:
+        self._output_names = [o.name for o in self.g.output]
+        self.check_supported()
+        self.bind_inputs()
+        init_values: dict[str, np.ndarray] = {}
+        for t in self.g.initializer:
+            if t.name not in self.skel.stripped and math.prod(t.dims) <= SMALL_VALUE_ELEMENTS:
+                try:
+                    init_values[t.name] = numpy_helper.to_array(t)
+                except Exception:  # unreadable small tensor: its value is just unknown
+                    pass
+        for _ in range(4):
+            types = self.infer()
+            static, values, folded, device = self.classify(types, init_values)
+            missing = self.missing_shapes(types, device)
+            if not missing:
+                break
+            # Values we computed that ONNX could not: feed them back as initializers and retry.
+            feeding = self._shape_feeding(device, folded)
+            new = {n: v for n, v in values.items() if n not in init_values and n in feeding}
+            if not new:
+                break
+            self._inject(new)
+            init_values.update(new)
+        if missing:
+            node, tensor = missing[0]
+            if node.domain not in STANDARD_DOMAINS:
+                raise UnsupportedModelError(
+                    f"operator {node.domain}::{node.op_type} (node '{node.name}') is a custom-domain op "
+                    "whose output shape perfseer cannot infer",
+                    "export with standard ONNX operators, or add the output shapes to the model's value_info",
+                )
+            raise ShapeError(
+                f"the shape of tensor '{tensor}' (output of {node.op_type} node '{node.name}') cannot be "
+                "determined",
+                "export with static shapes (or a dynamic batch only) and pass --dim for other symbolic dims",
+            )
+        return self.build(types, static, values, folded, device)
+
+    def classify(self, types, init_values):
+        static: set[str] = set(self.init_names) | {""}
+        values: dict[str, np.ndarray] = dict(init_values)
+        folded: list[onnx.NodeProto] = []
+        device: list[onnx.NodeProto] = []
+        for node in self.g.node:
+            op = node.op_type
+            attrs = None
+            if op in ("Shape", "Size") and node.domain in STANDARD_DOMAINS:
+                shape = types.get(node.input[0], (0, None))[1]
+                if shape is not None:
+                    attrs = _attrs(node)
+                    if op == "Size":
+                        values[node.output[0]] = np.asarray(math.prod(shape), np.int64)
+                    else:
+                        start, end = attrs.get("start", 0), attrs.get("end", None)
+                        values[node.output[0]] = np.asarray(shape[start:end], np.int64)
+                    static.add(node.output[0])
+                    folded.append(node)
+                    continue
+            # CastLike reads only the type of its second input, like Shape reads only the shape.
+            data_inputs = node.input[:1] if op == "CastLike" else node.input
+            is_static = (
+                node.domain in STANDARD_DOMAINS
+                and op not in _NONDETERMINISTIC and op not in _SOURCE_OPS
+                and all(i in static for i in data_inputs)
+            )
+            if not is_static:
+                device.append(node)
+                continue
+            folded.append(node)
+            static.update(node.output)
+            if op == "Constant":
+                v = fold.constant_value(node)
+                if v is not None:
+                    values[node.output[0]] = v
+                continue
+            ins = [values.get(i) if i else None for i in node.input]
+            if op == "CastLike" and ins[0] is not None and len(ins) > 1 and ins[1] is None:
+                elem = types.get(node.input[1], (0, None))[0]
+                if elem:
+                    values[node.output[0]] = ins[0].astype(helper.tensor_dtype_to_np_dtype(elem))
+                continue
+            if any(v is None for v, i in zip(ins, node.input) if i):
+                continue
+            out = fold.evaluate(node, attrs or _attrs(node), ins)
+            if out is not None:
+                for name, v in zip(node.output, out):
+                    if name and v is not None and v.size <= fold.MAX_FOLD_ELEMENTS:
+                        values[name] = v
+        return static, values, folded, device
+
+    @staticmethod
+    def missing_shapes(types, device) -> list[tuple[onnx.NodeProto, str]]:
+        out = []
+        for node in device:
+            for o in node.output:
+                if o and types.get(o, (0, None))[1] is None:
+                    out.append((node, o))
+        return out
+
+    @staticmethod
+    def _shape_feeding(device, folded) -> set[str]:
+        # Any folded tensor read by a device node or another folded node may steer a shape.
+        return {i for n in (*device, *folded) for i in n.input}
+
+    def _inject(self, new: dict[str, np.ndarray]) -> None:
+        """Replace the producers of ``new`` tensors by initializers holding the computed values."""
+        keep = [n for n in self.g.node if not (n.output and all(o in new or not o for o in n.output))]
+        self.removed += len(self.g.node) - len(keep)
+        del self.g.node[:]
+        self.g.node.extend(keep)
+        for name, v in new.items():
+            self.g.initializer.append(numpy_helper.from_array(np.asarray(v), name))
+            self.init_names.add(name)
+            self.injected.add(name)
+
+    # -- 5. the IR --------------------------------------------------------------------------------
+    def build(self, types, static, values, folded, device) -> Graph:
+        sentinel = BATCH_SENTINEL if self.batch_bound else None
+        buffers = set(json.loads(self.meta[META_BUFFERS])) if META_BUFFERS in self.meta else None
+        bn_stats = {n.input[i] for n in self.g.node for i in _BUFFER_INPUTS.get(n.op_type, ()) if i < len(n.input)}
+        constant_outputs = {o for n in folded for o in n.output} | self.injected
+        input_names = {vi.name for vi in self.real_inputs}
+        used = {i for n in (*device, *folded) for i in n.input if i} | {o for n in device for o in n.output if o}
+        used |= input_names | set(self._output_names)
+        tensors: dict[str, Tensor] = {}
+        # Exporters that de-duplicate equal initializers leave `Identity(weight)` per extra user:
+        # each such alias is a parameter of its own in the source model.
+        alias = {n.output[0]: n.input[0] for n in folded
+                 if n.op_type == "Identity" and n.input[0] in self.init_names and n.input[0] not in self.injected}
+        for name in used:
+            elem, shape = types.get(name, (1, None))
+            if shape is None:
+                continue  # only folded values can lack a shape here; no device node reads them
+            stored = alias.get(name, name)
+            if stored in self.init_names and stored not in constant_outputs:
+                dtype = DTYPE_NAMES.get(elem, "float32")
+                is_buffer = (not dtype.startswith(("float", "bfloat"))) or (
+                    stored in buffers if buffers is not None else (stored in bn_stats or name in bn_stats))
+                kind = TensorKind.BUFFER if is_buffer else TensorKind.PARAMETER
+            elif name in input_names:
+                kind = TensorKind.INPUT
+            elif name in constant_outputs:
+                kind = TensorKind.CONSTANT
+            else:
+                kind = TensorKind.ACTIVATION
+            scale = tuple(d // sentinel if sentinel and d % sentinel == 0 and d > 0 else 0 for d in shape)
+            value = values.get(name)
+            if value is not None and value.size > SMALL_VALUE_ELEMENTS:
+                value = None
+            tensors[name] = Tensor(name, DTYPE_NAMES.get(elem, "float32"), shape, scale, kind, value)
+        for node in device:
+            for o in node.output:
+                t = tensors.get(o)
+                if t is not None and 0 in t.shape:
+                    raise ShapeError(
+                        f"tensor '{o}' ({node.op_type} node '{node.name}') has a zero-size dimension "
+                        f"{list(t.shape)}: the model does no work there",
+                        "check --input-shape and --batch (an input too small for the model's strides?)",
+                    )
+        nodes = []
+        for i, n in enumerate(device):
+            name = n.name or f"{n.op_type}_{i}"
+            nodes.append(Node(name, n.op_type, n.domain, tuple(n.input), tuple(n.output), _attrs(n)))
+        graph = Graph(
+            name=self.g.name or self.source, nodes=tuple(nodes), tensors=tensors,
+            inputs=tuple(vi.name for vi in self.real_inputs), outputs=tuple(self._output_names),
+            batch_size=BATCH_SENTINEL if sentinel else self._static_batch(), opset=self.opset,
+            folded_nodes=len(folded) + self.removed,
+        )
+        if sentinel:
+            return graph.with_batch(self.batch or 1)
+        if self.batch is not None and self.batch != graph.batch_size:
+            raise ShapeError(
+                f"{self.source} has its batch size fixed at {graph.batch_size}",
+                "re-export the model with a dynamic batch axis to predict other batch sizes",
+            )
+        return graph
+
+    def _static_batch(self) -> int:
+        dims = self.real_inputs[0].type.tensor_type.shape.dim
+        return dims[0].dim_value if dims and dims[0].dim_value > 0 else 1
+
+
+def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None,
+                  dims: dict[str, int] | None = None) -> Graph:
+    """Build the IR of ``skeleton`` at ``batch``.
+
+    Args:
+        skeleton: from :func:`perfseer.graph.load.load_skeleton`; it is consumed (modified).
+        batch: batch size to bind (default 1, or the model's own fixed batch).
+        input_shape: the first input's shape without the batch, overriding the model's.
+        dims: values for other symbolic input dimensions, by name.
+
+    Raises:
+        UnsupportedModelError, ShapeError: with the problem and the fix.
+    """
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
+        raise ShapeError(f"batch size must be a positive integer, got {batch!r}", "pass --batch N with N >= 1")
+    return _Extraction(skeleton, batch, input_shape, dims).run()

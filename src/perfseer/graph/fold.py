@@ -1,0 +1,235 @@
+"""Evaluating the small constant sub-graphs that compute shapes, axes and indices.
+
+These sub-graphs (``Shape -> Gather -> Concat -> Reshape`` and friends) do no device work; the
+extractor folds them away, and needs their values wherever a later shape depends on them.  Each
+common operator has a few lines of numpy here; anything else falls back to ONNX's own reference
+implementation (:mod:`onnx.reference`), one node at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+MAX_FOLD_ELEMENTS = 1 << 16  # values larger than this are not computed (only their shapes are kept)
+
+Kernel = Callable[[list, dict], list]
+_KERNELS: dict[str, Kernel] = {}
+
+
+def _k(*ops: str):
+    def deco(fn):
+        for op in ops:
+            _KERNELS[op] = fn
+        return fn
+    return deco
+
+
+def _axes(x: list, attrs: dict, idx: int = 1):
+    if len(x) > idx and x[idx] is not None:
+        return [int(a) for a in np.asarray(x[idx]).ravel()]
+    a = attrs.get("axes")
+    return None if a is None else [int(v) for v in a]
+
+
+@_k("Identity")
+def _identity(x, a):
+    return [x[0]]
+
+
+@_k("Cast")
+def _cast(x, a):
+    return [x[0].astype(helper.tensor_dtype_to_np_dtype(a["to"]))]
+
+
+@_k("CastLike")
+def _castlike(x, a):
+    return [x[0].astype(x[1].dtype)]
+
+
+@_k("Unsqueeze")
+def _unsqueeze(x, a):
+    out = x[0]
+    axes = sorted(ax % (out.ndim + len(_axes(x, a))) for ax in _axes(x, a))
+    for ax in axes:
+        out = np.expand_dims(out, ax)
+    return [out]
+
+
+@_k("Squeeze")
+def _squeeze(x, a):
+    axes = _axes(x, a)
+    return [np.squeeze(x[0], axis=None if axes is None else tuple(axes))]
+
+
+@_k("Concat")
+def _concat(x, a):
+    return [np.concatenate([v for v in x if v is not None and v.size >= 0], axis=a["axis"])]
+
+
+@_k("Gather")
+def _gather(x, a):
+    return [np.take(x[0], x[1].astype(np.int64), axis=a.get("axis", 0))]
+
+
+@_k("Slice")
+def _slice(x, a):
+    data, starts, ends = x[0], x[1], x[2]
+    axes = x[3] if len(x) > 3 and x[3] is not None else np.arange(len(starts))
+    steps = x[4] if len(x) > 4 and x[4] is not None else np.ones(len(starts), np.int64)
+    sl = [slice(None)] * data.ndim
+    for s, e, ax, st in zip(starts, ends, axes, steps):
+        sl[int(ax)] = slice(int(s), int(e), int(st))
+    return [data[tuple(sl)]]
+
+
+def _binary(fn):
+    def run(x, a):
+        return [np.asarray(fn(x[0], x[1]))]
+    return run
+
+
+def _div(p, q):
+    if np.issubdtype(p.dtype, np.integer):
+        return np.trunc(p / q).astype(p.dtype)
+    return p / q
+
+
+for _op, _fn in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _div,
+                 "Equal": np.equal, "Less": np.less, "Greater": np.greater,
+                 "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
+                 "And": np.logical_and, "Or": np.logical_or, "Pow": np.power}.items():
+    _KERNELS[_op] = _binary(_fn)
+
+
+@_k("Mod")
+def _mod(x, a):
+    return [np.fmod(x[0], x[1]) if a.get("fmod", 0) else np.mod(x[0], x[1])]
+
+
+for _op, _fn in {"Neg": np.negative, "Abs": np.abs, "Not": np.logical_not, "Sqrt": np.sqrt,
+                 "Floor": np.floor, "Ceil": np.ceil, "Reciprocal": np.reciprocal}.items():
+    _KERNELS[_op] = (lambda f: lambda x, a: [f(x[0])])(_fn)
+
+
+def _variadic_kernel(fn):
+    def run(x, a):
+        out = x[0]
+        for v in x[1:]:
+            out = fn(out, v)
+        return [out]
+    return run
+
+
+_KERNELS["Min"], _KERNELS["Max"], _KERNELS["Sum"] = (
+    _variadic_kernel(np.minimum), _variadic_kernel(np.maximum), _variadic_kernel(np.add))
+
+
+@_k("Where")
+def _where(x, a):
+    return [np.where(x[0], x[1], x[2])]
+
+
+@_k("Range")
+def _range(x, a):
+    return [np.arange(x[0], x[1], x[2]).astype(x[0].dtype)]
+
+
+@_k("ConstantOfShape")
+def _const_of_shape(x, a):
+    value = a.get("value")
+    fill = np.zeros(1, np.float32) if value is None else value.ravel()
+    return [np.full(tuple(int(d) for d in x[0]), fill[0], dtype=fill.dtype)]
+
+
+@_k("Reshape")
+def _reshape(x, a):
+    shape = [int(d) for d in x[1]]
+    if not a.get("allowzero", 0):
+        shape = [x[0].shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return [x[0].reshape(shape)]
+
+
+@_k("Expand")
+def _expand(x, a):
+    shape = np.broadcast_shapes(x[0].shape, tuple(int(d) for d in x[1]))
+    return [np.broadcast_to(x[0], shape).copy()]
+
+
+@_k("Transpose")
+def _transpose(x, a):
+    return [np.transpose(x[0], a.get("perm"))]
+
+
+@_k("Tile")
+def _tile(x, a):
+    return [np.tile(x[0], [int(r) for r in x[1]])]
+
+
+@_k("Flatten")
+def _flatten(x, a):
+    ax = a.get("axis", 1) % max(x[0].ndim, 1)
+    return [x[0].reshape(int(np.prod(x[0].shape[:ax])), -1)]
+
+
+def _reduce(fn):
+    def run(x, a):
+        axes = _axes(x, a)
+        if axes is None and a.get("noop_with_empty_axes", 0):
+            return [x[0]]
+        return [fn(x[0], axis=None if axes is None else tuple(axes), keepdims=bool(a.get("keepdims", 1)))]
+    return run
+
+
+for _op, _fn in {"ReduceProd": np.prod, "ReduceSum": np.sum, "ReduceMax": np.max,
+                 "ReduceMin": np.min, "ReduceMean": np.mean}.items():
+    _KERNELS[_op] = _reduce(_fn)
+
+
+def constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The value of a ``Constant`` node."""
+    for attr in node.attribute:
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t)
+        if attr.name in ("value_float", "value_int", "value_floats", "value_ints"):
+            return np.asarray(helper.get_attribute_value(attr),
+                              dtype=np.float32 if "float" in attr.name else np.int64)
+    return None
+
+
+def output_elements_bound(op: str, values: list) -> int | None:
+    """How many elements a shape-producing op will write, known before running it."""
+    try:
+        if op == "ConstantOfShape":
+            return int(np.prod(values[0]))
+        if op == "Expand":
+            return int(np.prod(np.broadcast_shapes(values[0].shape, tuple(int(d) for d in values[1]))))
+        if op == "Tile":
+            return int(values[0].size * np.prod(values[1]))
+        if op == "Range":
+            return int(max(np.ceil((values[1] - values[0]) / values[2]), 0))
+    except (ValueError, TypeError, ZeroDivisionError):
+        return None
+    return max((v.size for v in values if v is not None), default=0)
+
+
+def evaluate(node: onnx.NodeProto, attrs: dict[str, Any], values: list) -> list | None:
+    """Run one static node on numpy values; ``None`` when it cannot be (or should not be) done."""
+    bound = output_elements_bound(node.op_type, values)
+    if bound is None or bound > MAX_FOLD_ELEMENTS:
+        return None
+    kernel = _KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    try:
+        with np.errstate(all="ignore"):
+            if kernel is not None:
+                return [np.asarray(v) for v in kernel(values, attrs)]
+            from onnx.reference import ReferenceEvaluator
+
+            feeds = {n: v for n, v in zip(node.input, values) if n}
+            return list(ReferenceEvaluator(node).run(None, feeds))
+    except Exception:  # a value we cannot compute only costs shape information, never extraction
+        return None

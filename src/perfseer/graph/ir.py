@@ -1,0 +1,142 @@
+"""The typed graph IR that every model frontend produces and every feature is computed from.
+
+A :class:`Graph` holds only the operators that do device work: sub-graphs that compute shapes or
+constants were folded away by the extractor.  Shapes are concrete at the graph's batch size, and
+each tensor records how its dimensions scale with the batch (``batch_scale``), so the same graph
+re-binds to another batch size without re-exporting (:meth:`Graph.with_batch`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+class TensorKind(enum.Enum):
+    INPUT = "input"  # a model input fed at run time (images, token ids)
+    PARAMETER = "parameter"  # a trainable weight (counted in `params`)
+    BUFFER = "buffer"  # a stored non-trainable tensor (BatchNorm running stats, index tables)
+    CONSTANT = "constant"  # computed from weights/shapes only: folded, no device work
+    ACTIVATION = "activation"  # produced by a device operator
+
+    @property
+    def is_static(self) -> bool:
+        return self in (TensorKind.PARAMETER, TensorKind.BUFFER, TensorKind.CONSTANT)
+
+
+# Bytes per element of ONNX element types (TensorProto.DataType values).
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "int32": 4, "int64": 8,
+    "string": 8, "bool": 1, "float16": 2, "float64": 8, "uint32": 4, "uint64": 8,
+    "complex64": 8, "complex128": 16, "bfloat16": 2, "float8e4m3fn": 1, "float8e4m3fnuz": 1,
+    "float8e5m2": 1, "float8e5m2fnuz": 1, "uint4": 0.5, "int4": 0.5, "float4e2m1": 0.5,
+    "float8e8m0": 1, "undefined": 4,
+}
+FLOAT_DTYPES = frozenset(
+    {"float32", "float16", "float64", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+     "float8e5m2fnuz", "float4e2m1", "float8e8m0"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """A tensor of the graph.
+
+    Attributes:
+        name: unique name (the ONNX value name).
+        dtype: element type, numpy-style name (``"float32"``).
+        shape: dimensions at the graph's batch size.
+        batch_scale: per axis, ``k`` if the dimension equals ``k * batch`` and 0 if it is fixed.
+        kind: where the tensor comes from (see :class:`TensorKind`).
+        value: the value of a small static tensor (shape vectors, axes), else ``None``.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    batch_scale: tuple[int, ...]
+    kind: TensorKind
+    value: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> float:
+        return DTYPE_BYTES.get(self.dtype, 4)
+
+    @property
+    def nbytes(self) -> float:
+        return self.numel * self.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+    @property
+    def depends_on_batch(self) -> bool:
+        return any(self.batch_scale)
+
+    def at_batch(self, batch: int) -> "Tensor":
+        if not self.depends_on_batch:
+            return self
+        shape = tuple(k * batch if k else d for d, k in zip(self.shape, self.batch_scale))
+        return dataclasses.replace(self, shape=shape)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One operator that runs on the device.
+
+    ``inputs`` keeps ONNX positions: an absent optional input is the empty string.
+    """
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A model's device computation: operators in topological order and every tensor they touch."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    tensors: dict[str, Tensor]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    batch_size: int
+    opset: int
+    folded_nodes: int = 0  # operators removed because they only compute shapes or constants
+
+    def tensor(self, name: str) -> Tensor | None:
+        return self.tensors.get(name) if name else None
+
+    def with_batch(self, batch: int) -> "Graph":
+        """The same graph at another batch size (shapes re-bound, no re-export)."""
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            from perfseer.errors import ShapeError
+
+            raise ShapeError(f"batch size must be a positive integer, got {batch!r}",
+                             "pass --batch N with N >= 1")
+        if batch == self.batch_size:
+            return self
+        tensors = {n: t.at_batch(batch) for n, t in self.tensors.items()}
+        return dataclasses.replace(self, tensors=tensors, batch_size=batch)
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(t.numel for t in self.tensors.values() if t.kind is TensorKind.PARAMETER)

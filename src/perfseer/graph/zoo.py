@@ -1,0 +1,109 @@
+"""Model-zoo references: ``timm:NAME`` and ``torchvision:NAME`` (the optional ``zoo`` extra).
+
+Models are built with random initialisation on the meta device (no weights allocated, nothing
+downloaded) and exported through :mod:`perfseer.graph.torch_export`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from perfseer.errors import MissingDependencyError, ModelLoadError
+
+ZOOS = ("timm", "torchvision")
+_DEFAULT_INPUT = (3, 224, 224)
+
+
+def _prepare_torchvision() -> None:
+    """Make torchvision importable when its compiled extension cannot load.
+
+    The PyPI torchvision wheel is a CUDA build.  On a CPU-only torch its ``_C`` extension fails to
+    load, and ``import torchvision`` then fails while registering fake kernels for operators that
+    were never defined.  Defining the schemas of those operators first lets the import succeed;
+    only the compiled detection ops (``nms``, ``roi_align``) stay unusable, and perfseer never
+    calls them.
+    """
+    import torch
+
+    if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is None:
+        return
+    try:
+        torch.ops.torchvision.nms  # a working build registers it on load  # noqa: B018
+        return
+    except (AttributeError, RuntimeError):
+        pass
+    spec = importlib.util.find_spec("torchvision")
+    for lib in Path(spec.origin).parent.glob("_C*.so"):
+        try:
+            torch.ops.load_library(str(lib))
+            torch.ops.torchvision.nms  # noqa: B018
+            return
+        except (OSError, RuntimeError, AttributeError):
+            break
+    global _TV_LIB
+    _TV_LIB = torch.library.Library("torchvision", "DEF")
+    for op in ("nms", "qnms"):
+        _TV_LIB.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+
+
+_TV_LIB = None
+
+
+def import_zoo(zoo: str):
+    if zoo not in ZOOS:
+        raise ModelLoadError(f"unknown model zoo '{zoo}'", f"use one of: {', '.join(ZOOS)}")
+    if importlib.util.find_spec(zoo) is None:
+        raise MissingDependencyError(zoo, "zoo", f"the {zoo}: model reference")
+    _prepare_torchvision()
+    if zoo == "timm":
+        import timm
+
+        return timm
+    import torchvision.models
+
+    return torchvision.models
+
+
+def build_zoo_model(zoo: str, name: str, meta: bool = True):
+    """Instantiate ``name`` from ``zoo`` (random weights) and its default input shape.
+
+    Returns ``(module, input_shape, on_meta)``.
+    """
+    import torch
+
+    lib = import_zoo(zoo)
+    if zoo == "timm":
+        if not lib.is_model(name):
+            close = lib.list_models(f"*{name}*")[:5]
+            raise ModelLoadError(f"timm has no model named '{name}'",
+                                 f"check the name (similar: {', '.join(close) or 'none'})")
+        create = lambda: lib.create_model(name, pretrained=False)  # noqa: E731
+    else:
+        names = lib.list_models(module=lib)
+        if name not in names:
+            close = [n for n in names if name.split("_")[0] in n][:5]
+            raise ModelLoadError(f"torchvision has no classification model named '{name}'",
+                                 f"check the name (similar: {', '.join(close) or 'none'})")
+        create = lambda: lib.get_model(name, weights=None)  # noqa: E731
+    module = None
+    if meta:
+        try:
+            with torch.device("meta"):
+                module = create()
+        except Exception:  # some constructors compute on their tensors; build on CPU instead
+            module = None
+    on_meta = module is not None
+    if module is None:
+        module = create()
+    return module.eval(), default_input_shape(zoo, name, module), on_meta
+
+
+def default_input_shape(zoo: str, name: str, module) -> tuple[int, ...]:
+    if zoo == "timm":
+        cfg = getattr(module, "pretrained_cfg", None) or {}
+        return tuple(cfg.get("input_size", _DEFAULT_INPUT))
+    if name == "inception_v3":
+        return (3, 299, 299)
+    return _DEFAULT_INPUT
