@@ -26,7 +26,7 @@ from perfseer.errors import ShapeError, UnsupportedModelError
 from perfseer.graph import fold
 from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
-from perfseer.graph.torch_export import BATCH_SENTINEL, META_BUFFERS, META_SENTINEL
+from perfseer.graph.torch_export import BATCH_SENTINEL, META_BUFFERS, META_SENTINEL, META_SOURCE
 
 CONTROL_FLOW = frozenset({"Loop", "If", "Scan"})
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
@@ -100,17 +100,24 @@ class _Extraction:
             )
 
     # -- 2. bind input dimensions -----------------------------------------------------------------
-    def bind_inputs(self) -> None:
+    def bind_inputs(self, static_batch_as_sentinel: bool = True) -> None:
+        """Give every input dimension a value; axis 0 is the batch.
+
+        The batch axis gets the sentinel size so that batch-proportional dimensions can be told
+        apart.  A static batch is treated the same way unless ``static_batch_as_sentinel`` is off
+        (the fallback for graphs whose batch size is baked into constants).
+        """
         self.batch_bound = False  # whether axis 0 of the inputs carries the sentinel batch
-        first = True
-        names: dict[str, int] = {}
-        for vi in self.real_inputs:
+        self.default_batch = 1
+        batch_names: set[str] = set()
+        first_static = None
+        for index, vi in enumerate(self.real_inputs):
             tt = vi.type.tensor_type
             if not tt.HasField("shape"):
                 raise ShapeError(f"input '{vi.name}' of {self.source} has no declared shape",
                                  "export the model with input shapes, or pass --input-shape")
             dims = list(tt.shape.dim)
-            if first and self.input_shape is not None:
+            if index == 0 and self.input_shape is not None:
                 if len(self.input_shape) != len(dims) - 1:
                     raise ShapeError(
                         f"--input-shape {'x'.join(map(str, self.input_shape))} has {len(self.input_shape)} "
@@ -121,17 +128,26 @@ class _Extraction:
                 for d, v in zip(dims[1:], self.input_shape):
                     d.Clear()
                     d.dim_value = int(v)
-            first = False
             for axis, d in enumerate(dims):
-                is_sentinel = self.sentinel is not None and d.HasField("dim_value") and d.dim_value == self.sentinel
-                if axis == 0 and (d.HasField("dim_param") or not d.HasField("dim_value") or is_sentinel):
-                    if d.dim_param:
-                        names[d.dim_param] = BATCH_SENTINEL
-                    d.Clear()
-                    d.dim_value = BATCH_SENTINEL
-                    self.batch_bound = True
-                    continue
-                if d.HasField("dim_value"):
+                static = d.HasField("dim_value")
+                if axis == 0:
+                    sentinel = static and self.sentinel is not None and d.dim_value == self.sentinel
+                    if index == 0 and static and not sentinel:
+                        first_static = d.dim_value
+                        self.default_batch = d.dim_value
+                    is_batch = (
+                        sentinel
+                        or (not static and (index == 0 or d.dim_param in batch_names or d.dim_param not in self.dims))
+                        or (static and static_batch_as_sentinel and d.dim_value == first_static)
+                    )
+                    if is_batch:
+                        if d.dim_param:
+                            batch_names.add(d.dim_param)
+                        d.Clear()
+                        d.dim_value = BATCH_SENTINEL
+                        self.batch_bound = True
+                        continue
+                if static:
                     if d.dim_value <= 0:
                         raise ShapeError(
                             f"input '{vi.name}' has a zero-size dimension (axis {axis}): it would do no work",
@@ -139,7 +155,11 @@ class _Extraction:
                         )
                     continue
                 name = d.dim_param
-                value = self.dims.get(name, names.get(name))
+                if name in batch_names:
+                    d.Clear()
+                    d.dim_value = BATCH_SENTINEL
+                    continue
+                value = self.dims.get(name)
                 if value is None:
                     raise ShapeError(
                         f"input '{vi.name}' has a symbolic dimension '{name or '?'}' (axis {axis}) that "
@@ -180,7 +200,29 @@ class _Extraction:
     def run(self) -> Graph:
         self._output_names = [o.name for o in self.g.output]
         self.check_supported()
-        self.bind_inputs()
+        original = onnx.ModelProto()
+        original.CopyFrom(self.model)  # the skeleton is small: weights were never read
+        static_first = self.default_batch_static()
+        try:
+            self.bind_inputs()
+            return self._run_bound()
+        except ShapeError:
+            if not static_first:
+                raise
+        # The batch size may be baked into the graph (a Reshape to [1, ...]): keep it fixed.
+        self.model = original
+        self.g = self.model.graph
+        self.init_names = {t.name for t in self.g.initializer}
+        self.injected, self.removed = set(), 0
+        self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
+        self.bind_inputs(static_batch_as_sentinel=False)
+        return self._run_bound()
+
+    def default_batch_static(self) -> bool:
+        dims = self.real_inputs[0].type.tensor_type.shape.dim
+        return bool(dims) and dims[0].HasField("dim_value") and dims[0].dim_value != (self.sentinel or 0)
+
+    def _run_bound(self) -> Graph:
         init_values: dict[str, np.ndarray] = {}
         for t in self.g.initializer:
             if t.name not in self.skel.stripped and math.prod(t.dims) <= SMALL_VALUE_ELEMENTS:
@@ -188,12 +230,14 @@ class _Extraction:
                     init_values[t.name] = numpy_helper.to_array(t)
                 except Exception:  # unreadable small tensor: its value is just unknown
                     pass
-        for _ in range(4):
+        for _ in range(len(self.g.node) + 4):  # each pass resolves at least one more value or stops
             types = self.infer()
             static, values, folded, device = self.classify(types, init_values)
             missing = self.missing_shapes(types, device)
             if not missing:
                 break
+            if self._rewrite_sequences(types, values):
+                continue
             # Values we computed that ONNX could not: feed them back as initializers and retry.
             feeding = self._shape_feeding(device, folded)
             new = {n: v for n, v in values.items() if n not in init_values and n in feeding}
@@ -282,6 +326,61 @@ class _Extraction:
         # Any folded tensor read by a device node or another folded node may steer a shape.
         return {i for n in (*device, *folded) for i in n.input}
 
+    def _rewrite_sequences(self, types, values) -> bool:
+        """``SplitToSequence`` read only by ``SequenceAt`` at static positions -> one ``Split``.
+
+        Exporters emit this pair for ``torch.split``/``chunk``; a tensor sequence has no shape for
+        the IR, while the equivalent ``Split`` does, and costs the same.
+        """
+        changed = False
+        pending = [n.output[0] for n in self.g.node if n.op_type == "SplitToSequence" and n.domain in STANDARD_DOMAINS]
+        for seq_name in pending:
+            # Look the node up afresh: rewriting replaces the graph's node list.
+            node = next(n for n in self.g.node if n.output and n.output[0] == seq_name)
+            seq = node.output[0]
+            users = [n for n in self.g.node if seq in n.input]
+            shape = types.get(node.input[0], (0, None))[1]
+            if not users or shape is None or any(u.op_type != "SequenceAt" for u in users):
+                continue
+            positions = [values.get(u.input[1]) for u in users]
+            attrs = _attrs(node)
+            axis = attrs.get("axis", 0) % len(shape)
+            split = values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+            if any(p is None for p in positions) or (split is None and attrs.get("keepdims", 1) == 0):
+                continue
+            dim = shape[axis]
+            if split is None:
+                sizes = [1] * dim
+            elif np.asarray(split).ndim == 0:
+                step = int(split)
+                sizes = [step] * (dim // step) + ([dim % step] if dim % step else [])
+            else:
+                sizes = [int(v) for v in np.asarray(split).ravel()]
+            parts = [f"{seq}__part{i}" for i in range(len(sizes))]
+            sizes_name = f"{seq}__sizes"
+            self.g.initializer.append(numpy_helper.from_array(np.asarray(sizes, np.int64), sizes_name))
+            self.init_names.add(sizes_name)
+            self.injected.add(sizes_name)
+            rename = {u.output[0]: parts[int(np.asarray(p).ravel()[0]) % len(sizes)] for u, p in zip(users, positions)}
+            split_node = helper.make_node("Split", [node.input[0], sizes_name], parts, name=node.name or seq, axis=axis)
+            new_nodes = []
+            for n in self.g.node:
+                if n is node:
+                    new_nodes.append(split_node)
+                    continue
+                if any(u is n for u in users):
+                    continue
+                for i, name in enumerate(n.input):
+                    if name in rename:
+                        n.input[i] = rename[name]
+                new_nodes.append(n)
+            self._output_names = [rename.get(o, o) for o in self._output_names]
+            del self.g.node[:]
+            self.g.node.extend(new_nodes)
+            self.removed += len(users)
+            changed = True
+        return changed
+
     def _inject(self, new: dict[str, np.ndarray]) -> None:
         """Replace the producers of ``new`` tensors by initializers holding the computed values."""
         keep = [n for n in self.g.node if not (n.output and all(o in new or not o for o in n.output))]
@@ -305,8 +404,13 @@ class _Extraction:
         tensors: dict[str, Tensor] = {}
         # Exporters that de-duplicate equal initializers leave `Identity(weight)` per extra user:
         # each such alias is a parameter of its own in the source model.
-        alias = {n.output[0]: n.input[0] for n in folded
-                 if n.op_type == "Identity" and n.input[0] in self.init_names and n.input[0] not in self.injected}
+        # (A copy that is then modified, like the dynamo exporter's `clone`, is not: only aliases
+        # read directly by device operators count.)
+        folded_inputs = {i for n in folded for i in n.input}
+        alias = {} if buffers is not None else {
+            n.output[0]: n.input[0] for n in folded
+            if n.op_type == "Identity" and n.input[0] in self.init_names and n.input[0] not in self.injected
+            and n.output[0] not in folded_inputs}
         for name in used:
             elem, shape = types.get(name, (1, None))
             if shape is None:
@@ -342,13 +446,13 @@ class _Extraction:
             name = n.name or f"{n.op_type}_{i}"
             nodes.append(Node(name, n.op_type, n.domain, tuple(n.input), tuple(n.output), _attrs(n)))
         graph = Graph(
-            name=self.g.name or self.source, nodes=tuple(nodes), tensors=tensors,
+            name=self.meta.get(META_SOURCE) or self.source, nodes=tuple(nodes), tensors=tensors,
             inputs=tuple(vi.name for vi in self.real_inputs), outputs=tuple(self._output_names),
             batch_size=BATCH_SENTINEL if sentinel else self._static_batch(), opset=self.opset,
             folded_nodes=len(folded) + self.removed,
         )
         if sentinel:
-            return graph.with_batch(self.batch or 1)
+            return graph.with_batch(self.batch or self.default_batch)
         if self.batch is not None and self.batch != graph.batch_size:
             raise ShapeError(
                 f"{self.source} has its batch size fixed at {graph.batch_size}",

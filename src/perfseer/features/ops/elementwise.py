@@ -1,7 +1,8 @@
 """Element-wise operators with several (broadcast) inputs.
 
 FLOPs = (number of inputs - 1) per output element for arithmetic, comparison and logic ops
-(``Add``, ``Mul``, ``Max``, ``Sum`` over n inputs...).  ``Mean`` adds a division: n per element.
+(``Add``, ``Mul``, ``Max``, ``Sum`` over n inputs...; a one-input ``Sum`` / ``Max`` / ``Min`` is a
+copy: 0).  ``Mean`` adds a division: n per element.
 ``Where`` selects: 1 per element.  ``Pow``: 1 per element (a transcendental).
 """
 
@@ -20,7 +21,7 @@ def _n_inputs(view: NodeView) -> int:
 
 @register(*BINARY)
 def binary(view: NodeView) -> OpCost:
-    return OpCost(flops=float(max(_n_inputs(view) - 1, 1)) * view.out(0).numel)
+    return OpCost(flops=float(max(_n_inputs(view) - 1, 0)) * view.out(0).numel)
 
 
 @register("Mean")

@@ -56,7 +56,7 @@ def einsum(view: NodeView) -> OpCost:
         dims = list(t.shape)
         if "..." in term:
             pos = term.index("...")
-            for j, d in enumerate(dims[pos:pos + ell]):
+            for j, d in enumerate(reversed(dims[pos:pos + ell])):  # broadcast: aligned from the right
                 sizes[f"...{j}"] = max(sizes.get(f"...{j}", 1), d)
             dims = dims[:pos] + dims[pos + ell:]
         for ch, d in zip(letters, dims):

@@ -3,6 +3,8 @@
 ``Gather`` (and ``GatherElements``, ``GatherND``) reads only what it gathers: the output's worth of
 the data tensor plus the indices; an embedding lookup does not read its whole table.
 ``NonZero`` compares every input element: 1 FLOP each.
+``axis_size`` is the length of the axis an operator works along (the output's for ``Concat``), with
+ONNX's default axis where the attribute is omitted.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ MOVEMENT = ("Reshape", "Transpose", "Concat", "Split", "Slice", "Pad", "Tile", "
             "ReverseSequence", "CenterCropPad", "Col2Im", "Constant", "Optional", "SequenceConstruct")
 
 
+# ONNX's default ``axis`` of the operators that have one (an omitted attribute means this axis).
+_DEFAULT_AXIS = {"Gather": 0, "GatherElements": 0, "Split": 0, "Flatten": 1, "Scatter": 0, "ScatterElements": 0}
+
+
 def _axis_size(view: NodeView) -> float:
-    axis = view.attr("axis")
+    axis = view.attr("axis", _DEFAULT_AXIS.get(view.node.op_type))
     t = view.out(0) if view.node.op_type == "Concat" else view.inp(0)
     if axis is None or t is None or not t.rank:
         return 0.0
@@ -36,7 +42,8 @@ def gather(view: NodeView) -> OpCost:
     if data.kind.is_static:
         return OpCost(hp={"axis_size": _axis_size(view)}, weight_read_bytes=gathered,
                       read_bytes=idx_bytes)
-    return OpCost(hp={"axis_size": _axis_size(view)}, read_bytes=gathered + idx_bytes)
+    # Static indices are counted here, so not again as weights read.
+    return OpCost(hp={"axis_size": _axis_size(view)}, read_bytes=gathered + idx_bytes, weight_read_bytes=0.0)
 
 
 @register("NonZero")

@@ -41,7 +41,8 @@ def softmax(view: NodeView) -> OpCost:
 @register("TopK")
 def topk(view: NodeView) -> OpCost:
     x, k = view.inp(0), view.inp(1)
-    kval = int(np.asarray(k.value).ravel()[0]) if k is not None and k.value is not None else view.out(0).shape[-1]
     axis = view.attr("axis", -1) % max(x.rank, 1)
+    # k: the input's value (opset 10+), else the length of the output along the axis (= k).
+    kval = int(np.asarray(k.value).ravel()[0]) if k is not None and k.value is not None else view.out(0).shape[axis]
     return OpCost(flops=float(x.numel) * math.ceil(math.log2(kval + 1)),
                   hp={"axis_size": x.shape[axis] if x.rank else 1, "out_features": kval})
