@@ -1,6 +1,7 @@
 """Export zoo models to ONNX skeletons once and cache them on disk (shared by the benchmarks).
 
-Each model is exported in a worker process (a crash or hang spoils nothing else), results are
+timm models are built in their re-parameterised (inference) form, as timm's benchmark measured
+them.  Each model is exported in a worker process (a crash or hang spoils nothing else), results are
 appended to ``index.jsonl`` as they finish, and a rerun skips what is done, so an interrupted
 cache build resumes.  Skeleton files hold the graph only (weights are never exported).
 
@@ -68,7 +69,8 @@ def _worker(zoo: str, jobs: list[tuple[str, int]], index: Path) -> None:
         t0 = time.perf_counter()
         rec = {"zoo": zoo, "model": name, "img_size": img}
         try:
-            module, shape, on_meta = build_zoo_model(zoo, name)
+            # timm's benchmark measured (and counted) re-parameterisable models in their fused form.
+            module, shape, on_meta = build_zoo_model(zoo, name, reparam=zoo == "timm")
             rec["meta"] = on_meta
             skel = skeleton_from_module(module, (shape[0], img, img), source=f"{zoo}:{name}",
                                         on_meta=on_meta)

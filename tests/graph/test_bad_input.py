@@ -286,19 +286,12 @@ def test_batch_not_an_integer_is_a_usage_error(tmp_path, capsys):
 
 # -- cases that do not behave as specified (see the report) ------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a custom-domain node whose domain is missing from opset_import gives ShapeError 'shape inference "
-    "failed ... No opset import for domain com.example ...; fix: check --input-shape and --batch' "
-    "instead of the UnsupportedModelError for custom ops; the fix it names is wrong"))
 def test_custom_op_without_opset_import():
     with pytest.raises(UnsupportedModelError) as info:
         perfseer.extract(custom_op_model(declare_domain=False))
     assert_user_error(str(info.value), "MyOp", "com.example")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the custom-op error advises 'add the output shapes to the model's value_info', but "
-    "_Extraction.infer() deletes every value_info before shape inference, so doing so changes nothing"))
 @pytest.mark.parametrize("declared", [("N", 3, 8, 8), (1, 3, 8, 8)], ids=["symbolic-batch", "static"])
 def test_custom_op_with_declared_output_shape_extracts(declared):
     m = custom_op_model(value_info={"h": declared}, batch=declared[0])
@@ -308,19 +301,12 @@ def test_custom_op_with_declared_output_shape_extracts(declared):
     assert perfseer.extract(m, batch=2).flops == 2 * pg.flops
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the zero-size message prints the internal batch sentinel: \"tensor 'empty_slice' ... has a "
-    "zero-size dimension [7919, 4, 0]\" for a batch-1 extraction; it should print [1, 4, 0]"))
 def test_zero_size_message_shows_the_users_batch():
     with pytest.raises(ShapeError) as info:
         perfseer.extract(empty_slice_model())
     assert "[1, 4, 0]" in str(info.value) and "7919" not in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an input declared with batch dim 0, extracted without --batch, raises 'batch size must be a "
-    "positive integer, got 0; fix: pass --batch N with N >= 1' although the user passed no batch; the "
-    "message does not name the input"))
 def test_zero_batch_dim_input():
     m = relu_model((0, 3, 8))
     try:
@@ -331,9 +317,6 @@ def test_zero_batch_dim_input():
         assert pg.batch_size == 1 and pg.flops == 3 * 8
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dims={'N': 4} (or --dim N=4) names the batch axis of the first input and is silently ignored: "
-    "the graph is extracted at batch 1"))
 def test_binding_the_batch_name_through_dims():
     m = conv_model()
     try:

@@ -86,11 +86,6 @@ def test_external_data_default_threshold_keeps_shape_vectors_inline(tmp_path):
     _same_graph(perfseer.extract(path, batch=2), ref)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with size_threshold=0 the Reshape shape vector [0, -1] is stored externally; the skeleton reader "
-    "strips every external tensor without reading it, so the Reshape output shape is unknown and "
-    "extraction raises ShapeError \"the shape of tensor 'r' (output of Reshape node 'reshape') cannot "
-    "be determined\" although the data file is present"))
 def test_external_data_small_shape_tensor_is_read(tmp_path):
     m = reshape_model()
     ref = perfseer.extract(m, batch=2)

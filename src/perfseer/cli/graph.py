@@ -13,7 +13,7 @@ from perfseer.errors import PerfseerError, ShapeError
 def parse_shape(text: str) -> tuple[int, ...]:
     """``"3x224x224"`` -> ``(3, 224, 224)``."""
     try:
-        dims = tuple(int(p) for p in text.lower().replace(",", "x").split("x") if p != "")
+        dims = tuple(int(p) for p in text.lower().replace(",", "x").split("x"))
     except ValueError:
         dims = ()
     if not dims or any(d <= 0 for d in dims):
@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dim", action="append", metavar="NAME=VALUE", help="bind a symbolic input dimension")
     p.add_argument("--json", metavar="PATH", help="write the summary as JSON to PATH ('-' for stdout)")
     p.add_argument("--save", metavar="PATH", help="save the graph's features (safetensors) to PATH")
-    p.add_argument("--top", type=int, default=8, help="how many of the heaviest operators to list")
+    p.add_argument("--top", type=int, default=8, help="how many of the heaviest operators to list (>= 0)")
     p.set_defaults(func=run)
 
 
@@ -57,9 +57,9 @@ def graph_summary(model, batch=None, input_shape=None, dims=None) -> tuple[dict,
 def run(args: argparse.Namespace) -> int:
     if args.batch is not None and args.batch < 1:
         raise ShapeError(f"--batch must be at least 1, got {args.batch}", "pass --batch N with N >= 1")
-    shape = parse_shape(args.input_shape) if args.input_shape else None
+    shape = parse_shape(args.input_shape) if args.input_shape is not None else None
     summary, pg = graph_summary(args.model, args.batch, shape, parse_dims(args.dim))
-    summary["heaviest"] = [{"node": n, "op": o, "flops": f} for n, o, f in pg.heaviest(args.top)]
+    summary["heaviest"] = [{"node": n, "op": o, "flops": f} for n, o, f in pg.heaviest(max(args.top, 0))]
     if args.save:
         from perfseer.features.pyg import save_graphs
 

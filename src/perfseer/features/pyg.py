@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfseer.errors import SchemaError
+from perfseer.errors import PerfseerError, SchemaError
 from perfseer.features import schema
 from perfseer.features.ops import REGISTRY
 
@@ -62,10 +62,18 @@ def save_graphs(graphs, path: str | os.PathLike, meta: list[dict] | None = None)
     }
     header = {"format": _FORMAT, "schema": json.dumps(schema.describe()), "op_vocab": json.dumps(OP_VOCAB),
               "meta": json.dumps(meta or [{} for _ in datas])}
+    from safetensors import SafetensorError
+
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp), metadata=header)
-    os.replace(tmp, path)
+    try:
+        save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp), metadata=header)
+        os.replace(tmp, path)
+    except (OSError, SafetensorError) as e:
+        tmp.unlink(missing_ok=True)
+        reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
+        raise PerfseerError(f"cannot write graph file {path}: {reason}",
+                            "choose a file path in an existing, writable directory (for --save)") from e
 
 
 def load_graphs(path: str | os.PathLike) -> tuple[list, list[dict]]:

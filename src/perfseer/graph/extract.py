@@ -92,6 +92,11 @@ class _Extraction:
                     "whose cost depends on run-time data",
                     "export with static control flow (trace the model at fixed shapes, unroll loops) and retry",
                 )
+        declared = {o.domain for o in self.model.opset_import}
+        for domain in sorted({n.domain for n in self.g.node} - declared - {"", "ai.onnx"}):
+            self.model.opset_import.add(domain=domain, version=1)  # lets shape inference reach the op
+        custom = {o for n in self.g.node if n.domain not in STANDARD_DOMAINS for o in n.output}
+        self.declared_custom = [vi for vi in self.g.value_info if vi.name in custom]
         self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
         if not self.real_inputs:
             raise UnsupportedModelError(
@@ -109,7 +114,7 @@ class _Extraction:
         """
         self.batch_bound = False  # whether axis 0 of the inputs carries the sentinel batch
         self.default_batch = 1
-        batch_names: set[str] = set()
+        self.batch_names = batch_names = set()
         first_static = None
         for index, vi in enumerate(self.real_inputs):
             tt = vi.type.tensor_type
@@ -129,7 +134,15 @@ class _Extraction:
                     d.Clear()
                     d.dim_value = int(v)
             for axis, d in enumerate(dims):
-                static = d.HasField("dim_value")
+                # Some exporters write 0 for an unknown batch size.
+                static = d.HasField("dim_value") and (axis > 0 or d.dim_value > 0)
+                if axis == 0 and index == 0 and d.dim_param and d.dim_param in self.dims:
+                    value = int(self.dims[d.dim_param])
+                    if self.batch is not None and self.batch != value:
+                        raise ShapeError(
+                            f"'{d.dim_param}' is the batch axis of input '{vi.name}': dims gives {value}, "
+                            f"batch gives {self.batch}", f"pass only --batch {self.batch}")
+                    self.batch = value
                 if axis == 0:
                     sentinel = static and self.sentinel is not None and d.dim_value == self.sentinel
                     if index == 0 and static and not sentinel:
@@ -177,6 +190,8 @@ class _Extraction:
     # -- 3./4. shapes and folding -----------------------------------------------------------------
     def infer(self) -> dict[str, tuple[int, tuple[int, ...] | None]]:
         del self.g.value_info[:]
+        # ONNX cannot infer custom-domain ops: keep their declared output shapes, re-bound.
+        self.g.value_info.extend(self._bind_declared(vi) for vi in self.declared_custom)
         try:
             inferred = onnx.shape_inference.infer_shapes(self.model, check_type=False, strict_mode=False,
                                                          data_prop=True)
@@ -196,6 +211,19 @@ class _Extraction:
         for t in self.g.initializer:
             types[t.name] = (t.data_type, tuple(t.dims))
         return types
+
+    def _bind_declared(self, vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+        out = onnx.ValueInfoProto()
+        out.CopyFrom(vi)
+        for axis, d in enumerate(out.type.tensor_type.shape.dim):
+            if d.dim_param and d.dim_param in self.batch_names or (
+                    axis == 0 and self.batch_bound and d.HasField("dim_value") and d.dim_value == self.default_batch):
+                d.Clear()
+                d.dim_value = BATCH_SENTINEL
+            elif d.dim_param in self.dims:
+                d.Clear()
+                d.dim_value = int(self.dims[d.dim_param])
+        return out
 
     def run(self) -> Graph:
         self._output_names = [o.name for o in self.g.output]
@@ -436,9 +464,10 @@ class _Extraction:
             for o in node.output:
                 t = tensors.get(o)
                 if t is not None and 0 in t.shape:
+                    shown = t.at_batch(self.batch or self.default_batch).shape if sentinel else t.shape
                     raise ShapeError(
                         f"tensor '{o}' ({node.op_type} node '{node.name}') has a zero-size dimension "
-                        f"{list(t.shape)}: the model does no work there",
+                        f"{list(shown)}: the model does no work there",
                         "check --input-shape and --batch (an input too small for the model's strides?)",
                     )
         nodes = []

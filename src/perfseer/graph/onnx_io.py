@@ -24,6 +24,8 @@ from perfseer.errors import ModelLoadError
 # Initializers with at most this many elements keep their values (shape and axis vectors,
 # scalars, small lookup tables); the others keep name, type and dims only.
 SMALL_VALUE_ELEMENTS = 4096
+# The external-data location perfseer writes for weights it never exported (graph-only files).
+NOT_EXPORTED = "perfseer-weights-not-exported"
 
 _MODEL_GRAPH = 7  # ModelProto.graph
 _GRAPH_INITIALIZER = 5  # GraphProto.initializer
@@ -192,7 +194,27 @@ def read_skeleton(path: str | os.PathLike) -> Skeleton:
             "re-export the model to ONNX, or check that the download completed",
         ) from e
     _check_model(model, source)
+    _load_small_external(model, path.parent, stripped)
     return Skeleton(model, stripped, source)
+
+
+def _load_small_external(model: onnx.ModelProto, base_dir: Path, stripped: set[str]) -> None:
+    """Read the values of small external initializers (shape vectors, axes), which shape
+    computations need; weights stay unread.  A missing data file leaves them stripped."""
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    for t in model.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL or math.prod(t.dims) > SMALL_VALUE_ELEMENTS:
+            continue
+        if any(e.key == "location" and e.value == NOT_EXPORTED for e in t.external_data):
+            continue  # perfseer's own skeletons: there is no data to read
+        try:
+            load_external_data_for_tensor(t, str(base_dir))
+        except (OSError, ValueError, onnx.checker.ValidationError):
+            continue
+        t.data_location = onnx.TensorProto.DEFAULT
+        del t.external_data[:]
+        stripped.discard(t.name)
 
 
 def skeleton_from_proto(model: onnx.ModelProto, source: str = "<in-memory model>") -> Skeleton:

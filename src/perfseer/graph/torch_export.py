@@ -19,14 +19,13 @@ import warnings
 from collections.abc import Sequence
 
 from perfseer.errors import ModelLoadError, ShapeError, UnsupportedModelError
-from perfseer.graph.onnx_io import Skeleton
+from perfseer.graph.onnx_io import NOT_EXPORTED, Skeleton
 
 # A prime no real layer width is a multiple of: dims divisible by it scale with the batch.
 BATCH_SENTINEL = 7919
 META_SENTINEL = "perfseer.batch_sentinel"
 META_BUFFERS = "perfseer.buffers"  # JSON list of initializers that are not trainable parameters
 META_SOURCE = "perfseer.source"
-_STRIPPED_LOCATION = "perfseer-weights-not-exported"
 
 
 def meta_twin(module):
@@ -129,7 +128,7 @@ def skeleton_from_module(
         keep = tensor is not None and math.prod(tensor.shape.numpy()) <= 4096 and _has_data(tensor)
         if not keep:
             nbytes = math.prod(value.shape.numpy()) * value.dtype.itemsize
-            value.const_value = ir.ExternalTensor(_STRIPPED_LOCATION, 0, int(nbytes), value.dtype,
+            value.const_value = ir.ExternalTensor(NOT_EXPORTED, 0, int(nbytes), value.dtype,
                                                   shape=value.shape, name=name, base_dir="")
             stripped.add(name)
     proto = ir.serde.serialize_model(program.model)

@@ -66,13 +66,23 @@ def import_zoo(zoo: str):
     return torchvision.models
 
 
-def build_zoo_model(zoo: str, name: str, meta: bool = True):
+REPARAM_SUFFIX = "@reparam"
+
+
+def build_zoo_model(zoo: str, name: str, meta: bool = True, reparam: bool = False):
     """Instantiate ``name`` from ``zoo`` (random weights) and its default input shape.
+
+    Args:
+        reparam: timm only: fuse re-parameterisable branches (RepVGG, MobileOne, FastViT...) into
+            their inference form, as ``timm.utils.reparameterize_model`` does for deployment and
+            timm's own benchmark does.  The suffix ``@reparam`` on a name asks for it.
 
     Returns ``(module, input_shape, on_meta)``.
     """
     import torch
 
+    if name.endswith(REPARAM_SUFFIX):
+        name, reparam = name[: -len(REPARAM_SUFFIX)], True
     lib = import_zoo(zoo)
     if zoo == "timm":
         if not lib.is_model(name):
@@ -94,10 +104,23 @@ def build_zoo_model(zoo: str, name: str, meta: bool = True):
                 module = create()
         except Exception:  # some constructors compute on their tensors; build on CPU instead
             module = None
+    if module is not None and reparam and zoo == "timm":
+        try:
+            module = _reparameterize(module.eval())
+        except Exception:  # some fusions create CPU tensors: fuse a real model instead
+            module = None
     on_meta = module is not None
     if module is None:
         module = create()
+        if reparam and zoo == "timm":
+            module = _reparameterize(module.eval())
     return module.eval(), default_input_shape(zoo, name, module), on_meta
+
+
+def _reparameterize(module):
+    from timm.utils.model import reparameterize_model
+
+    return reparameterize_model(module)
 
 
 def default_input_shape(zoo: str, name: str, module) -> tuple[int, ...]:
