@@ -35,7 +35,10 @@ def test_binary_broadcast(op):
     dtype, out_size, attrs = BINARY[op]
     size = np.dtype(dtype).itemsize
     pg = one_node(op, {"x": ((2, 3, 4), dtype)}, {"c": np.ones((3, 1), dtype)}, **attrs)
-    check(pg, op, flops=(2 - 1) * E, macs=0, input_bytes=E * size, weight_bytes=C * size,
+    # a floating-point initializer is a weight; an integer or boolean one counts as an input
+    is_float = np.issubdtype(np.dtype(dtype), np.floating)
+    check(pg, op, flops=(2 - 1) * E, macs=0, input_bytes=E * size + (0 if is_float else C * size),
+          weight_bytes=C * size if is_float else 0,
           output_bytes=E * out_size, memory_access_bytes=E * size + C * size + E * out_size)
 
 

@@ -113,3 +113,14 @@ def test_lrn():
     pg = one_node("LRN", {"x": (2, 4, 3, 3)}, size=3)
     e = 2 * 4 * 3 * 3
     check(pg, "LRN", flops=(3 + 3) * e, kernel_w=3, memory_access_bytes=2 * e * F32)
+
+
+def test_group_norm_extracts_through_onnx():
+    # ONNX infers no shape for GroupNormalization; the extractor gives it its input's shape.
+    from helpers import one_node
+
+    pg = one_node("GroupNormalization", {"x": (2, 6, 4, 4)},
+                  {"scale": np.ones(6, np.float32), "bias": np.zeros(6, np.float32)}, opset=21, num_groups=3)
+    e = 2 * 6 * 4 * 4
+    check(pg, "GroupNormalization", flops=(5 + 2) * e, groups=3, in_features=6)
+    assert pg.graph.tensors["y0"].shape == (2, 6, 4, 4)

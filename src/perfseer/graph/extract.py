@@ -33,6 +33,15 @@ STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.trai
 # Operators with no inputs that still do device work.
 _SOURCE_OPS = frozenset({"RandomNormal", "RandomUniform", "EyeLike"})
 _NONDETERMINISTIC = frozenset({"RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
+# Operators whose first output has the shape and type of their first input.
+SAME_SHAPE_OPS = frozenset({
+    "BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
+    "RMSNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization", "LpNormalization", "LRN",
+    "MeanVarianceNormalization", "Softmax", "LogSoftmax", "Hardmax", "Dropout", "Identity", "Relu", "LeakyRelu",
+    "PRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Tanh", "Softplus", "Softsign",
+    "Mish", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
+    "Clip", "Floor", "Ceil", "Round", "Sign",
+})
 # Inputs (by position) of these operators are running statistics, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
@@ -97,6 +106,7 @@ class _Extraction:
             self.model.opset_import.add(domain=domain, version=1)  # lets shape inference reach the op
         custom = {o for n in self.g.node if n.domain not in STANDARD_DOMAINS for o in n.output}
         self.declared_custom = [vi for vi in self.g.value_info if vi.name in custom]
+        self.same_shape_infos: list[onnx.ValueInfoProto] = []  # see _same_shape_outputs
         self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
         if not self.real_inputs:
             raise UnsupportedModelError(
@@ -192,6 +202,7 @@ class _Extraction:
         del self.g.value_info[:]
         # ONNX cannot infer custom-domain ops: keep their declared output shapes, re-bound.
         self.g.value_info.extend(self._bind_declared(vi) for vi in self.declared_custom)
+        self.g.value_info.extend(self.same_shape_infos)
         try:
             inferred = onnx.shape_inference.infer_shapes(self.model, check_type=False, strict_mode=False,
                                                          data_prop=True)
@@ -207,7 +218,8 @@ class _Extraction:
             if tt.HasField("shape"):
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 shape = None if any(d < 0 for d in dims) else dims
-            types[vi.name] = (tt.elem_type, shape)
+            if shape is not None or vi.name not in types:  # a graph output may repeat it shapeless
+                types[vi.name] = (tt.elem_type or types.get(vi.name, (0,))[0], shape)
         for t in self.g.initializer:
             types[t.name] = (t.data_type, tuple(t.dims))
         return types
@@ -264,7 +276,7 @@ class _Extraction:
             missing = self.missing_shapes(types, device)
             if not missing:
                 break
-            if self._rewrite_sequences(types, values):
+            if self._rewrite_sequences(types, values) or self._same_shape_outputs(types, missing):
                 continue
             # Values we computed that ONNX could not: feed them back as initializers and retry.
             feeding = self._shape_feeding(device, folded)
@@ -353,6 +365,20 @@ class _Extraction:
     def _shape_feeding(device, folded) -> set[str]:
         # Any folded tensor read by a device node or another folded node may steer a shape.
         return {i for n in (*device, *folded) for i in n.input}
+
+    def _same_shape_outputs(self, types, missing) -> bool:
+        """Give shape-preserving operators that ONNX cannot infer (GroupNormalization, contrib
+        normalisations) the shape and type of their first input."""
+        added = False
+        for node, tensor in missing:
+            if node.op_type not in SAME_SHAPE_OPS or tensor != node.output[0]:
+                continue
+            elem, shape = types.get(node.input[0], (0, None))
+            if shape is None or any(vi.name == tensor for vi in self.same_shape_infos):
+                continue
+            self.same_shape_infos.append(helper.make_tensor_value_info(tensor, elem, list(shape)))
+            added = True
+        return added
 
     def _rewrite_sequences(self, types, values) -> bool:
         """``SplitToSequence`` read only by ``SequenceAt`` at static positions -> one ``Split``.

@@ -94,8 +94,9 @@ def generic_cost(view: NodeView) -> OpCost:
 
 
 def weight_like(t: Tensor) -> bool:
-    """Static tensors that count as the node's weights: stored tensors and float constants."""
-    return t.kind in (TensorKind.PARAMETER, TensorKind.BUFFER) or (t.kind is TensorKind.CONSTANT and t.is_float)
+    """Static tensors that count as the node's weights: floating-point parameters, buffers and
+    constants.  Integer ones (index tables, shape vectors) count as inputs."""
+    return t.kind.is_static and (t.kind is TensorKind.PARAMETER or t.is_float)
 
 
 def memory_of(view: NodeView, cost: OpCost) -> tuple[float, float, float, float, int]:
