@@ -86,17 +86,20 @@ def vitl_external() -> Path:
     return path
 
 
-_PEAK = """
-import resource, sys, json, time
-import perfseer
+# Peak resident memory from the kernel's high-water mark of this process (VmHWM); getrusage's
+# ru_maxrss would also include the parent's peak, inherited across fork.
+_HWM = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) / 1024"
+_PEAK = f"""
+import sys, json, time
+import perfseer, perfseer.graph.zoo as z
+z.import_zoo('timm'); import torch.onnx
 t = time.perf_counter()
 pg = perfseer.extract(sys.argv[1])
 dt = time.perf_counter() - t
-print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "params": pg.params, "macs": pg.macs, "seconds": dt}))
+print(json.dumps({{"peak_rss_mb": {_HWM}, "params": pg.params, "macs": pg.macs, "seconds": dt}}))
 """
-_BASE = "import resource, json, perfseer, perfseer.graph.zoo as z; z.import_zoo('timm'); import torch.onnx; " \
-        "print(json.dumps({'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))"
+_BASE = f"import json, perfseer, perfseer.graph.zoo as z; z.import_zoo('timm'); import torch.onnx; " \
+        f"print(json.dumps({{'peak_rss_mb': {_HWM}}}))"
 
 
 def peak(model: str) -> dict:

@@ -127,11 +127,12 @@ class PerfGraph:
         return to_data(self)
 
 
-def node_costs(graph: Graph) -> tuple[list[OpCost], np.ndarray]:
-    costs, covered = [], np.zeros(len(graph.nodes), dtype=bool)
+def node_costs(graph: Graph) -> tuple[list[OpCost], list[NodeView], np.ndarray]:
+    costs, views, covered = [], [], np.zeros(len(graph.nodes), dtype=bool)
     for i, node in enumerate(graph.nodes):
         fn = REGISTRY.get(registry_key(node))
         view = NodeView(node, graph)
+        views.append(view)
         if fn is not None:
             try:
                 costs.append(fn(view))
@@ -140,7 +141,7 @@ def node_costs(graph: Graph) -> tuple[list[OpCost], np.ndarray]:
             except (AttributeError, TypeError, IndexError, ValueError, ZeroDivisionError, KeyError):
                 pass  # an unusual variant of the op (missing optional input...): estimate it
         costs.append(generic_cost(view))
-    return costs, covered
+    return costs, views, covered
 
 
 def _stats(v: np.ndarray) -> list[float]:
@@ -151,18 +152,21 @@ def _stats(v: np.ndarray) -> list[float]:
 
 def build_perfgraph(graph: Graph) -> PerfGraph:
     """Compute every feature of ``graph``."""
-    costs, covered = node_costs(graph)
+    costs, views, covered = node_costs(graph)
     n = len(graph.nodes)
     x = np.zeros((n, len(schema.NODE_FEATURES)), dtype=np.float64)
     hp_index = schema.HP_INDEX
     mem = np.zeros((n, 5))
-    for i, (node, cost) in enumerate(zip(graph.nodes, costs)):
-        row = x[i]
-        for k, v in cost.hp.items():
-            row[hp_index[k]] = v
-        row[_COST_AT["flops"]] = cost.flops
-        row[_COST_AT["macs"]] = cost.macs
-        mem[i] = memory_of(NodeView(node, graph), cost)
+    base = np.zeros((n, 2))
+    for i, (view, cost) in enumerate(zip(views, costs)):
+        if cost.hp:
+            row = x[i]
+            for k, v in cost.hp.items():
+                row[hp_index[k]] = v
+        base[i] = (cost.flops, cost.macs)
+        mem[i] = memory_of(view, cost)
+    x[:, _COST_AT["flops"]] = base[:, 0]
+    x[:, _COST_AT["macs"]] = base[:, 1]
     read, weights, out, wread, params = mem.T
     mac = read + wread + out
     x[:, _COST_AT["memory_access_bytes"]] = mac

@@ -107,6 +107,13 @@ class _Extraction:
         custom = {o for n in self.g.node if n.domain not in STANDARD_DOMAINS for o in n.output}
         self.declared_custom = [vi for vi in self.g.value_info if vi.name in custom]
         self.same_shape_infos: list[onnx.ValueInfoProto] = []  # see _same_shape_outputs
+        # Exporter annotations (stack traces, FX names) and value infos (re-inferred here) only
+        # slow down every serialisation that shape inference does.
+        del self.g.value_info[:]
+        for node in self.g.node:
+            if node.metadata_props:
+                del node.metadata_props[:]
+            node.doc_string = ""
         self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
         if not self.real_inputs:
             raise UnsupportedModelError(
@@ -270,6 +277,18 @@ class _Extraction:
                     init_values[t.name] = numpy_helper.to_array(t)
                 except Exception:  # unreadable small tensor: its value is just unknown
                     pass
+        # Constant sub-graphs that ONNX's data propagation cannot follow (a Reshape of constants
+        # feeding ReduceMean's axes) are computed first, so one inference pass usually suffices.
+        types0 = {t.name: (t.data_type, tuple(t.dims)) for t in self.g.initializer}
+        for vi in self.real_inputs:  # bound by now: Shape(input) folds before inference too
+            tt = vi.type.tensor_type
+            types0[vi.name] = (tt.elem_type, tuple(d.dim_value for d in tt.shape.dim))
+        _, values0, folded0, _ = self.classify(types0, init_values)
+        computed = {o: values0[o] for n in folded0 if n.op_type != "Constant"
+                    for o in n.output if o in values0}
+        if computed:
+            self._inject(computed)
+            init_values.update(computed)
         for _ in range(len(self.g.node) + 4):  # each pass resolves at least one more value or stops
             types = self.infer()
             static, values, folded, device = self.classify(types, init_values)
@@ -384,24 +403,31 @@ class _Extraction:
         """``SplitToSequence`` read only by ``SequenceAt`` at static positions -> one ``Split``.
 
         Exporters emit this pair for ``torch.split``/``chunk``; a tensor sequence has no shape for
-        the IR, while the equivalent ``Split`` does, and costs the same.
+        the IR, while the equivalent ``Split`` does, and costs the same.  Every pair whose input
+        shape is known is rewritten in one pass over the nodes.
         """
-        changed = False
-        pending = [n.output[0] for n in self.g.node if n.op_type == "SplitToSequence" and n.domain in STANDARD_DOMAINS]
-        for seq_name in pending:
-            # Look the node up afresh: rewriting replaces the graph's node list.
-            node = next(n for n in self.g.node if n.output and n.output[0] == seq_name)
-            seq = node.output[0]
-            users = [n for n in self.g.node if seq in n.input]
-            shape = types.get(node.input[0], (0, None))[1]
-            if not users or shape is None or any(u.op_type != "SequenceAt" for u in users):
+        nodes = list(self.g.node)
+        users: dict[str, list[int]] = {}
+        for i, n in enumerate(nodes):
+            for name in n.input:
+                users.setdefault(name, []).append(i)
+        replace: dict[int, onnx.NodeProto] = {}
+        drop: set[int] = set()
+        rename: dict[str, str] = {}
+        for i, node in enumerate(nodes):
+            if node.op_type != "SplitToSequence" or node.domain not in STANDARD_DOMAINS:
                 continue
-            positions = [values.get(u.input[1]) for u in users]
+            seq = node.output[0]
+            readers = [nodes[j] for j in users.get(seq, [])]
+            shape = types.get(node.input[0], (0, None))[1]
+            if not readers or shape is None or any(u.op_type != "SequenceAt" for u in readers):
+                continue
+            positions = [values.get(u.input[1]) for u in readers]
             attrs = _attrs(node)
-            axis = attrs.get("axis", 0) % len(shape)
             split = values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
             if any(p is None for p in positions) or (split is None and attrs.get("keepdims", 1) == 0):
                 continue
+            axis = attrs.get("axis", 0) % len(shape)
             dim = shape[axis]
             if split is None:
                 sizes = [1] * dim
@@ -410,30 +436,31 @@ class _Extraction:
                 sizes = [step] * (dim // step) + ([dim % step] if dim % step else [])
             else:
                 sizes = [int(v) for v in np.asarray(split).ravel()]
-            parts = [f"{seq}__part{i}" for i in range(len(sizes))]
+            parts = [f"{seq}__part{k}" for k in range(len(sizes))]
             sizes_name = f"{seq}__sizes"
             self.g.initializer.append(numpy_helper.from_array(np.asarray(sizes, np.int64), sizes_name))
             self.init_names.add(sizes_name)
             self.injected.add(sizes_name)
-            rename = {u.output[0]: parts[int(np.asarray(p).ravel()[0]) % len(sizes)] for u, p in zip(users, positions)}
-            split_node = helper.make_node("Split", [node.input[0], sizes_name], parts, name=node.name or seq, axis=axis)
-            new_nodes = []
-            for n in self.g.node:
-                if n is node:
-                    new_nodes.append(split_node)
-                    continue
-                if any(u is n for u in users):
-                    continue
-                for i, name in enumerate(n.input):
+            for u, p in zip(readers, positions):
+                rename[u.output[0]] = parts[int(np.asarray(p).ravel()[0]) % len(sizes)]
+            replace[i] = helper.make_node("Split", [node.input[0], sizes_name], parts, name=node.name or seq, axis=axis)
+            drop.update(users[seq])
+        if not replace:
+            return False
+        out = []
+        for i, n in enumerate(nodes):
+            if i in replace:
+                out.append(replace[i])
+            elif i not in drop:
+                for k, name in enumerate(n.input):
                     if name in rename:
-                        n.input[i] = rename[name]
-                new_nodes.append(n)
-            self._output_names = [rename.get(o, o) for o in self._output_names]
-            del self.g.node[:]
-            self.g.node.extend(new_nodes)
-            self.removed += len(users)
-            changed = True
-        return changed
+                        n.input[k] = rename[name]
+                out.append(n)
+        self._output_names = [rename.get(o, o) for o in self._output_names]
+        self.removed += len(drop)
+        del self.g.node[:]
+        self.g.node.extend(out)
+        return True
 
     def _inject(self, new: dict[str, np.ndarray]) -> None:
         """Replace the producers of ``new`` tensors by initializers holding the computed values."""

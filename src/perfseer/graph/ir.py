@@ -91,7 +91,7 @@ class Tensor:
         if not self.depends_on_batch:
             return self
         shape = tuple(k * batch if k else d for d, k in zip(self.shape, self.batch_scale))
-        return dataclasses.replace(self, shape=shape)
+        return Tensor(self.name, self.dtype, shape, self.batch_scale, self.kind, self.value)
 
 
 @dataclass(frozen=True, slots=True)

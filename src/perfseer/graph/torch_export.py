@@ -132,6 +132,11 @@ def skeleton_from_module(
                                                   shape=value.shape, name=name, base_dir="")
             stripped.add(name)
     proto = ir.serde.serialize_model(program.model)
+    # Stack traces and FX names on every node triple the file and slow every pass over it;
+    # value infos are re-derived by the extractor's own shape inference.
+    for node in proto.graph.node:
+        del node.metadata_props[:]
+    del proto.graph.value_info[:]
     for key, val in ((META_SENTINEL, str(BATCH_SENTINEL)), (META_BUFFERS, json.dumps(buffers)),
                      (META_SOURCE, source)):
         entry = proto.metadata_props.add()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
+from perfseer.graph.ir import FLOAT_DTYPES, Graph, Node, Tensor, TensorKind
 
 
 @dataclass(slots=True)
@@ -112,12 +112,15 @@ def memory_of(view: NodeView, cost: OpCost) -> tuple[float, float, float, float,
         if t is None or t.name in seen:
             continue
         seen.add(t.name)
-        if not t.kind.is_static:
+        kind = t.kind
+        if kind is TensorKind.ACTIVATION or kind is TensorKind.INPUT:
             act += t.nbytes
-        elif weight_like(t):
+        elif kind is TensorKind.PARAMETER:
+            numel = t.numel
+            weights += numel * t.itemsize
+            params += numel
+        elif t.dtype in FLOAT_DTYPES:
             weights += t.nbytes
-            if t.kind is TensorKind.PARAMETER:
-                params += t.numel
         else:
             other_static += t.nbytes
     out = sum(t.nbytes for t in view.outputs if t is not None)
