@@ -118,3 +118,15 @@ def test_version_and_help_exit_zero(capsys):
     assert code == 0 and out.startswith("perfseer ")
     code, out, _ = run_cli(capsys, "graph", "--help")
     assert code == 0 and "--input-shape" in out
+
+
+def test_ops_lists_every_registered_operator(capsys):
+    import json
+
+    from perfseer.cli.main import main
+    from perfseer.features.ops import REGISTRY
+
+    assert main(["ops", "--json"]) == 0
+    cov = json.loads(capsys.readouterr().out)
+    assert sorted(op for fam in cov.values() for op in fam["ops"]) == sorted(REGISTRY)
+    assert "MACs" in cov["conv"]["convention"]

@@ -240,3 +240,29 @@ def test_static_batch_without_baked_constants_rebinds():
     assert perfseer.extract(m).macs == 2 * CONV_MACS
     assert perfseer.extract(m, batch=1).macs == CONV_MACS
     assert perfseer.extract(m, batch=4).macs == 4 * CONV_MACS
+
+
+def test_zoo_reference_without_the_package(monkeypatch):
+    """timm:/torchvision: without the optional package: an ImportError naming the pip install."""
+    import importlib.util
+
+    from perfseer.errors import MissingDependencyError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "timm" else real(name, *a))
+    with pytest.raises(MissingDependencyError, match=r"pip install 'perfseer\[zoo\]'") as info:
+        perfseer.extract("timm:resnet50")
+    assert isinstance(info.value, ImportError) and "\n" not in str(info.value)
+
+
+def test_unknown_zoo_model_names_close_matches():
+    import importlib.util
+
+    from perfseer.errors import ModelLoadError
+
+    if importlib.util.find_spec("timm") is None:  # importing timm directly would need zoo's torchvision fix
+        pytest.skip("timm is not installed")
+
+    with pytest.raises(ModelLoadError, match="resnet50") as info:
+        perfseer.extract("timm:resnet50x")
+    assert "fix:" in str(info.value)
