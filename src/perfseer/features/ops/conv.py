@@ -40,25 +40,25 @@ def _window_hp(view: NodeView, kernel: list[int], in_spatial: list[int], out_spa
             "dilation_h": dh, "dilation_w": dw, "ceil_mode": float(view.attr("ceil_mode", 0))}
 
 
+def _conv_cost(view: NodeView, transposed: bool) -> OpCost:
+    x, w, y = view.inp(0), view.inp(1), view.out(0)
+    kernel = list(w.shape[2:])
+    # Conv: each output element sums C_in/groups * kernel inputs (W is (C_out, C_in/g, *k)).
+    # ConvTranspose: each input element scatters into C_out/groups * kernel outputs (W is (C_in, C_out/g, *k)).
+    macs = float(x.numel if transposed else y.numel) * w.shape[1] * math.prod(kernel)
+    bias = view.inp(2) is not None
+    # ConvTranspose slides its window over the output: padding and strides refer to the output grid.
+    spatial_in, spatial_out = (y.shape[2:], x.shape[2:]) if transposed else (x.shape[2:], y.shape[2:])
+    hp = _window_hp(view, kernel, list(spatial_in), list(spatial_out))
+    hp.update(groups=view.attr("group", 1), has_bias=float(bias), in_features=x.shape[1], out_features=y.shape[1])
+    return OpCost(flops=2 * macs + (y.numel if bias else 0), macs=macs, hp=hp)
+
+
 @register("Conv")
 def conv(view: NodeView) -> OpCost:
-    x, w, y = view.inp(0), view.inp(1), view.out(0)
-    groups = view.attr("group", 1)
-    kernel = list(w.shape[2:])
-    macs = float(y.numel) * w.shape[1] * math.prod(kernel)
-    bias = view.inp(2) is not None
-    hp = _window_hp(view, kernel, list(x.shape[2:]), list(y.shape[2:]))
-    hp.update(groups=groups, has_bias=float(bias), in_features=x.shape[1], out_features=y.shape[1])
-    return OpCost(flops=2 * macs + (y.numel if bias else 0), macs=macs, hp=hp)
+    return _conv_cost(view, transposed=False)
 
 
 @register("ConvTranspose")
 def conv_transpose(view: NodeView) -> OpCost:
-    x, w, y = view.inp(0), view.inp(1), view.out(0)
-    groups = view.attr("group", 1)
-    kernel = list(w.shape[2:])
-    macs = float(x.numel) * w.shape[1] * math.prod(kernel)
-    bias = view.inp(2) is not None
-    hp = _window_hp(view, kernel, list(y.shape[2:]), list(x.shape[2:]))
-    hp.update(groups=groups, has_bias=float(bias), in_features=x.shape[1], out_features=y.shape[1])
-    return OpCost(flops=2 * macs + (y.numel if bias else 0), macs=macs, hp=hp)
+    return _conv_cost(view, transposed=True)
