@@ -62,18 +62,14 @@ def cache_path(zoo: str, name: str, img: int) -> Path:
 def _worker(zoo: str, jobs: list[tuple[str, int]], index: Path) -> None:
     import onnx
 
-    from perfseer.graph.torch_export import skeleton_from_module
-    from perfseer.graph.zoo import build_zoo_model
+    from perfseer.graph.zoo import export_zoo_model
 
     for name, img in jobs:
         t0 = time.perf_counter()
         rec = {"zoo": zoo, "model": name, "img_size": img}
         try:
             # timm's benchmark measured (and counted) re-parameterisable models in their fused form.
-            module, shape, on_meta = build_zoo_model(zoo, name, reparam=zoo == "timm")
-            rec["meta"] = on_meta
-            skel = skeleton_from_module(module, (shape[0], img, img), source=f"{zoo}:{name}",
-                                        on_meta=on_meta)
+            skel, module = export_zoo_model(zoo, name, (3, img, img), reparam=zoo == "timm")
             out = cache_path(zoo, name, img)
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_suffix(".tmp")

@@ -38,5 +38,10 @@ class MissingDependencyError(PerfseerError, ImportError):
         )
 
 
+class TableError(PerfseerError):
+    """A measurement table, or a benchmark file imported into one, is missing, unreadable or holds
+    a bad value (the message names the file, the row and the column)."""
+
+
 class SchemaError(PerfseerError):
     """A saved PerfGraph file is corrupt or was written by an incompatible feature schema."""

@@ -60,12 +60,9 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
         kind, name = ref
         if kind == "example":
             return read_skeleton(example_path(name))
-        from perfseer.graph.torch_export import skeleton_from_module
-        from perfseer.graph.zoo import build_zoo_model
+        from perfseer.graph.zoo import export_zoo_model
 
-        module, default_shape, on_meta = build_zoo_model(kind, name)
-        return skeleton_from_module(module, input_shape or default_shape, source=str(model),
-                                    on_meta=on_meta)
+        return export_zoo_model(kind, name, input_shape)[0]
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a core dependency

@@ -130,3 +130,33 @@ def default_input_shape(zoo: str, name: str, module) -> tuple[int, ...]:
     if name == "inception_v3":
         return (3, 299, 299)
     return _DEFAULT_INPUT
+
+
+def export_zoo_model(zoo: str, name: str, input_shape=None, reparam: bool = False):
+    """Build and export a zoo model: ``(skeleton, module)``.
+
+    timm models whose fused attention (``F.scaled_dot_product_attention``) the ONNX exporter
+    cannot translate (5-D query/key/value, as in Hiera) are exported again with timm's explicit
+    attention, which computes the same matmuls and softmax.
+    """
+    from perfseer.errors import UnsupportedModelError
+    from perfseer.graph.torch_export import skeleton_from_module
+
+    def attempt():
+        module, default_shape, on_meta = build_zoo_model(zoo, name, reparam=reparam)
+        skel = skeleton_from_module(module, input_shape or default_shape, source=f"{zoo}:{name}", on_meta=on_meta)
+        return skel, module
+
+    try:
+        return attempt()
+    except UnsupportedModelError as e:
+        if zoo != "timm" or "scaled_dot_product_attention" not in str(e.__cause__ or e):
+            raise
+    from timm.layers import config
+
+    previous = config.use_fused_attn()
+    config.set_fused_attn(False)
+    try:
+        return attempt()
+    finally:
+        config.set_fused_attn(previous)

@@ -1,0 +1,9 @@
+"""Measurement tables and importers of public benchmarks.
+
+:mod:`perfseer.data.table` defines the table (the interchange format: CSV or Parquet);
+:mod:`perfseer.data.importers` turns public benchmark folders into such tables.
+"""
+
+from perfseer.data.table import read_table, validate, write_table
+
+__all__ = ["read_table", "validate", "write_table"]

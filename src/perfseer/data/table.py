@@ -1,0 +1,345 @@
+"""The measurement table: perfseer's interchange format for measured performance.
+
+One row per measurement: one model, at one input shape and batch size, run in one phase on one
+device (in one setting), with the metrics that were measured.  A table is a CSV or a Parquet file;
+the format follows the suffix (``.csv``; ``.parquet`` or ``.pq``, which need the optional
+``pyarrow``: ``pip install 'perfseer[parquet]'``).
+
+Columns (units are part of the metric names):
+
+=============  =======  ==========================================================================
+column         type     meaning
+=============  =======  ==========================================================================
+model          text     a model reference: a path to an ``.onnx`` file, ``timm:NAME``,
+                        ``torchvision:NAME``, ``example:NAME``, ``nb201:ARCH_STR`` (NAS-Bench-201
+                        cell string), ``fbnet:BLOCKS`` (22 space-separated FBNet block choices),
+                        ``ofa:ks=..;e=..;d=..;r=..`` (Once-for-All MobileNetV3 sub-network, see
+                        :mod:`perfseer.data.importers.help_nas`) or ``space:CONFIG``
+input_shape    text     one sample's shape without the batch, dimensions joined by ``x``:
+                        ``3x224x224``
+batch_size     integer  samples per step, >= 1
+phase          text     ``infer`` (forward pass) or ``train`` (forward, backward, optimizer step)
+device         text     the device and its setting, ``<device>[/<setting>]``, e.g.
+                        ``rtx3090/amp-nchw-pt240``, ``i9_10940x/fp32-nchw-pt240-dynamo``,
+                        ``titan_rtx``
+latency_ms     float    milliseconds per step (one step processes the whole batch), > 0
+memory_mb      float    peak device memory in MiB (2**20 bytes), >= 0
+util_pct       float    accelerator utilisation in percent, 0 to 100
+energy_j       float    energy per step in joules, >= 0
+precision      text     optional: ``fp32``, ``amp``, ``bf16``, ``amp_bf16``, ...
+source         text     optional: where the row came from, e.g. the benchmark's file name
+=============  =======  ==========================================================================
+
+``model``, ``input_shape``, ``batch_size``, ``phase`` and ``device`` are required; at least one of
+the four metric columns must be present, and every row needs at least one metric value (an empty
+cell is "not measured").  Any other column is kept as it is.
+
+:func:`validate` returns the cleaned table: surrounding spaces stripped, ``input_shape``
+normalised (``3, 224, 224`` -> ``3x224x224``), ``phase`` lower-cased, ``batch_size`` an integer,
+metrics floats (NaN where empty); every standard column is present (added empty where absent) in
+the order above, then the extra columns in their original order.  A bad value raises
+:class:`~perfseer.errors.TableError` naming the row: row N is the N-th data row, counted from 1
+(in a CSV without blank lines, line N + 1).
+
+Example::
+
+    from perfseer.data.table import read_table, write_table
+
+    write_table([{"model": "timm:resnet50", "input_shape": "3x224x224", "batch_size": 32,
+                  "phase": "infer", "device": "rtx3090/amp-nchw-pt240", "latency_ms": 41.3}],
+                "runs.csv")
+    df = read_table("runs.csv")
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfseer.errors import MissingDependencyError, TableError
+
+REQUIRED = ("model", "input_shape", "batch_size", "phase", "device")
+OPTIONAL = ("precision", "source")
+PHASES = ("infer", "train")
+MODEL_SCHEMES = ("timm", "torchvision", "example", "nb201", "fbnet", "ofa", "space")
+FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric column: its unit (for messages) and the range of valid values."""
+
+    name: str
+    unit: str
+    low: float
+    low_inclusive: bool
+    high: float | None = None
+
+    def bounds(self) -> str:
+        if self.high is not None:
+            return f"between {self.low:g} and {self.high:g}"
+        return f"{'>=' if self.low_inclusive else '>'} {self.low:g}"
+
+
+METRICS = (
+    Metric("latency_ms", "milliseconds per step", 0.0, False),
+    Metric("memory_mb", "MiB of peak memory", 0.0, True),
+    Metric("util_pct", "percent utilisation", 0.0, True, 100.0),
+    Metric("energy_j", "joules per step", 0.0, True),
+)
+METRIC_COLUMNS = tuple(m.name for m in METRICS)
+COLUMNS = REQUIRED + METRIC_COLUMNS + OPTIONAL
+
+# Unit-less names people write for the metric columns: named in the fix when no metric is found.
+_METRIC_HINTS = {"latency": "latency_ms", "time_ms": "latency_ms", "step_time": "latency_ms",
+                 "memory": "memory_mb", "mem_mb": "memory_mb", "util": "util_pct",
+                 "utilization": "util_pct", "energy": "energy_j"}
+_MAX_BATCH = 2**31
+
+
+def table_format(path: str | os.PathLike) -> str:
+    """``"csv"`` or ``"parquet"`` from the suffix of ``path``; checks that Parquet can be used."""
+    path = Path(path)
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise TableError(f"cannot tell the format of table '{path}' from its suffix",
+                         "name it .csv or .parquet")
+    if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise MissingDependencyError("pyarrow", "parquet", f"the Parquet table '{path.name}'")
+    return fmt
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Read and :func:`validate` a measurement table (CSV or Parquet, from the suffix)."""
+    path = Path(path)
+    fmt = table_format(path)
+    if not path.is_file():
+        raise TableError(f"no table at '{path}'", "check the path")
+    try:
+        df = _read_csv(path) if fmt == "csv" else pd.read_parquet(path, engine="pyarrow")
+    except TableError:
+        raise
+    except (OSError, ValueError) as e:  # ParserError, UnicodeDecodeError, ArrowInvalid are ValueErrors
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TableError(f"cannot read '{path}' as {fmt.upper()}: {detail}",
+                         f"give a {fmt.upper()} measurement table") from e
+    try:
+        return validate(df)
+    except TableError as e:
+        raise TableError(f"{path}: {e.problem}", e.fix) from None
+
+
+def write_table(rows_or_df: pd.DataFrame | Iterable[Mapping], path: str | os.PathLike) -> pd.DataFrame:
+    """Validate a table and write it to ``path`` (CSV or Parquet, from the suffix), atomically.
+
+    Args:
+        rows_or_df: a DataFrame, or rows as mappings from column name to value.
+        path: the file to write; it is replaced only once the new table is complete.
+
+    Returns:
+        The cleaned table that was written.
+    """
+    path = Path(path)
+    fmt = table_format(path)
+    df = rows_or_df if isinstance(rows_or_df, pd.DataFrame) else pd.DataFrame(list(rows_or_df))
+    df = validate(df)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        if fmt == "csv":
+            df.to_csv(tmp, index=False)
+        else:
+            df.to_parquet(tmp, index=False, engine="pyarrow")
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise TableError(f"cannot write '{path}': {e.strerror or e}",
+                         "choose a writable path in an existing folder") from e
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
+    return df
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    # The header is checked first: pandas would silently rename a repeated column to 'name.1'.
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        header = next(csv.reader(f), [])
+    names = [h.strip() for h in header]
+    for name in names:
+        if names.count(name) > 1:
+            raise TableError(f"'{path}': column '{name}' appears more than once in the header",
+                             "keep one column of each name")
+    # Standard columns are read as text and parsed by validate(), so that a bad cell is reported
+    # with its row; only empty cells count as missing ('NA' is a bad value, not a gap).
+    dtype = {h: str for h, n in zip(header, names) if n in COLUMNS}
+    return pd.read_csv(path, dtype=dtype, keep_default_na=False, na_values=[""], encoding="utf-8-sig")
+
+
+def _text(series: pd.Series) -> pd.Series:
+    """The column as stripped text, NA where missing or empty."""
+    text = series.astype("string").str.strip()
+    return text.mask(text == "")
+
+
+def _numbers(text: pd.Series) -> np.ndarray:
+    """Float values of a text column: NaN where missing or not a number."""
+    values = pd.to_numeric(pd.Series(text.to_numpy(dtype=object, na_value=None)), errors="coerce")
+    return values.to_numpy(dtype=float, na_value=np.nan)
+
+
+class _Problems:
+    """Collects per-row checks; reports the first bad row (of any check) and how many rows are bad."""
+
+    def __init__(self, n: int):
+        self.bad = np.zeros(n, dtype=bool)
+        self.first: tuple[int, int, str, str] | None = None
+        self._order = 0
+
+    def check(self, mask, describe, fix: str) -> None:
+        """``mask``: True for bad rows; ``describe(i)``: the problem at row position ``i``."""
+        mask = np.asarray(mask, dtype=bool) & ~self.bad  # one problem per row is enough
+        self._order += 1
+        if mask.any():
+            i = int(np.argmax(mask))
+            if self.first is None or (i, self._order) < self.first[:2]:
+                self.first = (i, self._order, describe(i), fix)
+            self.bad |= mask
+
+    def raise_first(self) -> None:
+        if self.first is None:
+            return
+        i, _, problem, fix = self.first
+        more = int(self.bad.sum()) - 1
+        extra = f" ({more} more row{'s' if more != 1 else ''} with problems)" if more else ""
+        raise TableError(f"row {i + 1}: {problem}{extra}", fix)
+
+
+def validate(df: pd.DataFrame) -> pd.DataFrame:
+    """Check a measurement table and return it cleaned (see the module docstring).
+
+    Args:
+        df: the table as read, any index; row N of a message is its N-th row, from 1.
+
+    Returns:
+        A new DataFrame with a fresh ``RangeIndex``, the standard columns first.
+
+    Raises:
+        TableError: a required column is missing, no metric column is present, a column name is
+            repeated, or a row holds a bad value (the message names the first such row).
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TableError(f"expected a table (pandas DataFrame), got {type(df).__name__}",
+                         "pass a DataFrame or use write_table() with a list of rows")
+    names = [str(c).strip() for c in df.columns]
+    for name in names:
+        if names.count(name) > 1:
+            raise TableError(f"column '{name}' appears more than once", "keep one column of each name")
+    df = df.set_axis(names, axis=1).reset_index(drop=True)
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise TableError(f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+                         f"a measurement table needs the columns {', '.join(REQUIRED)} "
+                         f"and at least one of {', '.join(METRIC_COLUMNS)}")
+    metrics = [m for m in METRICS if m.name in names]
+    if not metrics:
+        hints = [f"rename '{n}' to '{_METRIC_HINTS[n.lower()]}'" for n in names if n.lower() in _METRIC_HINTS]
+        raise TableError("no metric column",
+                         "; ".join(hints) if hints else
+                         f"add at least one of {', '.join(METRIC_COLUMNS)} (units as in the names)")
+
+    n = len(df)
+    problems = _Problems(n)
+    text = {c: _text(df[c]) for c in (*REQUIRED, *(m.name for m in metrics), *(c for c in OPTIONAL if c in names))}
+    absent = {c: t.isna().to_numpy() for c, t in text.items()}
+
+    def raw(column):
+        return lambda i: f"{column} '{text[column].iat[i]}'"
+
+    def empty(column):
+        return lambda i: f"{column} is empty"
+
+    # model: SCHEME:NAME with a known scheme, or a path to an .onnx file
+    model = text["model"]
+    scheme_fix = (f"write an .onnx path or SCHEME:NAME with SCHEME one of {', '.join(MODEL_SCHEMES)}, "
+                  "e.g. timm:resnet50")
+    parts = model.str.extract(r"^([A-Za-z][A-Za-z0-9_]+):(.*)$")
+    scheme, rest = parts[0], parts[1].str.strip()
+    has_scheme = scheme.notna().to_numpy()
+    known = scheme.isin(MODEL_SCHEMES).to_numpy() & has_scheme
+    problems.check(absent["model"], empty("model"), scheme_fix)
+    problems.check(known & (rest == "").fillna(True).to_numpy(),
+                   lambda i: f"model '{model.iat[i]}' names no model",
+                   "write SCHEME:NAME with the name after the colon, e.g. timm:resnet50")
+    problems.check(has_scheme & ~known,
+                   lambda i: f"model '{model.iat[i]}' has an unknown reference scheme '{scheme.iat[i]}'",
+                   scheme_fix)
+    is_onnx = model.str.lower().str.endswith(".onnx").fillna(False).to_numpy(dtype=bool)
+    problems.check(~has_scheme & ~is_onnx & ~absent["model"],
+                   lambda i: f"model '{model.iat[i]}' is neither a model reference nor an .onnx path",
+                   scheme_fix)
+
+    shape = text["input_shape"].str.lower().str.replace(r"\s+", "", regex=True).str.replace(",", "x")
+    shape = shape.str.replace(r"^\((.*)\)$", r"\1", regex=True)
+    shape_ok = shape.str.fullmatch(r"[1-9]\d*(?:x[1-9]\d*)*").fillna(False).to_numpy(dtype=bool)
+    shape_fix = "write one sample's dimensions without the batch, positive integers joined by 'x', e.g. 3x224x224"
+    problems.check(absent["input_shape"], empty("input_shape"), shape_fix)
+    problems.check(~shape_ok, lambda i: f"{raw('input_shape')(i)} is not a shape like 3x224x224", shape_fix)
+
+    batch = _numbers(text["batch_size"])
+    with np.errstate(invalid="ignore"):
+        batch_ok = np.isfinite(batch) & (batch >= 1) & (batch < _MAX_BATCH) & (np.floor(batch) == batch)
+    batch_fix = "write the number of samples per step as a whole number >= 1, e.g. 32"
+    problems.check(absent["batch_size"], empty("batch_size"), batch_fix)
+    problems.check(~batch_ok, lambda i: f"{raw('batch_size')(i)} is not a positive integer", batch_fix)
+
+    phase = text["phase"].str.lower()
+    phase_fix = "write infer (forward pass) or train (forward, backward and optimizer step)"
+    problems.check(absent["phase"], empty("phase"), phase_fix)
+    problems.check(~phase.isin(PHASES).to_numpy(dtype=bool),
+                   lambda i: f"{raw('phase')(i)} is neither infer nor train", phase_fix)
+
+    problems.check(absent["device"], empty("device"),
+                   "name the device and its setting, e.g. rtx3090/amp-nchw-pt240")
+
+    values = {}
+    for m in metrics:
+        v = _numbers(text[m.name])
+        values[m.name] = v
+        present = ~absent[m.name]
+        fix = f"write {m.unit} as a plain number, or leave the cell empty if it was not measured"
+        problems.check(present & ~np.isfinite(v), lambda i, c=m.name: f"{raw(c)(i)} is not a number", fix)
+        with np.errstate(invalid="ignore"):
+            ok = (v >= m.low) if m.low_inclusive else (v > m.low)
+            if m.high is not None:
+                ok &= v <= m.high
+        problems.check(present & np.isfinite(v) & ~ok,
+                       lambda i, m=m: f"{raw(m.name)(i)} is not {m.bounds()}", fix)
+    none_measured = np.logical_and.reduce([np.isnan(values[m.name]) for m in metrics])
+    problems.check(none_measured,
+                   lambda i: f"no metric value ({', '.join(m.name for m in metrics)} all empty)",
+                   "give at least one measured value per row, or drop the row")
+    problems.raise_first()
+
+    out = {
+        "model": model.array,
+        "input_shape": shape.array,
+        "batch_size": batch.astype(np.int64),
+        "phase": phase.array,
+        "device": text["device"].array,
+    }
+    for m in METRICS:
+        out[m.name] = values.get(m.name, np.full(n, np.nan))
+    for c in OPTIONAL:
+        out[c] = text[c].array if c in text else pd.array([pd.NA] * n, dtype="string")
+    extras = {c: df[c].array for c in names if c not in COLUMNS}
+    return pd.DataFrame({**out, **extras}, index=pd.RangeIndex(n))
