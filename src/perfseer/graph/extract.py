@@ -33,6 +33,9 @@ STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.trai
 # Operators with no inputs that still do device work.
 _SOURCE_OPS = frozenset({"RandomNormal", "RandomUniform", "EyeLike"})
 _NONDETERMINISTIC = frozenset({"RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
+# Folded values handed to ONNX shape inference: shape vectors, axes and indices are small, and
+# larger ones (an arange over the batch) only slow its data propagation down.
+_MAX_INJECTED = 256
 # Operators whose first output has the shape and type of their first input.
 SAME_SHAPE_OPS = frozenset({
     "BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
@@ -211,8 +214,11 @@ class _Extraction:
         self.g.value_info.extend(self._bind_declared(vi) for vi in self.declared_custom)
         self.g.value_info.extend(self.same_shape_infos)
         try:
+            # No data propagation: perfseer folds shape computations itself (and injects what it
+            # computed); ONNX's propagation would also materialise batch-sized index arithmetic
+            # (an `as_strided` lowered to Range/Add/Gather) and take seconds.
             inferred = onnx.shape_inference.infer_shapes(self.model, check_type=False, strict_mode=False,
-                                                         data_prop=True)
+                                                         data_prop=False)
         except Exception as e:  # onnx raises InferenceError or RuntimeError with a long message
             raise ShapeError(f"shape inference failed for {self.source}: {str(e).splitlines()[0][:300]}",
                              "check --input-shape and --batch against what the model accepts") from e
@@ -285,7 +291,7 @@ class _Extraction:
             types0[vi.name] = (tt.elem_type, tuple(d.dim_value for d in tt.shape.dim))
         _, values0, folded0, _ = self.classify(types0, init_values)
         computed = {o: values0[o] for n in folded0 if n.op_type != "Constant"
-                    for o in n.output if o in values0}
+                    for o in n.output if o in values0 and values0[o].size <= _MAX_INJECTED}
         if computed:
             self._inject(computed)
             init_values.update(computed)
@@ -299,7 +305,8 @@ class _Extraction:
                 continue
             # Values we computed that ONNX could not: feed them back as initializers and retry.
             feeding = self._shape_feeding(device, folded)
-            new = {n: v for n, v in values.items() if n not in init_values and n in feeding}
+            new = {n: v for n, v in values.items()
+                   if n not in init_values and n in feeding and v.size <= _MAX_INJECTED}
             if not new:
                 break
             self._inject(new)
