@@ -56,7 +56,8 @@ from __future__ import annotations
 import csv
 import importlib.util
 import os
-import tempfile
+import re
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,9 @@ _METRIC_HINTS = {"latency": "latency_ms", "time_ms": "latency_ms", "step_time": 
                  "memory": "memory_mb", "mem_mb": "memory_mb", "util": "util_pct",
                  "utilization": "util_pct", "energy": "energy_j"}
 _MAX_BATCH = 2**31
+# SCHEME:NAME; two letters at least, so that a Windows drive (C:\\) reads as a path
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9_]+):(.*)$", re.DOTALL)
+_SHAPE = re.compile(r"[1-9]\d*(?:x[1-9]\d*)*")
 
 
 def table_format(path: str | os.PathLike) -> str:
@@ -151,10 +155,10 @@ def write_table(rows_or_df: pd.DataFrame | Iterable[Mapping], path: str | os.Pat
     fmt = table_format(path)
     df = rows_or_df if isinstance(rows_or_df, pd.DataFrame) else pd.DataFrame(list(rows_or_df))
     df = validate(df)
-    tmp = None
+    # A hidden sibling, so that os.replace() stays on one filesystem; not mkstemp(), whose 0600
+    # mode would end up on the table.
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
         if fmt == "csv":
             df.to_csv(tmp, index=False)
         else:
@@ -191,10 +195,46 @@ def _text(series: pd.Series) -> pd.Series:
     return text.mask(text == "")
 
 
-def _numbers(text: pd.Series) -> np.ndarray:
-    """Float values of a text column: NaN where missing or not a number."""
+def _numbers(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, missing)``: float values of a column (NaN where missing or not a number) and
+    where the cell is missing or empty."""
+    if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+        values = series.to_numpy(dtype=float, na_value=np.nan)
+        return values, np.isnan(values)
+    text = _text(series)
     values = pd.to_numeric(pd.Series(text.to_numpy(dtype=object, na_value=None)), errors="coerce")
-    return values.to_numpy(dtype=float, na_value=np.nan)
+    return values.to_numpy(dtype=float, na_value=np.nan), text.isna().to_numpy()
+
+
+def _show(value, limit: int = 60) -> str:
+    """A cell's value for a one-line message: whitespace collapsed, long values cut."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _per_value(text: pd.Series, fn, missing) -> np.ndarray:
+    """``fn`` of each row's value, computed once per distinct value (``missing`` where NA)."""
+    codes, uniques = pd.factorize(text)
+    # code -1 (NA) picks the appended last element
+    return np.array([*(fn(u) for u in uniques), missing], dtype=object)[codes]
+
+
+def _model_problem(ref: str) -> str:
+    """``""`` for a usable model reference, else what is wrong with it."""
+    m = _SCHEME.match(ref)
+    if m is None:
+        return "" if ref.lower().endswith(".onnx") else "not a reference"
+    if m[1] not in MODEL_SCHEMES:
+        return "unknown scheme"
+    return "" if m[2].strip() else "no name"
+
+
+def _normalise_shape(text: str) -> str | None:
+    """``"3, 224, 224"`` / ``"(3,224,224)"`` / ``"3X224x224"`` -> ``"3x224x224"``; None if not a shape."""
+    shape = re.sub(r"\s+", "", text.lower()).replace(",", "x")
+    if shape.startswith("(") and shape.endswith(")"):
+        shape = shape[1:-1]
+    return shape if _SHAPE.fullmatch(shape) else None
 
 
 class _Problems:
@@ -259,11 +299,15 @@ def validate(df: pd.DataFrame) -> pd.DataFrame:
 
     n = len(df)
     problems = _Problems(n)
-    text = {c: _text(df[c]) for c in (*REQUIRED, *(m.name for m in metrics), *(c for c in OPTIONAL if c in names))}
+    numeric = ("batch_size", *(m.name for m in metrics))
+    text = {c: _text(df[c]) for c in (*REQUIRED, *(c for c in OPTIONAL if c in names)) if c not in numeric}
     absent = {c: t.isna().to_numpy() for c, t in text.items()}
+    number = {}
+    for c in numeric:
+        number[c], absent[c] = _numbers(df[c])
 
     def raw(column):
-        return lambda i: f"{column} '{text[column].iat[i]}'"
+        return lambda i: f"{column} '{_show(df[column].iat[i])}'"
 
     def empty(column):
         return lambda i: f"{column} is empty"
@@ -272,40 +316,33 @@ def validate(df: pd.DataFrame) -> pd.DataFrame:
     model = text["model"]
     scheme_fix = (f"write an .onnx path or SCHEME:NAME with SCHEME one of {', '.join(MODEL_SCHEMES)}, "
                   "e.g. timm:resnet50")
-    parts = model.str.extract(r"^([A-Za-z][A-Za-z0-9_]+):(.*)$")
-    scheme, rest = parts[0], parts[1].str.strip()
-    has_scheme = scheme.notna().to_numpy()
-    known = scheme.isin(MODEL_SCHEMES).to_numpy() & has_scheme
+    model_problem = _per_value(model, _model_problem, "")
     problems.check(absent["model"], empty("model"), scheme_fix)
-    problems.check(known & (rest == "").fillna(True).to_numpy(),
-                   lambda i: f"model '{model.iat[i]}' names no model",
+    problems.check(model_problem == "no name", lambda i: f"model '{_show(model.iat[i])}' names no model",
                    "write SCHEME:NAME with the name after the colon, e.g. timm:resnet50")
-    problems.check(has_scheme & ~known,
-                   lambda i: f"model '{model.iat[i]}' has an unknown reference scheme '{scheme.iat[i]}'",
-                   scheme_fix)
-    is_onnx = model.str.lower().str.endswith(".onnx").fillna(False).to_numpy(dtype=bool)
-    problems.check(~has_scheme & ~is_onnx & ~absent["model"],
-                   lambda i: f"model '{model.iat[i]}' is neither a model reference nor an .onnx path",
+    problems.check(model_problem == "unknown scheme",
+                   lambda i: f"model '{_show(model.iat[i])}' has an unknown reference scheme "
+                             f"'{model.iat[i].partition(':')[0]}'", scheme_fix)
+    problems.check(model_problem == "not a reference",
+                   lambda i: f"model '{_show(model.iat[i])}' is neither a model reference nor an .onnx path",
                    scheme_fix)
 
-    shape = text["input_shape"].str.lower().str.replace(r"\s+", "", regex=True).str.replace(",", "x")
-    shape = shape.str.replace(r"^\((.*)\)$", r"\1", regex=True)
-    shape_ok = shape.str.fullmatch(r"[1-9]\d*(?:x[1-9]\d*)*").fillna(False).to_numpy(dtype=bool)
+    shape = _per_value(text["input_shape"], _normalise_shape, None)
     shape_fix = "write one sample's dimensions without the batch, positive integers joined by 'x', e.g. 3x224x224"
     problems.check(absent["input_shape"], empty("input_shape"), shape_fix)
-    problems.check(~shape_ok, lambda i: f"{raw('input_shape')(i)} is not a shape like 3x224x224", shape_fix)
+    problems.check(pd.isna(shape), lambda i: f"{raw('input_shape')(i)} is not a shape like 3x224x224", shape_fix)
 
-    batch = _numbers(text["batch_size"])
+    batch = number["batch_size"]
     with np.errstate(invalid="ignore"):
         batch_ok = np.isfinite(batch) & (batch >= 1) & (batch < _MAX_BATCH) & (np.floor(batch) == batch)
     batch_fix = "write the number of samples per step as a whole number >= 1, e.g. 32"
     problems.check(absent["batch_size"], empty("batch_size"), batch_fix)
     problems.check(~batch_ok, lambda i: f"{raw('batch_size')(i)} is not a positive integer", batch_fix)
 
-    phase = text["phase"].str.lower()
+    phase = _per_value(text["phase"], str.lower, None)
     phase_fix = "write infer (forward pass) or train (forward, backward and optimizer step)"
     problems.check(absent["phase"], empty("phase"), phase_fix)
-    problems.check(~phase.isin(PHASES).to_numpy(dtype=bool),
+    problems.check(~pd.Series(phase, dtype=object).isin(PHASES).to_numpy(dtype=bool),
                    lambda i: f"{raw('phase')(i)} is neither infer nor train", phase_fix)
 
     problems.check(absent["device"], empty("device"),
@@ -313,7 +350,7 @@ def validate(df: pd.DataFrame) -> pd.DataFrame:
 
     values = {}
     for m in metrics:
-        v = _numbers(text[m.name])
+        v = number[m.name]
         values[m.name] = v
         present = ~absent[m.name]
         fix = f"write {m.unit} as a plain number, or leave the cell empty if it was not measured"
@@ -332,9 +369,9 @@ def validate(df: pd.DataFrame) -> pd.DataFrame:
 
     out = {
         "model": model.array,
-        "input_shape": shape.array,
+        "input_shape": pd.array(shape, dtype="string"),
         "batch_size": batch.astype(np.int64),
-        "phase": phase.array,
+        "phase": pd.array(phase, dtype="string"),
         "device": text["device"].array,
     }
     for m in METRICS:

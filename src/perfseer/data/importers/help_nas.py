@@ -4,14 +4,14 @@ HELP (github.com/HayeonLee/HELP) publishes, per search space, one row per archit
 column per device and batch size; each value is the latency in ms of one inference.  Files are
 recognised by their architecture columns, not their names:
 
-==============  =====================  =========================================  ===========
-space           architecture columns   ``model``                                  input_shape
-==============  =====================  =========================================  ===========
-NAS-Bench-201   ``arch_str``           ``nb201:`` + the cell string               ``3x32x32``
-FBNet           ``blocks``             ``fbnet:`` + the 22 blocks, space-separated ``3x32x32``
-Once-for-All    ``ks``, ``e``, ``d``,  ``ofa:ks=..;e=..;d=..;r=..`` (below)       ``3xRxR``
+==============  =====================  ===============================================  ===========
+space           architecture columns   ``model``                                        input_shape
+==============  =====================  ===============================================  ===========
+NAS-Bench-201   ``arch_str``           ``nb201:`` + the cell string                     ``3x32x32``
+FBNet           ``blocks``             ``fbnet:`` + the 22 blocks, space-separated      ``3x32x32``
+Once-for-All    ``ks``, ``e``, ``d``,  ``ofa:ks=..;e=..;d=..;r=..`` (below)             ``3xRxR``
                 ``r``
-==============  =====================  =========================================  ===========
+==============  =====================  ===============================================  ===========
 
 One table row per (architecture, device column): ``phase`` is ``infer``, ``latency_ms`` the
 value, ``source`` the file name, ``precision`` empty (HELP does not say).  A device column is
@@ -46,6 +46,8 @@ from perfseer.data.importers.base import (
 )
 from perfseer.data.table import validate
 from perfseer.errors import ModelLoadError, TableError
+
+__all__ = ["OFAArch", "import_help_nas", "space_of", "split_device_columns"]
 
 SOURCE = "help-nas"
 BATCH_SIZES = (1, 32, 64, 256)
@@ -229,5 +231,3 @@ def import_help_nas(directory: str | Path) -> tuple[pd.DataFrame, ImportReport]:
         report.files.append(path.name)
     return validate(pd.concat(frames, ignore_index=True)), report
 
-
-__all__ = ["OFAArch", "import_help_nas", "space_of", "split_device_columns"]

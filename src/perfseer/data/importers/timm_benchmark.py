@@ -38,6 +38,8 @@ from perfseer.data.importers.base import (
 from perfseer.data.table import validate
 from perfseer.errors import TableError
 
+__all__ = ["BenchmarkFile", "GPU_NAMES", "device_name", "import_timm_benchmark", "parse_file_name"]
+
 SOURCE = "timm-benchmark"
 
 # One name per GPU across timm's result files (newer files drop the "rtx").
@@ -142,5 +144,3 @@ def import_timm_benchmark(directory: str | Path) -> tuple[pd.DataFrame, ImportRe
                          "benchmark-*.csv files")
     return validate(pd.concat(frames, ignore_index=True)), report
 
-
-__all__ = ["BenchmarkFile", "GPU_NAMES", "device_name", "import_timm_benchmark", "parse_file_name"]
