@@ -13,7 +13,7 @@ timm's figure is fvcore's count, whose convention differs from perfseer's ``macs
 multiply-accumulates of convolution/matmul-type operators only): fvcore also counts, per element,
 2 for an affine BatchNorm in eval mode, 5 for an affine LayerNorm/GroupNorm/InstanceNorm, 1 per
 input element of adaptive average pooling and 1 (nearest) or 4 (bilinear) per output element of
-upsampling (fvcore.nn.jit_handles).  On mobile networks those norms are 3-7 % of the total, so the
+upsampling (fvcore.nn.jit_handles), and it has no handle for recurrent layers (0 for an LSTM).  On mobile networks those norms are 3-7 % of the total, so the
 table reports both: perfseer's ``macs`` as is, and ``macs`` plus those terms computed from the
 same PerfGraph ("fvcore convention").  Re-parameterisable timm models are compared in their fused
 form (``timm:NAME@reparam``), the form timm's benchmark counted.
@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import zoo_cache  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
+
+from perfseer.features.schema import NODE_FEATURES  # noqa: E402
 
 
 def extract_cached(path: Path):
@@ -64,6 +66,9 @@ def fvcore_convention_macs(pg) -> float:
             extra += x.numel
         elif node.op_type in ("Resize", "Upsample"):
             extra += (4 if "linear" in str(node.attrs.get("mode", "nearest")) else 1) * y.numel
+    # fvcore has no handle for recurrent layers (aten::lstm): it counts them as 0.
+    recurrent = [i for i, op in enumerate(pg.op_types) if op in ("LSTM", "GRU", "RNN")]
+    extra -= float(pg.x[recurrent, NODE_FEATURES.index("macs")].sum()) if recurrent else 0.0
     return pg.macs + extra
 
 

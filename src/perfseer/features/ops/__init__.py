@@ -9,6 +9,7 @@ from perfseer.features.ops import (  # noqa: F401  (imported for their registrat
     movement,
     norm,
     pool,
+    recurrent,
     reduce,
     resize,
 )
