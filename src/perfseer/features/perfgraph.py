@@ -110,7 +110,8 @@ class PerfGraph:
             "macs": self.macs, "flops": self.flops, "memory_access_bytes": self.memory_access_bytes,
             "weight_bytes": float(self._col("weight_bytes").sum()),
             "arithmetic_intensity": float(self.u[schema.GLOBAL_FEATURES.index("arithmetic_intensity")]),
-            "folded_nodes": self.graph.folded_nodes, "op_counts": dict(sorted(ops.items())),
+            "folded_nodes": self.graph.folded_nodes, "folded_ops": dict(sorted(self.graph.folded_ops.items())),
+            "op_counts": dict(sorted(ops.items())),
             "uncovered_ops": self.uncovered_ops,
             "heaviest": [{"node": n, "op": o, "flops": f} for n, o, f in self.heaviest()],
         }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -87,7 +88,7 @@ class _Extraction:
         self.sentinel = int(self.meta.get(META_SENTINEL, 0)) or None
         self.init_names = {t.name for t in self.g.initializer}
         self.injected: set[str] = set()  # folded values fed back to shape inference as initializers
-        self.removed = 0  # folded nodes replaced by those initializers
+        self.removed: Counter = Counter()  # op types of folded nodes replaced by those initializers
         self.opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
     # -- 1. what cannot be represented ------------------------------------------------------------
@@ -266,7 +267,7 @@ class _Extraction:
         self.model = original
         self.g = self.model.graph
         self.init_names = {t.name for t in self.g.initializer}
-        self.injected, self.removed = set(), 0
+        self.injected, self.removed = set(), Counter()
         self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
         self.bind_inputs(static_batch_as_sentinel=False)
         return self._run_bound()
@@ -464,15 +465,17 @@ class _Extraction:
                         n.input[k] = rename[name]
                 out.append(n)
         self._output_names = [rename.get(o, o) for o in self._output_names]
-        self.removed += len(drop)
+        self.removed.update(nodes[i].op_type for i in drop)
         del self.g.node[:]
         self.g.node.extend(out)
         return True
 
     def _inject(self, new: dict[str, np.ndarray]) -> None:
         """Replace the producers of ``new`` tensors by initializers holding the computed values."""
-        keep = [n for n in self.g.node if not (n.output and all(o in new or not o for o in n.output))]
-        self.removed += len(self.g.node) - len(keep)
+        keep, gone = [], []
+        for n in self.g.node:
+            (gone if n.output and all(o in new or not o for o in n.output) else keep).append(n)
+        self.removed.update(n.op_type for n in gone)
         del self.g.node[:]
         self.g.node.extend(keep)
         for name, v in new.items():
@@ -538,7 +541,7 @@ class _Extraction:
             name=self.meta.get(META_SOURCE) or self.source, nodes=tuple(nodes), tensors=tensors,
             inputs=tuple(vi.name for vi in self.real_inputs), outputs=tuple(self._output_names),
             batch_size=BATCH_SENTINEL if sentinel else self._static_batch(), opset=self.opset,
-            folded_nodes=len(folded) + self.removed,
+            folded_ops=dict(Counter(n.op_type for n in folded) + self.removed),
         )
         if sentinel:
             return graph.with_batch(self.batch or self.default_batch)

@@ -120,7 +120,12 @@ class Graph:
     outputs: tuple[str, ...]
     batch_size: int
     opset: int
-    folded_nodes: int = 0  # operators removed because they only compute shapes or constants
+    folded_ops: dict[str, int] = field(default_factory=dict)  # op types removed as shape/constant work
+
+    @property
+    def folded_nodes(self) -> int:
+        """How many operators were folded away because they only compute shapes or constants."""
+        return sum(self.folded_ops.values())
 
     def tensor(self, name: str) -> Tensor | None:
         return self.tensors.get(name) if name else None
