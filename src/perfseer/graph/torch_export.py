@@ -134,6 +134,7 @@ def skeleton_from_module(
     proto = ir.serde.serialize_model(program.model)
     # Stack traces and FX names on every node triple the file and slow every pass over it;
     # value infos are re-derived by the extractor's own shape inference.
+    _readable_names(proto.graph)
     for node in proto.graph.node:
         del node.metadata_props[:]
     del proto.graph.value_info[:]
@@ -143,6 +144,25 @@ def skeleton_from_module(
         entry.key, entry.value = key, val
     assert isinstance(proto, onnx.ModelProto)
     return Skeleton(proto, stripped, source, input_shape_applied=True)
+
+
+def _readable_names(graph) -> None:
+    """Name nodes after the module that ran them (``layer1.0.conv2``) instead of ``node_conv2d_6``."""
+    seen: dict[str, int] = {}
+    for node in graph.node:
+        scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), None)
+        if not scopes:
+            continue
+        try:
+            parts = json.loads(scopes.replace("'", '"'))
+        except json.JSONDecodeError:
+            continue
+        path = next((p for p in reversed(parts[:-1]) if p), "")  # scopes are cumulative module paths
+        if not path:
+            continue
+        base = f"{path}/{node.op_type}"
+        seen[base] = seen.get(base, 0) + 1
+        node.name = base if seen[base] == 1 else f"{base}_{seen[base] - 1}"
 
 
 def _has_data(tensor) -> bool:
