@@ -97,3 +97,19 @@ def test_conv_transpose_grouped_padded():
     check(pg, "ConvTranspose", macs=macs, flops=2 * macs, groups=2, has_bias=0, kernel_h=4, pad_h=2, pad_w=2,
           in_features=4, out_features=4,
           memory_access_bytes=(1 * 4 * 4 * 4 + 4 * 2 * 4 * 4 + 1 * 4 * 8 * 8) * F32)
+
+
+def test_exporter_zero_bias_is_no_bias():
+    # torch's dynamo exporter gives a bias-free conv a bias of computed zeros: Expand(0, [C_out])
+    from onnx import helper
+
+    from helpers import make_model
+    import perfseer
+
+    nodes = [helper.make_node("Expand", ["zero", "cout"], ["b"]),
+             helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[1, 1])]
+    init = {"zero": np.zeros((), np.float32), "cout": np.array([4], np.int64),
+            "w": np.ones((4, 3, 1, 1), np.float32)}
+    pg = perfseer.extract(make_model(nodes, {"x": (1, 3, 2, 2)}, ["y"], init))
+    macs = 1 * 4 * 2 * 2 * 3
+    check(pg, "Conv", flops=2 * macs, macs=macs, has_bias=0.0)
