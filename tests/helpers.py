@@ -120,3 +120,15 @@ def assert_cli_error(capsys, argv, *names: str) -> str:
     message = err[len(prefix):].rstrip("\n")
     assert_user_error(message, *names)
     return message
+
+
+def build_or_crash(task):
+    """A :func:`perfseer.data.dataset.build_pair` whose worker process dies on a model named
+    ``*crash*``: for the worker-crash tests (importable by name in a spawned process)."""
+    import os
+
+    from perfseer.data.dataset import build_pair
+
+    if "crash" in task.model:
+        os._exit(3)
+    return build_pair(task)

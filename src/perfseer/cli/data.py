@@ -1,4 +1,9 @@
-"""``perfseer data import SOURCE DIR --out TABLE``: a public benchmark's folder -> a measurement table."""
+"""``perfseer data``: work with measurement tables.
+
+``perfseer data import SOURCE DIR --out TABLE``: a public benchmark's folder -> a measurement table.
+``perfseer data build TABLE --out DIR``: a measurement table -> a graph dataset
+(:mod:`perfseer.data.dataset`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ SOURCES = ("timm-benchmark", "help-nas")  # perfseer.data.importers.IMPORTERS, w
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("data", help="measurement tables: import public benchmarks",
+    p = sub.add_parser("data", help="measurement tables: import public benchmarks, build graph datasets",
                        description="Work with measurement tables (CSV or Parquet; see the README).")
     actions = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     imp = actions.add_parser(
@@ -23,6 +28,35 @@ def add_parser(sub) -> None:
     imp.add_argument("--out", required=True, metavar="TABLE",
                      help="the table to write: .csv, or .parquet (needs perfseer[parquet])")
     imp.set_defaults(func=run)
+    build = actions.add_parser(
+        "build", help="build the graph dataset of a measurement table",
+        description="Turn every distinct (model, input_shape) of TABLE into a PerfGraph once, re-bind it "
+                    "to each batch size, and write DIR/graphs.safetensors, DIR/labels.parquet (or .csv "
+                    "without pyarrow) with train/val/test splits by model and by family, DIR/failures.csv "
+                    "and DIR/manifest.json. Exported models are cached, so an interrupted build resumes "
+                    "where it stopped.")
+    build.add_argument("table", metavar="TABLE", help="the measurement table (.csv or .parquet)")
+    build.add_argument("--out", required=True, metavar="DIR", help="the dataset folder to write")
+    build.add_argument("--workers", type=_count, default=None, metavar="N",
+                       help="worker processes for exports (default: CPU count, at most 4; 0: in this process)")
+    build.add_argument("--cache", metavar="DIR", default=None,
+                       help="skeleton cache folder (default: $PERFSEER_CACHE/skeletons or "
+                            "~/.cache/perfseer/skeletons)")
+    build.add_argument("--split-seed", type=int, default=0, metavar="S",
+                       help="seed of the train/val/test assignment (default 0)")
+    build.add_argument("--retry-failed", action="store_true",
+                       help="export again models recorded as failed by an earlier build")
+    build.set_defaults(func=run_build)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of processes >= 0, got {text!r}")
+    return value
 
 
 def import_to_table(source: str, directory: str, out: str):
@@ -88,3 +122,79 @@ def render(table, report, out: str, seconds: float) -> None:
         console.print(f"[yellow]ignored {len(report.ignored)} file(s) that are not {report.source} files:[/yellow] "
                       + ", ".join(report.ignored))
     console.print(f"wrote {len(table):,} row{'' if len(table) == 1 else 's'} to {out} in {seconds:.1f} s")
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    from perfseer.data.dataset import build_dataset
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    bar = Progress(*columns, console=Console(stderr=True))
+    job = bar.add_task("models", total=None, counts="")
+
+    def progress(done, total, counts):
+        if not bar.live.is_started:  # only once the table is read: a bad table is one error line
+            bar.start()
+        text = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+        bar.update(job, completed=done, total=total, counts=text)
+
+    try:
+        report = build_dataset(args.table, args.out, workers=args.workers, cache=args.cache,
+                               split_seed=args.split_seed, retry_failed=args.retry_failed, progress=progress)
+    finally:
+        if bar.live.is_started:
+            bar.stop()
+    render_build(report)
+    return 0 if report.counts["graphs"] or not report.counts["rows"] else 1
+
+
+def render_build(report) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from perfseer.data.dataset import failure_summary
+
+    console = Console()
+    c, m = report.counts, report.manifest
+    t = Table(title=f"dataset {report.out}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("")
+    t.add_column("count", justify="right")
+    for name, value in (("table rows", c["rows"]), ("rows with a graph", c["rows_labelled"]),
+                        ("models", c["models"]), ("(model, input shape) built", c["model_shapes_built"]),
+                        ("  exported now", c["model_shapes_exported"]), ("  from the cache", c["model_shapes_cached"]),
+                        ("  read from files", c["model_shapes_read"]),
+                        ("(model, input shape) failed", c["model_shapes_failed"]), ("graphs", c["graphs"])):
+        t.add_row(name, f"{value:,}")
+    console.print(t)
+    split = m["splits"]["split"]
+    console.print(f"split by model (seed {split['seed']}): "
+                  + ", ".join(f"{s} {split['models'][s]:,} models / {split['rows'][s]:,} rows"
+                              for s in split["models"]))
+    fam = m["splits"]["family_split"]
+    if fam["families"]:
+        console.print(f"split by family ({fam['families']} families): "
+                      + ", ".join(f"{s} {fam['models'][s]:,} models" for s in fam["models"]))
+    if len(report.failures):
+        f = Table(title="failed models by reason (all in failures.csv)", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+        f.add_column("reason")
+        f.add_column("models", justify="right")
+        f.add_column("rows", justify="right")
+        f.add_column("example")
+        for reason, models, rows, example in failure_summary(report.failures):
+            f.add_row(escape(reason), f"{models:,}", f"{rows:,}", escape(example))  # '[' is rich markup
+        console.print(f)
+    else:
+        console.print("no failed models")
+    for warning in report.cache_warnings[:5]:
+        console.print(f"[yellow]cache: {escape(warning)}[/yellow]")
+    if not c["graphs"] and c["rows"]:
+        console.print("[red]no model could be built: see failures.csv[/red]")
+    console.print(f"wrote {c['graphs']:,} graphs and {c['rows_labelled']:,} labelled rows to {report.out} "
+                  f"in {m['wall_time_s']:.1f} s")

@@ -1,8 +1,9 @@
 """One entry point from anything a user can hand us to an ONNX :class:`Skeleton`.
 
 Accepted: a path to an ``.onnx`` file (external data is never read), an ``onnx.ModelProto``, a
-``torch.nn.Module`` with an input shape, and the references ``timm:NAME``, ``torchvision:NAME``
-and ``example:NAME`` (small model graphs that ship with perfseer).
+``torch.nn.Module`` with an input shape, and the references ``timm:NAME``, ``torchvision:NAME``,
+``example:NAME`` (small model graphs that ship with perfseer), ``nb201:ARCH_STR`` and
+``fbnet:BLOCKS`` (NAS-space networks, :mod:`perfseer.graph.spaces`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from pathlib import Path
 
 from perfseer.errors import ModelLoadError
 from perfseer.graph.onnx_io import Skeleton, read_skeleton, skeleton_from_proto
+from perfseer.graph.spaces import SPACES
 from perfseer.graph.zoo import ZOOS
 
-REFERENCE_KINDS = (*ZOOS, "example")
+REFERENCE_KINDS = (*ZOOS, "example", *SPACES)
 
 
 def examples() -> list[str]:
@@ -60,6 +62,10 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
         kind, name = ref
         if kind == "example":
             return read_skeleton(example_path(name))
+        if kind in SPACES:
+            from perfseer.graph.spaces import export_space_model
+
+            return export_space_model(kind, name, input_shape)
         from perfseer.graph.zoo import export_zoo_model
 
         return export_zoo_model(kind, name, input_shape)[0]
