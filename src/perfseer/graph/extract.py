@@ -46,6 +46,8 @@ SAME_SHAPE_OPS = frozenset({
     "Mish", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
     "Clip", "Floor", "Ceil", "Round", "Sign",
 })
+# Shape-preserving standard ops whose ONNX schema has no shape inference.
+_UNINFERABLE_SAME_SHAPE = frozenset({"GroupNormalization", "SimplifiedLayerNormalization"})
 # Inputs (by position) of these operators are running statistics, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
@@ -118,6 +120,7 @@ class _Extraction:
             if node.metadata_props:
                 del node.metadata_props[:]
             node.doc_string = ""
+        self.has_range = any(n.op_type == "Range" for n in self.g.node)
         self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
         if not self.real_inputs:
             raise UnsupportedModelError(
@@ -214,15 +217,31 @@ class _Extraction:
         # ONNX cannot infer custom-domain ops: keep their declared output shapes, re-bound.
         self.g.value_info.extend(self._bind_declared(vi) for vi in self.declared_custom)
         self.g.value_info.extend(self.same_shape_infos)
+        # Shape-preserving ops ONNX has no inference for pass as Identity during inference, so
+        # shapes flow through a chain of them in one pass (49 GroupNorms: 1 pass, not 49).
+        swapped = []
+        for n in self.g.node:
+            if n.op_type in _UNINFERABLE_SAME_SHAPE and n.domain in STANDARD_DOMAINS and n.input:
+                swapped.append((n, n.op_type, list(n.input), list(n.attribute)))
+                n.op_type = "Identity"
+                del n.input[1:]
+                del n.attribute[:]
         try:
-            # No data propagation: perfseer folds shape computations itself (and injects what it
-            # computed); ONNX's propagation would also materialise batch-sized index arithmetic
-            # (an `as_strided` lowered to Range/Add/Gather) and take seconds.
+            # ONNX's data propagation follows Shape -> Gather -> Concat -> Reshape chains in one
+            # pass, but it also materialises index arithmetic built on Range (an `as_strided`
+            # lowered to Range/Add/Gather at the batch size) and then takes seconds; with Range in
+            # the graph, perfseer's own folding (one level per pass) does the job instead.
             inferred = onnx.shape_inference.infer_shapes(self.model, check_type=False, strict_mode=False,
-                                                         data_prop=False)
+                                                         data_prop=not self.has_range)
         except Exception as e:  # onnx raises InferenceError or RuntimeError with a long message
             raise ShapeError(f"shape inference failed for {self.source}: {str(e).splitlines()[0][:300]}",
                              "check --input-shape and --batch against what the model accepts") from e
+        finally:
+            for n, op, inputs, attrs in swapped:
+                n.op_type = op
+                del n.input[:]
+                n.input.extend(inputs)
+                n.attribute.extend(attrs)
         types: dict[str, tuple[int, tuple[int, ...] | None]] = {}
         for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
             tt = vi.type.tensor_type
