@@ -13,8 +13,9 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
 
     Args:
         model: an ``.onnx`` path (external weights are never read), an ``onnx.ModelProto``, a
-            ``torch.nn.Module`` (with ``input_shape``), or ``"timm:NAME"`` / ``"torchvision:NAME"``
-            / ``"example:NAME"``.
+            ``torch.nn.Module`` (with ``input_shape``), or a reference: ``"timm:NAME"`` (append
+            ``@reparam`` for the fused inference form), ``"torchvision:NAME"``, ``"nb201:ARCH_STR"``,
+            ``"fbnet:BLOCKS"`` or ``"example:NAME"``.
         batch: the batch size to bind (default 1).
         input_shape: one sample's shape without the batch, e.g. ``(3, 224, 224)``; required for a
             module, optional otherwise (overrides the first input's shape).

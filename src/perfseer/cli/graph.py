@@ -34,9 +34,9 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("graph", help="extract a model's PerfGraph and summarise it",
-                       description="Extract the PerfGraph of MODEL: an .onnx file, timm:NAME, torchvision:NAME "
-                                   "or example:NAME.")
-    p.add_argument("model", help="an .onnx file, timm:NAME, torchvision:NAME or example:NAME")
+                       description="Extract the PerfGraph of MODEL: an .onnx file or a model reference.")
+    p.add_argument("model", help="an .onnx file, timm:NAME[@reparam], torchvision:NAME, nb201:ARCH, fbnet:BLOCKS "
+                                 "or example:NAME")
     p.add_argument("--batch", type=int, default=None, help="batch size to bind (default 1)")
     p.add_argument("--input-shape", help="one sample's shape without the batch, e.g. 3x224x224")
     p.add_argument("--dim", action="append", metavar="NAME=VALUE", help="bind a symbolic input dimension")

@@ -83,7 +83,9 @@ from perfseer.errors import MissingDependencyError, PerfseerError
 
 # Version of what a cached skeleton holds; part of every cache key.  Bump it when the exporter or
 # the stored metadata changes in a way that makes old entries wrong.
-SKELETON_FORMAT = "1"
+# Bump when exported skeletons change meaning (exporter settings, NAS-space builders, naming):
+# cached entries under the old key are then rebuilt.
+SKELETON_FORMAT = "2"
 # Models one worker process exports before it is replaced (returning what the exporter keeps).
 TASKS_PER_WORKER = 16
 # Leftover temporary cache files older than this are removed whoever wrote them.
