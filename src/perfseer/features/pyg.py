@@ -68,6 +68,9 @@ def save_graphs(graphs, path: str | os.PathLike, meta: list[dict] | None = None)
     tmp = path.with_name(path.name + ".tmp")
     try:
         save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp), metadata=header)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # safetensors creates 0600 files; give the usual permissions
         os.replace(tmp, path)
     except (OSError, SafetensorError) as e:
         tmp.unlink(missing_ok=True)
