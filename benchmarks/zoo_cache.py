@@ -83,7 +83,7 @@ def _worker(zoo: str, jobs: list[tuple[str, int]], index: Path) -> None:
         rec["seconds"] = round(time.perf_counter() - t0, 2)
         with open(index, "a") as f:
             f.write(json.dumps(rec) + "\n")
-        del module
+        module = skel = None  # free the model before the next one
 
 
 def load_index(zoo: str) -> dict[tuple[str, int], dict]:
