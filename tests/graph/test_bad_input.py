@@ -325,3 +325,18 @@ def test_binding_the_batch_name_through_dims():
         assert_user_error(str(e), "N", "--batch")
     else:
         assert pg.batch_size == 4 and pg.macs == 4 * 4 * 64 * 27
+
+
+def test_empty_piece_inside_a_model_is_not_an_error():
+    """A zero-length slice concatenated back (zero prefix tokens in a ViT) costs nothing."""
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["empty"], name="slice"),
+             helper.make_node("Relu", ["empty"], ["empty_relu"], name="relu"),
+             helper.make_node("Concat", ["empty_relu", "x"], ["y"], name="concat", axis=2)]
+    m = make_model(nodes, {"x": ("N", 4, 8)}, ["y"], {
+        "starts": np.array([2], np.int64), "ends": np.array([2], np.int64), "axes": np.array([2], np.int64)})
+    pg = perfseer.extract(m, batch=2)
+    assert pg.op_types == ("Slice", "Relu", "Concat")
+    assert pg.graph.tensors["empty"].shape == (2, 4, 0)
+    from helpers import feature
+
+    assert feature(pg, "flops", node=1) == 0  # the Relu of an empty tensor does nothing

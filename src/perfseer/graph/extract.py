@@ -542,7 +542,11 @@ class _Extraction:
             if value is not None and value.size > SMALL_VALUE_ELEMENTS:
                 value = None
             tensors[name] = Tensor(name, DTYPE_NAMES.get(elem, "float32"), shape, scale, kind, value)
-        for node in device:
+        # Empty pieces are legitimate inside a model (a slice of zero prefix tokens later
+        # concatenated) and cost nothing; a model whose *output* is empty does no work at all,
+        # usually because the input is too small: name the first empty tensor on the way.
+        empty_output = any(0 in tensors[o].shape for o in self._output_names if o in tensors)
+        for node in device if empty_output else ():
             for o in node.output:
                 t = tensors.get(o)
                 if t is not None and 0 in t.shape:
