@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -258,3 +259,30 @@ def test_fbnet_bad_strings(blocks, bad):
     with pytest.raises(ModelLoadError) as e:
         perfseer.extract(f"fbnet:{blocks}")
     assert_user_error(str(e.value), bad)
+
+
+@pytest.mark.parametrize("arch", [
+    "|nor_conv_3x3~0|+|none~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_1x1~1|none~2|",
+    "|none~0|+|nor_conv_1x1~0|none~1|+|skip_connect~0|none~1|none~2|",
+])
+def test_direct_onnx_nb201_equals_the_pytorch_export(arch):
+    """The nb201: reference emits ONNX directly; its PerfGraph equals the PyTorch builder's export."""
+    import torch
+
+    from perfseer.features.perfgraph import build_perfgraph
+    from perfseer.graph.extract import extract_graph
+    from perfseer.graph.spaces.nb201 import build_nb201
+    from perfseer.graph.torch_export import skeleton_from_module
+
+    with torch.device("meta"):
+        module = build_nb201(arch, keep_unused=True)
+    exported = build_perfgraph(extract_graph(skeleton_from_module(module, (3, 32, 32), on_meta=True), batch=3))
+    direct = perfseer.extract(f"nb201:{arch}", batch=3)
+
+    def rows(a):
+        return sorted(map(tuple, a.tolist()))
+
+    assert rows(direct.x) == rows(exported.x)
+    assert rows(direct.edge_attr) == rows(exported.edge_attr)
+    np.testing.assert_array_equal(direct.u, exported.u)
+    assert direct.params == exported.params == sum(p.numel() for p in module.parameters())

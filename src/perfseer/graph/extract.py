@@ -46,6 +46,8 @@ SAME_SHAPE_OPS = frozenset({
     "Mish", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
     "Clip", "Floor", "Ceil", "Round", "Sign",
 })
+# Operators whose third input is a bias.
+_BIAS_OPS = frozenset({"Conv", "ConvTranspose", "Gemm"})
 # Shape-preserving standard ops whose ONNX schema has no shape inference.
 _UNINFERABLE_SAME_SHAPE = frozenset({"GroupNormalization", "SimplifiedLayerNormalization"})
 # Inputs (by position) of these operators are running statistics, not trainable parameters.
@@ -559,7 +561,12 @@ class _Extraction:
         nodes = []
         for i, n in enumerate(device):
             name = n.name or f"{n.op_type}_{i}"
-            nodes.append(Node(name, n.op_type, n.domain, tuple(n.input), tuple(n.output), _attrs(n)))
+            inputs = tuple(n.input)
+            if n.op_type in _BIAS_OPS and len(inputs) > 2 and self._computed_zeros(tensors.get(inputs[2])):
+                # torch's exporter gives a bias-free conv a bias of computed zeros; no framework
+                # reads (or adds) it, so the node has no bias.
+                inputs = inputs[:2] + ("",) + inputs[3:]
+            nodes.append(Node(name, n.op_type, n.domain, inputs, tuple(n.output), _attrs(n)))
         graph = Graph(
             name=self.meta.get(META_SOURCE) or self.source, nodes=tuple(nodes), tensors=tensors,
             inputs=tuple(vi.name for vi in self.real_inputs), outputs=tuple(self._output_names),
@@ -574,6 +581,10 @@ class _Extraction:
                 "re-export the model with a dynamic batch axis to predict other batch sizes",
             )
         return graph
+
+    @staticmethod
+    def _computed_zeros(t: Tensor | None) -> bool:
+        return t is not None and t.kind is TensorKind.CONSTANT and t.value is not None and not t.value.any()
 
     def _static_batch(self) -> int:
         dims = self.real_inputs[0].type.tensor_type.shape.dim

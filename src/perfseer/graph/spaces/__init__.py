@@ -7,8 +7,9 @@ References (see :func:`perfseer.graph.load.load_skeleton`):
 - ``fbnet:BLOCKS``: the FBNet CIFAR-100 network (:mod:`.fbnet`), the 22 block choices separated by
   single spaces, e.g. ``fbnet:k3_e1 k3_e6 k5_e1_g2 skip ...``.
 
-Both take 3x32x32 images and need only torch.  Networks are built on the meta device (no weights
-allocated), so building and exporting one takes about a second.
+Both take 3x32x32 images and need only torch.  FBNet networks are built on the meta device (no
+weights allocated) and exported, about a second each; NAS-Bench-201 graphs are emitted directly as
+ONNX (:mod:`.nb201_onnx`, milliseconds), identical to the export of the PyTorch builder.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def export_space_model(space: str, arch: str, input_shape=None):
     Args:
         input_shape: one sample without the batch (default ``(3, 32, 32)``).
     """
+    if space == "nb201":
+        # Emitted directly as ONNX (milliseconds), the same graph the PyTorch builder exports.
+        from perfseer.graph.spaces.nb201_onnx import nb201_skeleton
+
+        return nb201_skeleton(arch, tuple(input_shape or _DEFAULT_INPUT))
     import torch
 
     from perfseer.graph.torch_export import skeleton_from_module
