@@ -4,8 +4,9 @@ Each distinct ``(model, input_shape)`` of the table is turned into a PerfGraph *
 its distinct batch sizes is then re-bound with :meth:`PerfGraph.with_batch` (milliseconds, exact),
 and the table's rows are joined to the graphs as labels.
 
-Models are resolved with :func:`perfseer.graph.load.load_skeleton`: ``timm:``, ``torchvision:``,
-``nb201:`` and ``fbnet:`` references are *exported* (seconds each: they are built and traced),
+Models are resolved with :func:`perfseer.graph.load.load_skeleton`: ``timm:``, ``torchvision:``
+and ``fbnet:`` references are *exported* (seconds each: they are built and traced), ``nb201:``
+graphs are emitted directly (milliseconds, not cached),
 ``example:`` references and ``.onnx`` paths are *read* (milliseconds: the file is already a graph;
 the table's ``input_shape`` overrides the file's).  A relative ``.onnx`` path is looked up next to
 the table first, then in the current directory.
@@ -101,6 +102,7 @@ _MAX_REASON = 1000
 _ONNX_PATH = re.compile(r"[^\s'\"]*<model>[^\s'\"]*|[^\s'\"]+\.onnx\b")
 # Packages whose version decides whether a recorded export failure still holds.
 _VERSIONED = ("perfseer", "torch", "timm", "torchvision", "onnx", "onnxscript")
+_NOT_CACHED = ("example", "nb201")
 
 
 def default_workers() -> int:
@@ -541,7 +543,8 @@ def make_tasks(table, table_dir: Path, cache_dir: Path | None, retry_failed: boo
         unsupported = _unsupported(model)
         ref = split_reference(model)
         is_file = ref is None and not unsupported
-        exported = ref is not None and ref[0] != "example"
+        # example: files and nb201: graphs (emitted directly as ONNX) cost milliseconds: not cached.
+        exported = ref is not None and ref[0] not in _NOT_CACHED
         tasks.append(BuildTask(model, shape, tuple(sorted(int(b) for b in batches.unique())),
                                path=_resolve(model, table_dir) if is_file else None, exported=exported,
                                unsupported=unsupported, cache_dir=str(cache_dir) if exported and cache_dir else None,
