@@ -641,7 +641,10 @@ def build_dataset(table: str | os.PathLike, out: str | os.PathLike, workers: int
     warnings: list[str] = []
     if progress is not None:
         progress(0, len(tasks), dict(counts))
-    for res in run_tasks(tasks, workers):
+    # Exports can leave a worker holding GBs: recycle workers often.  Reading files and emitting
+    # nb201 graphs takes milliseconds and little memory, and a new spawned worker costs seconds.
+    per_worker = TASKS_PER_WORKER if any(t.exported for t in tasks) else 100 * TASKS_PER_WORKER
+    for res in run_tasks(tasks, workers, tasks_per_worker=per_worker):
         task = res.task
         if res.failure is not None and res.failure.stage == "worker" and task.exported and task.cache_dir \
                 and res.failure.error == "WorkerCrash":
