@@ -210,7 +210,7 @@ def test_a_crash_is_remembered_in_the_cache(zoo_table, fake_zoo, tmp_path, monke
     from perfseer.data import dataset
 
     cache, out, original = tmp_path / "cache", tmp_path / "ds", dataset.run_tasks
-    crashing = lambda tasks, workers: (dataset._crashed(t) if t.exported else dataset.build_pair(t)  # noqa: E731
+    crashing = lambda tasks, workers, **kwargs: (dataset._crashed(t) if t.exported else dataset.build_pair(t)  # noqa: E731
                                        for t in tasks)
     monkeypatch.setattr(dataset, "run_tasks", crashing)
     first = build_dataset(zoo_table, out, workers=2, cache=cache)
