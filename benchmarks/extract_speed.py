@@ -7,6 +7,7 @@ Measures, each as the median of repeated runs in one process (after one warm-up 
 * ONNX file -> PerfGraph for torchvision ResNet-50 (a 98 MB file with its weights, written by
   ``torch.onnx.export``, both exporters), including reading, shape inference and features;
 * batch re-binding of that PerfGraph (1 -> 8, 32, 256);
+* a NAS-Bench-201 architecture emitted, extracted and re-bound to three batch sizes;
 * ``nn.Module`` -> PerfGraph for ResNet-50 (torch.onnx dynamo export included);
 * peak memory (max RSS of a fresh process) of extracting ViT-L/16 (304 M parameters, 1.2 GB of
   fp32 weights) from an ONNX file with external data, and from ``timm:vit_large_patch16_224``.
@@ -107,6 +108,26 @@ def peak(model: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def nb201_row(n: int = 300) -> tuple[str, str, str, str]:
+    """NAS-Bench-201: emit, extract at batch 1 and re-bind to 32/64/256, for random architectures."""
+    import random
+
+    import perfseer
+    from perfseer.graph.spaces.nb201 import OPS
+
+    rng = random.Random(0)
+    archs = ["+".join("|" + "|".join(f"{rng.choice(OPS)}~{j}" for j in range(i)) + "|" for i in (1, 2, 3))
+             for _ in range(n)]
+    t0 = time.perf_counter()
+    for arch in archs:
+        pg = perfseer.extract(f"nb201:{arch}", batch=1)
+        for b in (32, 64, 256):
+            pg.with_batch(b)
+    per = (time.perf_counter() - t0) / n
+    return (f"nb201: architecture -> PerfGraph + 3 re-bindings ({n} random)", f"{per * 1e3:.1f} ms", "",
+            f"all 12,500: {per * 12500 / 60:.1f} min on one core")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=20)
@@ -127,6 +148,7 @@ def main() -> None:
     for b in (8, 32, 256):
         t = timed(lambda: pg.with_batch(b), args.repeats)
         rows.append((f"batch re-binding 1 -> {b}", f"{t * 1e3:.2f} ms", "<= 5 ms", f"{pg.with_batch(b).macs / 1e9:.1f} GMACs"))
+    rows.append(nb201_row())
     tvm = import_zoo("torchvision")
     module = tvm.resnet50().eval()
     t = timed(lambda: perfseer.extract(module, input_shape=(3, 224, 224)), max(3, args.repeats // 5))
