@@ -102,17 +102,12 @@ def generic_cost(view: NodeView) -> OpCost:
     return OpCost(flops=float(view.out_numel))
 
 
-def weight_like(t: Tensor) -> bool:
-    """Static tensors that count as the node's weights: floating-point parameters, buffers and
-    constants.  Integer ones (index tables, shape vectors) count as inputs."""
-    return t.kind.is_static and (t.kind is TensorKind.PARAMETER or t.is_float)
-
-
 def memory_of(view: NodeView, cost: OpCost) -> tuple[float, float, float, float, int]:
     """``(input_bytes, weight_bytes, output_bytes, weights_read_bytes, params)`` of a node.
 
-    Memory access cost (MAC, PerfSeer §3.1) is input + weights read + output bytes.  Static
-    tensors that are not weights (shape vectors, index tables) count as inputs.
+    Memory access cost (MAC, PerfSeer §3.1) is input + weights read + output bytes.  Weights are
+    the floating-point static inputs (parameters, buffers, constants); integer static inputs
+    (shape vectors, index tables) count as inputs.
     """
     act = weights = other_static = 0.0
     params = 0
