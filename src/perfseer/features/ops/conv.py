@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from perfseer.features.ops.registry import NodeView, OpCost, has_bias, register
+from perfseer.features.ops.registry import NodeView, OpCost, register
 
 
 def _window_hp(view: NodeView, kernel: list[int], in_spatial: list[int], out_spatial: list[int]) -> dict:
@@ -46,7 +46,7 @@ def _conv_cost(view: NodeView, transposed: bool) -> OpCost:
     # Conv: each output element sums C_in/groups * kernel inputs (W is (C_out, C_in/g, *k)).
     # ConvTranspose: each input element scatters into C_out/groups * kernel outputs (W is (C_in, C_out/g, *k)).
     macs = float(x.numel if transposed else y.numel) * w.shape[1] * math.prod(kernel)
-    bias = has_bias(view, 2)
+    bias = view.inp(2) is not None
     # ConvTranspose slides its window over the output: padding and strides refer to the output grid.
     spatial_in, spatial_out = (y.shape[2:], x.shape[2:]) if transposed else (x.shape[2:], y.shape[2:])
     hp = _window_hp(view, kernel, list(spatial_in), list(spatial_out))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from perfseer.features.ops.registry import NodeView, OpCost, has_bias, register
+from perfseer.features.ops.registry import NodeView, OpCost, register
 
 
 @register("Gemm")
@@ -21,7 +21,7 @@ def gemm(view: NodeView) -> OpCost:
     m, k = (a.shape[1], a.shape[0]) if view.attr("transA", 0) else (a.shape[0], a.shape[1])
     n = b.shape[0] if view.attr("transB", 0) else b.shape[1]
     macs = float(m) * n * k
-    bias = has_bias(view, 2)
+    bias = view.inp(2) is not None
     flops = 2 * macs + (m * n if bias else 0) + (m * n if view.attr("alpha", 1.0) != 1.0 else 0)
     return OpCost(flops=flops, macs=macs,
                   hp={"in_features": k, "out_features": n, "mm_m": m, "mm_batch": 1, "has_bias": float(bias)})

@@ -84,15 +84,6 @@ def register(*op_types: str):
     return deco
 
 
-def has_bias(view: "NodeView", index: int) -> bool:
-    """Whether input ``index`` is a real bias: exporters fill an absent one with computed zeros
-    (``Expand(0)``), which a framework would not add."""
-    t = view.inp(index)
-    if t is None:
-        return False
-    return not (t.kind is TensorKind.CONSTANT and t.value is not None and not t.value.any())
-
-
 def registry_key(node: Node) -> str:
     return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
 
