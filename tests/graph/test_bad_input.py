@@ -340,3 +340,13 @@ def test_empty_piece_inside_a_model_is_not_an_error():
     from helpers import feature
 
     assert feature(pg, "flops", node=1) == 0  # the Relu of an empty tensor does nothing
+
+
+def test_contrib_shape_preserving_op_extracts():
+    """A com.microsoft FastGelu has no ONNX shape inference; it keeps its input's shape."""
+    nodes = [helper.make_node("FastGelu", ["x"], ["g"], name="gelu", domain="com.microsoft"),
+             helper.make_node("Relu", ["g"], ["y"], name="relu")]
+    m = make_model(nodes, {"x": ("N", 4, 8)}, ["y"])
+    pg = perfseer.extract(m, batch=2)
+    assert pg.graph.tensors["y"].shape == (2, 4, 8)
+    assert pg.uncovered_ops == {"FastGelu": 1}

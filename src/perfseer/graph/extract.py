@@ -48,7 +48,8 @@ SAME_SHAPE_OPS = frozenset({
 })
 # Operators whose third input is a bias.
 _BIAS_OPS = frozenset({"Conv", "ConvTranspose", "Gemm"})
-# Shape-preserving standard ops whose ONNX schema has no shape inference.
+# Shape-preserving standard ops whose ONNX schema has no shape inference (custom-domain ops in
+# SAME_SHAPE_OPS have none either).
 _UNINFERABLE_SAME_SHAPE = frozenset({"GroupNormalization", "SimplifiedLayerNormalization"})
 # Inputs (by position) of these operators are running statistics, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
@@ -114,7 +115,6 @@ class _Extraction:
             self.model.opset_import.add(domain=domain, version=1)  # lets shape inference reach the op
         custom = {o for n in self.g.node if n.domain not in STANDARD_DOMAINS for o in n.output}
         self.declared_custom = [vi for vi in self.g.value_info if vi.name in custom]
-        self.same_shape_infos: list[onnx.ValueInfoProto] = []  # see _same_shape_outputs
         # Exporter annotations (stack traces, FX names) and value infos (re-inferred here) only
         # slow down every serialisation that shape inference does.
         del self.g.value_info[:]
@@ -218,14 +218,15 @@ class _Extraction:
         del self.g.value_info[:]
         # ONNX cannot infer custom-domain ops: keep their declared output shapes, re-bound.
         self.g.value_info.extend(self._bind_declared(vi) for vi in self.declared_custom)
-        self.g.value_info.extend(self.same_shape_infos)
-        # Shape-preserving ops ONNX has no inference for pass as Identity during inference, so
-        # shapes flow through a chain of them in one pass (49 GroupNorms: 1 pass, not 49).
+        # Shape-preserving ops ONNX has no inference for (GroupNormalization, contrib activations
+        # and normalisations) pass as Identity during inference, so shapes flow through a chain
+        # of them in one pass (49 GroupNorms: 1 pass, not 49).
         swapped = []
         for n in self.g.node:
-            if n.op_type in _UNINFERABLE_SAME_SHAPE and n.domain in STANDARD_DOMAINS and n.input:
-                swapped.append((n, n.op_type, list(n.input), list(n.attribute)))
-                n.op_type = "Identity"
+            standard = n.domain in STANDARD_DOMAINS
+            if n.input and n.op_type in SAME_SHAPE_OPS and (not standard or n.op_type in _UNINFERABLE_SAME_SHAPE):
+                swapped.append((n, n.op_type, n.domain, list(n.input), list(n.attribute)))
+                n.op_type, n.domain = "Identity", ""
                 del n.input[1:]
                 del n.attribute[:]
         try:
@@ -239,8 +240,8 @@ class _Extraction:
             raise ShapeError(f"shape inference failed for {self.source}: {str(e).splitlines()[0][:300]}",
                              "check --input-shape and --batch against what the model accepts") from e
         finally:
-            for n, op, inputs, attrs in swapped:
-                n.op_type = op
+            for n, op, domain, inputs, attrs in swapped:
+                n.op_type, n.domain = op, domain
                 del n.input[:]
                 n.input.extend(inputs)
                 n.attribute.extend(attrs)
@@ -323,7 +324,7 @@ class _Extraction:
             missing = self.missing_shapes(types, device)
             if not missing:
                 break
-            if self._rewrite_sequences(types, values) or self._same_shape_outputs(types, missing):
+            if self._rewrite_sequences(types, values):
                 continue
             # Values we computed that ONNX could not: feed them back as initializers and retry.
             feeding = self._shape_feeding(device, folded)
@@ -413,20 +414,6 @@ class _Extraction:
     def _shape_feeding(device, folded) -> set[str]:
         # Any folded tensor read by a device node or another folded node may steer a shape.
         return {i for n in (*device, *folded) for i in n.input}
-
-    def _same_shape_outputs(self, types, missing) -> bool:
-        """Give shape-preserving operators that ONNX cannot infer (GroupNormalization, contrib
-        normalisations) the shape and type of their first input."""
-        added = False
-        for node, tensor in missing:
-            if node.op_type not in SAME_SHAPE_OPS or tensor != node.output[0]:
-                continue
-            elem, shape = types.get(node.input[0], (0, None))
-            if shape is None or any(vi.name == tensor for vi in self.same_shape_infos):
-                continue
-            self.same_shape_infos.append(helper.make_tensor_value_info(tensor, elem, list(shape)))
-            added = True
-        return added
 
     def _rewrite_sequences(self, types, values) -> bool:
         """``SplitToSequence`` read only by ``SequenceAt`` at static positions -> one ``Split``.
