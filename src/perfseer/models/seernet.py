@@ -1,0 +1,288 @@
+"""SeerNet and SeerNet-Multi (PerfSeer, §3.2): a graph network over node, edge and global features.
+
+One :class:`SeerBlock` updates, in order, every edge, every node, a *global node* ``z`` (GNPB)
+and the global features ``u`` (from a max-and-mean node aggregation, SynMM); the final ``u`` is the
+graph embedding a 2-layer MLP head maps to the metrics.  SeerNet-Multi shares the encoders and the
+blocks between metrics and gives each metric its own head, so PCGrad can project the gradients of
+the shared part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn.aggr import Aggregation, MaxAggregation, MeanAggregation, SoftmaxAggregation
+from torch_geometric.utils import scatter
+
+from perfseer.errors import PerfseerError
+from perfseer.models.base import (
+    ACTIVATIONS, GraphRegressor, ModelConfig, NodeInput, _check_choice, _check_dropout, _check_positive, mlp,
+    task_losses,
+)
+
+
+@dataclass
+class SeerNetConfig(ModelConfig):
+    """Hyper-parameters of :class:`SeerNet`.  The defaults are the paper's: 256 units in every
+    SeerBlock MLP and in the head, one SeerBlock, SynMM and GNPB on (about 1.0 M parameters)."""
+
+    hidden_dim: int = 256  # width of node/edge/global/z states (§3.2: "one layer with 256 hidden dimensions")
+    num_blocks: int = 1  # SeerBlocks stacked (§3.2: "SeerNet comprises a SeerBlock")
+    head_hidden_dim: int = 256  # hidden units of the 2-layer prediction head (§3.2)
+    # op_type embedding width; §4.2 found one-hot node categories slightly hurt SeerNet (+0.42 %
+    # MAPE), set 0 to follow the paper exactly; a small learned embedding is kept by default.
+    op_embedding_dim: int = 16
+    synmm: bool = True  # global update reads max and mean of the nodes (False: mean only; ablation, Table 2)
+    gnpb: bool = True  # keep a global node z (False: no global node; ablation, Table 2)
+    use_edge_features: bool = True  # encode edge_attr (False: edges carry topology only; ablation, Table 1)
+    use_global_features: bool = True  # read u (False: the first block sees no u; ablation, Table 1)
+    edge_update_global: bool = False  # also feed u to the edge update (eq. 2 does not; Battaglia et al. do)
+    activation: str = "relu"  # non-linearity after every SeerBlock layer (the paper names none)
+    dropout: float = 0.0  # dropout after every hidden layer (the paper uses none)
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("hidden_dim", "num_blocks", "head_hidden_dim"):
+            _check_positive(self, name)
+        _check_positive(self, "op_embedding_dim", allow_zero=True)
+        _check_choice(self, "activation", tuple(ACTIVATIONS))
+        _check_dropout(self)
+
+
+@dataclass
+class SeerNetMultiConfig(SeerNetConfig):
+    """Hyper-parameters of :class:`SeerNetMulti`: those of SeerNet; ``num_targets`` heads."""
+
+
+class SynMM(Aggregation):
+    r"""Synergistic Max-Mean aggregation (PerfSeer §3.2, Fig. 3).
+
+    .. math::
+        \bar{v} = W \,[\max_{i \in G} v_i \,\|\, \tfrac{1}{|G|}\textstyle\sum_{i \in G} v_i] + b
+
+    Max picks the dominant operators, mean the overall character; a learned linear layer combines
+    them.
+
+    Args:
+        channels: width of the node states (input and output).
+
+    Shapes: ``x`` [N, channels], ``index`` [N] -> [num_groups, channels].
+    """
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.max = MaxAggregation()
+        self.mean = MeanAggregation()
+        self.lin = nn.Linear(2 * channels, channels)
+
+    def forward(self, x: Tensor, index: Tensor | None = None, ptr: Tensor | None = None,
+                dim_size: int | None = None, dim: int = -2, **kwargs) -> Tensor:
+        hi = self.max(x, index, ptr=ptr, dim_size=dim_size, dim=dim)
+        avg = self.mean(x, index, ptr=ptr, dim_size=dim_size, dim=dim)
+        return self.lin(_cat(hi, avg))
+
+
+def _cat(*parts: Tensor | None) -> Tensor:
+    return torch.cat([p for p in parts if p is not None], dim=-1)
+
+
+class SeerBlock(nn.Module):
+    r"""One SeerBlock (PerfSeer §3.2, equations 1-8).
+
+    For edges :math:`j` from :math:`s_j` to :math:`t_j`, nodes :math:`i`, global node :math:`z`
+    and global features :math:`u` of each graph:
+
+    .. math::
+        e'_j &= \mathrm{MLP}_e(e_j \| v_{s_j} \| v_{t_j})                          && (2) \\
+        \bar e'_i &= \mathrm{mean}_{j: t_j = i}\, e'_j                              && (3) \\
+        v'_i &= \mathrm{MLP}_v(\bar e'_i \| (v_i + z) \| u)                         && (4) \\
+        \bar v'_z &= \mathrm{softmax}(V') = \textstyle\sum_i \mathrm{softmax}_i(\tau \odot v'_i) \odot v'_i && (5) \\
+        z' &= \mathrm{MLP}_z(\bar v'_z + z)                                          && (6) \\
+        \bar v'_u &= \mathrm{SynMM}(V')                                              && (7) \\
+        u' &= \mathrm{MLP}_u(\bar v'_u \| z' \| u)                                   && (8)
+
+    Every MLP is one ``Linear -> activation`` layer of ``hidden`` units except
+    :math:`\mathrm{MLP}_z`, which has two.  The softmax of (5) is PyG's
+    :class:`~torch_geometric.nn.aggr.SoftmaxAggregation` with a learned per-channel temperature
+    :math:`\tau`.  A node without incoming edges gets :math:`\bar e'_i = 0`.
+
+    Args:
+        hidden: width of every state it outputs.
+        edge_in: width of the incoming edge states (0: no edge features, MLP_e reads the two nodes).
+        global_in: width of the incoming ``u`` (0: none; it is left out of (4) and (8)).
+        gnpb: use the global node; False drops ``z`` from (4) and (8) and skips (5)-(6).
+        synmm: aggregate (7) with :class:`SynMM`; False uses the mean.
+        edge_update_global: also feed ``u`` (of the edge's graph) to :math:`\mathrm{MLP}_e`.
+        activation, dropout: of every layer.
+
+    Shapes:
+        ``forward(x [N, hidden], edge_index [2, E], edge_attr [E, edge_in] or None,
+        u [G, global_in] or None, z [G, hidden] or None, batch [N], num_graphs)``
+        returns ``(x' [N, hidden], edge_attr' [E, hidden], u' [G, hidden], z' [G, hidden] or None)``.
+    """
+
+    def __init__(self, hidden: int, edge_in: int, global_in: int, *, gnpb: bool = True, synmm: bool = True,
+                 edge_update_global: bool = False, activation: str = "relu", dropout: float = 0.0):
+        super().__init__()
+        self.edge_update_global = edge_update_global and global_in > 0
+        edge_cat = edge_in + 2 * hidden + (global_in if self.edge_update_global else 0)
+        self.mlp_e = mlp([edge_cat, hidden], activation, dropout, final_activation=True)
+        self.mlp_v = mlp([2 * hidden + global_in, hidden], activation, dropout, final_activation=True)
+        if gnpb:
+            self.agg_z = SoftmaxAggregation(learn=True, channels=hidden)
+            self.mlp_z = mlp([hidden, hidden, hidden], activation, dropout, final_activation=True)
+        else:
+            self.agg_z = self.mlp_z = None
+        self.agg_u = SynMM(hidden) if synmm else MeanAggregation()
+        self.mlp_u = mlp([hidden + (hidden if gnpb else 0) + global_in, hidden], activation, dropout,
+                         final_activation=True)
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor | None, u: Tensor | None,
+                z: Tensor | None, batch: Tensor, num_graphs: int):
+        src, dst = edge_index
+        u_edge = u[batch[src]] if self.edge_update_global else None
+        edge_attr = self.mlp_e(_cat(edge_attr, x[src], x[dst], u_edge))                      # (2)
+        e_bar = scatter(edge_attr, dst, dim=0, dim_size=x.shape[0], reduce="mean")            # (3)
+        v = x if z is None or self.mlp_z is None else x + z[batch]
+        x = self.mlp_v(_cat(e_bar, v, None if u is None else u[batch]))                       # (4)
+        if self.mlp_z is not None:
+            z = self.mlp_z(self.agg_z(x, batch, dim_size=num_graphs) + z)                     # (5), (6)
+        else:
+            z = None
+        u = self.mlp_u(_cat(self.agg_u(x, batch, dim_size=num_graphs), z, u))                 # (7), (8)
+        return x, edge_attr, u, z
+
+
+class SeerNetTrunk(nn.Module):
+    r"""Encoders and SeerBlocks: a batch of PerfGraphs to graph embeddings ``u'`` [G, hidden].
+
+    Encoders (one ``Linear -> activation`` each): nodes from ``x || embed(op_type)``, edges from
+    ``edge_attr``, globals from ``u``.  With GNPB the global node starts as the softmax aggregation
+    of the encoded nodes, :math:`z_0 = \mathrm{softmax}(V_0)` (§3.2, GNPB).  Shared by
+    :class:`SeerNet` and :class:`SeerNetMulti`.
+    """
+
+    def __init__(self, cfg: SeerNetConfig):
+        super().__init__()
+        h, act, p = cfg.hidden_dim, cfg.activation, cfg.dropout
+        self.node_input = NodeInput(cfg.node_dim, cfg.num_op_types, cfg.op_embedding_dim)
+        self.node_encoder = mlp([self.node_input.out_dim, h], act, p, final_activation=True)
+        self.edge_encoder = mlp([cfg.edge_dim, h], act, p, final_activation=True) if cfg.use_edge_features else None
+        self.global_encoder = (mlp([cfg.global_dim, h], act, p, final_activation=True)
+                               if cfg.use_global_features else None)
+        self.z_init = SoftmaxAggregation(learn=True, channels=h) if cfg.gnpb else None
+        self.blocks = nn.ModuleList(
+            SeerBlock(h, edge_in=h if (i > 0 or cfg.use_edge_features) else 0,
+                      global_in=h if (i > 0 or cfg.use_global_features) else 0,
+                      gnpb=cfg.gnpb, synmm=cfg.synmm, edge_update_global=cfg.edge_update_global,
+                      activation=act, dropout=p)
+            for i in range(cfg.num_blocks))
+
+    def forward(self, data, batch: Tensor, u: Tensor, num_graphs: int) -> Tensor:
+        x = self.node_encoder(self.node_input(data.x, getattr(data, "op_type", None)))
+        e = self.edge_encoder(data.edge_attr) if self.edge_encoder is not None else None
+        u = self.global_encoder(u) if self.global_encoder is not None else None
+        z = self.z_init(x, batch, dim_size=num_graphs) if self.z_init is not None else None
+        for block in self.blocks:
+            x, e, u, z = block(x, data.edge_index, e, u, z, batch, num_graphs)
+        return u
+
+
+class SeerNet(GraphRegressor):
+    r"""SeerNet (PerfSeer, Zhao et al., §3.2): SeerBlocks and a 2-layer MLP head.
+
+    .. math::
+        \hat y = \mathrm{MLP}_{head}(u'), \quad u' = \mathrm{SeerBlock}^{L}(\mathrm{enc}(V, E, u))
+
+    See :class:`SeerBlock` for equations 1-8.  At the default sizes (256 units, one block) it has
+    about 1.0 M parameters (the paper reports 1.02 M).
+
+    Args:
+        config: a :class:`SeerNetConfig`.
+
+    Shapes: ``forward(data)`` with a PyG ``Batch`` (``x`` [N, node_dim], ``edge_index`` [2, E],
+    ``edge_attr`` [E, edge_dim], ``u`` [G, global_dim], ``op_type`` [N], ``batch`` [N])
+    returns [G, num_targets].
+
+    Example::
+
+        model = SeerNet(SeerNetConfig(num_targets=2))
+        pred = model(Batch.from_data_list(graphs))   # [len(graphs), 2]
+    """
+
+    name = "seernet"
+    config_class = SeerNetConfig
+
+    def __init__(self, config: SeerNetConfig):
+        super().__init__(config)
+        self.trunk = SeerNetTrunk(config)
+        self.head = mlp([config.hidden_dim, config.head_hidden_dim, config.num_targets],
+                        config.activation, config.dropout)
+
+    def forward(self, data) -> Tensor:
+        batch, u, num_graphs = self._inputs(data)
+        return self.head(self.trunk(data, batch, u, num_graphs))
+
+
+class SeerNetMulti(GraphRegressor):
+    r"""SeerNet-Multi (PerfSeer §3.2): one shared trunk, one 2-layer MLP head per metric.
+
+    .. math::
+        \hat y_t = \mathrm{MLP}^{(t)}_{head}(u'), \quad t = 1 \dots T
+
+    Trained with PCGrad (Yu et al., 2020): the gradient of each task loss on the
+    :meth:`shared_parameters` is projected off the others' where they conflict; each head's
+    parameters (:meth:`task_parameters`) get only their own task's gradient.  :meth:`task_losses`
+    gives the per-task losses to project.
+
+    Args:
+        config: a :class:`SeerNetMultiConfig`; ``num_targets`` is the number of heads.
+
+    Shapes: as :class:`SeerNet`: ``forward(data)`` returns [G, num_targets], column ``t`` from head
+    ``t``; :meth:`embed` returns the shared embedding [G, hidden_dim].
+
+    Example::
+
+        pred = model(batch)                                   # [G, T]
+        losses = model.task_losses(pred, batch.y)             # T scalars
+        grads = [torch.autograd.grad(l, list(model.shared_parameters()), retain_graph=True)
+                 for l in losses]                             # what PCGrad projects
+    """
+
+    name = "seernet-multi"
+    config_class = SeerNetMultiConfig
+
+    def __init__(self, config: SeerNetMultiConfig):
+        super().__init__(config)
+        self.trunk = SeerNetTrunk(config)
+        self.heads = nn.ModuleList(
+            mlp([config.hidden_dim, config.head_hidden_dim, 1], config.activation, config.dropout)
+            for _ in range(config.num_targets))
+
+    def embed(self, data) -> Tensor:
+        """The shared graph embedding [G, hidden_dim]."""
+        batch, u, num_graphs = self._inputs(data)
+        return self.trunk(data, batch, u, num_graphs)
+
+    def forward(self, data) -> Tensor:
+        h = self.embed(data)
+        return _cat(*(head(h) for head in self.heads))
+
+    def shared_parameters(self):
+        """Parameters every task's loss reaches (encoders and SeerBlocks): what PCGrad projects."""
+        return self.trunk.parameters()
+
+    def task_parameters(self, t: int | None = None):
+        """Parameters of head ``t`` (all heads when ``t`` is None): each reached by one task only."""
+        if t is None:
+            return self.heads.parameters()
+        if not 0 <= t < len(self.heads):
+            raise PerfseerError(f"task {t} is out of range, this model has {len(self.heads)} heads",
+                                f"pass 0 <= t < {len(self.heads)}")
+        return self.heads[t].parameters()
+
+    def task_losses(self, pred: Tensor, target: Tensor, loss: str | None = None) -> list[Tensor]:
+        """One scalar loss per metric (non-finite targets ignored); ``loss`` defaults to the config's."""
+        return task_losses(pred, target, loss or self.config.loss)
