@@ -7,7 +7,7 @@ Measures, each as the median of repeated runs in one process (after one warm-up 
 * ONNX file -> PerfGraph for torchvision ResNet-50 (a 98 MB file with its weights, written by
   ``torch.onnx.export``, both exporters), including reading, shape inference and features;
 * batch re-binding of that PerfGraph (1 -> 8, 32, 256);
-* a NAS-Bench-201 architecture emitted, extracted and re-bound to three batch sizes;
+* a NAS-Bench-201 and an FBNet architecture emitted, extracted and re-bound to three batch sizes;
 * ``nn.Module`` -> PerfGraph for ResNet-50 (torch.onnx dynamo export included);
 * peak memory (max RSS of a fresh process) of extracting ViT-L/16 (304 M parameters, 1.2 GB of
   fp32 weights) from an ONNX file with external data, and from ``timm:vit_large_patch16_224``.
@@ -128,6 +128,26 @@ def nb201_row(n: int = 300) -> tuple[str, str, str, str]:
             f"all 12,500: {per * 12500 / 60:.1f} min on one core")
 
 
+def fbnet_row(n: int = 200) -> tuple[str, str, str, str]:
+    """FBNet: emit, extract at batch 1 and re-bind to 32/64/256, for random architectures."""
+    import random
+
+    import perfseer
+    from perfseer.graph.spaces.fbnet import NUM_BLOCKS, SEARCH_SPACE
+
+    rng = random.Random(0)
+    archs = [" ".join(rng.choice(SEARCH_SPACE) for _ in range(NUM_BLOCKS)) for _ in range(n)]
+    perfseer.extract(f"fbnet:{archs[0]}", batch=1)  # imports
+    t0 = time.perf_counter()
+    for arch in archs:
+        pg = perfseer.extract(f"fbnet:{arch}", batch=1)
+        for b in (32, 64, 256):
+            pg.with_batch(b)
+    per = (time.perf_counter() - t0) / n
+    return (f"fbnet: architecture -> PerfGraph + 3 re-bindings ({n} random)", f"{per * 1e3:.1f} ms", "",
+            f"HELP's 4,000: {per * 4000 / 60:.1f} min on one core")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=20)
@@ -149,6 +169,7 @@ def main() -> None:
         t = timed(lambda: pg.with_batch(b), args.repeats)
         rows.append((f"batch re-binding 1 -> {b}", f"{t * 1e3:.2f} ms", "<= 5 ms", f"{pg.with_batch(b).macs / 1e9:.1f} GMACs"))
     rows.append(nb201_row())
+    rows.append(fbnet_row())
     tvm = import_zoo("torchvision")
     module = tvm.resnet50().eval()
     t = timed(lambda: perfseer.extract(module, input_shape=(3, 224, 224)), max(3, args.repeats // 5))

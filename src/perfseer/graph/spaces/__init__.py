@@ -7,9 +7,9 @@ References (see :func:`perfseer.graph.load.load_skeleton`):
 - ``fbnet:BLOCKS``: the FBNet CIFAR-100 network (:mod:`.fbnet`), the 22 block choices separated by
   single spaces, e.g. ``fbnet:k3_e1 k3_e6 k5_e1_g2 skip ...``.
 
-Both take 3x32x32 images and need only torch.  FBNet networks are built on the meta device (no
-weights allocated) and exported, about a second each; NAS-Bench-201 graphs are emitted directly as
-ONNX (:mod:`.nb201_onnx`, milliseconds), identical to the export of the PyTorch builder.
+Both take 3x32x32 images.  The PyTorch builders (:mod:`.nb201`, :mod:`.fbnet`) define the networks;
+the references emit their graphs directly as ONNX (:mod:`.nb201_onnx`, :mod:`.fbnet_onnx`,
+milliseconds instead of seconds of ``torch.onnx`` export), identical to the builders' exports.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def build_space_model(space: str, arch: str, for_graph: bool = False):
 
 
 def export_space_model(space: str, arch: str, input_shape=None):
-    """Build ``arch`` on the meta device and export it: an ONNX :class:`~perfseer.graph.onnx_io.Skeleton`.
+    """The ONNX :class:`~perfseer.graph.onnx_io.Skeleton` of ``arch``: emitted directly for both spaces
+    (the graph their PyTorch builders export); other spaces would be built on the meta device and exported.
 
     Args:
         input_shape: one sample without the batch (default ``(3, 32, 32)``).
@@ -52,6 +53,11 @@ def export_space_model(space: str, arch: str, input_shape=None):
         from perfseer.graph.spaces.nb201_onnx import nb201_skeleton
 
         return nb201_skeleton(arch, tuple(input_shape or _DEFAULT_INPUT))
+    if space == "fbnet":
+        # Likewise (:mod:`.fbnet_onnx`): the graph of the PyTorch builder's export.
+        from perfseer.graph.spaces.fbnet_onnx import fbnet_skeleton
+
+        return fbnet_skeleton(arch, tuple(input_shape or _DEFAULT_INPUT))
     import torch
 
     from perfseer.graph.torch_export import skeleton_from_module
