@@ -61,7 +61,8 @@ def test_columns_are_read_by_name(tmp_path):
     ta, _ = import_timm_benchmark(a)
     tb, _ = import_timm_benchmark(b)
     assert ta.equals(tb)
-    assert ta["model"].tolist() == ["timm:resnet50", "timm:vit_small_patch16_384"]
+    # inference rows name the fused (re-parameterised) form timm's benchmark runs
+    assert ta["model"].tolist() == ["timm:resnet50@reparam", "timm:vit_small_patch16_384@reparam"]
     assert ta["input_shape"].tolist() == ["3x224x224", "3x384x384"]
     assert ta["batch_size"].tolist() == [256, 32]
     assert ta["latency_ms"].tolist() == [128.0, 64.0]
@@ -100,6 +101,7 @@ def test_folder_import(tmp_path):
     assert rows[("rtx4090/amp-nchw-pt291", "3x224x224")].batch_size == 256
     train = rows[("rtx3090/amp-nhwc-pt112", "3x176x176")]
     assert (train.phase, train.batch_size, train.latency_ms, train.source) == ("train", 256, 365.7, TRAIN)
+    assert not train.model.endswith("@reparam")  # training runs the unfused model
 
 
 def test_missing_column(tmp_path):

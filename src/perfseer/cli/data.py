@@ -46,7 +46,18 @@ def add_parser(sub) -> None:
                        help="seed of the train/val/test assignment (default 0)")
     build.add_argument("--retry-failed", action="store_true",
                        help="export again models recorded as failed by an earlier build")
+    build.add_argument("--compact", action="store_true",
+                       help="write DIR/graphs.npz in the compact format (one entry per model and input "
+                            "shape, distinct rows stored once; same graphs, small enough to commit)")
     build.set_defaults(func=run_build)
+    comp = actions.add_parser(
+        "compact", help="copy a built dataset with its graphs in the compact format",
+        description="Write DST with the graphs of the dataset SRC as graphs.npz (batch sizes re-derived "
+                    "exactly, distinct feature rows stored once, compressed), and its labels, failures "
+                    "and manifest.")
+    comp.add_argument("src", metavar="SRC", help="a dataset folder written by perfseer data build")
+    comp.add_argument("--out", required=True, metavar="DST", help="the folder to write")
+    comp.set_defaults(func=run_compact)
 
 
 def _count(text: str) -> int:
@@ -144,12 +155,24 @@ def run_build(args: argparse.Namespace) -> int:
 
     try:
         report = build_dataset(args.table, args.out, workers=args.workers, cache=args.cache,
-                               split_seed=args.split_seed, retry_failed=args.retry_failed, progress=progress)
+                               split_seed=args.split_seed, retry_failed=args.retry_failed, progress=progress,
+                               compact=args.compact)
     finally:
         if bar.live.is_started:
             bar.stop()
     render_build(report)
     return 0 if report.counts["graphs"] or not report.counts["rows"] else 1
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    from perfseer.data.dataset import compact_dataset
+
+    c = compact_dataset(args.src, args.out)
+    print(f"wrote {c['graphs']:,} graphs of {c['models']:,} (model, input shape) to {args.out}: "
+          f"{c['distinct_node_rows']:,} distinct node rows of {c['node_rows']:,}, "
+          f"{c['distinct_edge_rows']:,} distinct edge rows of {c['edge_rows']:,}"
+          + (f"; {c['per_batch']} stored once per batch (features not affine in the batch)" if c["per_batch"] else ""))
+    return 0
 
 
 def render_build(report) -> None:

@@ -5,8 +5,8 @@ its distinct batch sizes is then re-bound with :meth:`PerfGraph.with_batch` (mil
 and the table's rows are joined to the graphs as labels.
 
 Models are resolved with :func:`perfseer.graph.load.load_skeleton`: ``timm:``, ``torchvision:``
-and ``fbnet:`` references are *exported* (seconds each: they are built and traced), ``nb201:``
-graphs are emitted directly (milliseconds, not cached),
+and ``space:`` references are *exported* (seconds each: they are built and traced), ``nb201:``
+and ``fbnet:`` graphs are emitted directly (milliseconds, not cached),
 ``example:`` references and ``.onnx`` paths are *read* (milliseconds: the file is already a graph;
 the table's ``input_shape`` overrides the file's).  A relative ``.onnx`` path is looked up next to
 the table first, then in the current directory.
@@ -102,7 +102,7 @@ _MAX_REASON = 1000
 _ONNX_PATH = re.compile(r"[^\s'\"]*<model>[^\s'\"]*|[^\s'\"]+\.onnx\b")
 # Packages whose version decides whether a recorded export failure still holds.
 _VERSIONED = ("perfseer", "torch", "timm", "torchvision", "onnx", "onnxscript")
-_NOT_CACHED = ("example", "nb201")
+_NOT_CACHED = ("example", "nb201", "fbnet")
 
 
 def default_workers() -> int:
@@ -587,7 +587,7 @@ Progress = Callable[[int, int, dict], None]
 
 def build_dataset(table: str | os.PathLike, out: str | os.PathLike, workers: int | None = None,
                   cache: str | os.PathLike | None = None, split_seed: int = 0, retry_failed: bool = False,
-                  ratios=None, progress: Progress | None = None) -> BuildReport:
+                  ratios=None, progress: Progress | None = None, compact: bool = False) -> BuildReport:
     """Build the graph dataset of a measurement table (see the module docstring for the files).
 
     Args:
@@ -601,6 +601,8 @@ def build_dataset(table: str | os.PathLike, out: str | os.PathLike, workers: int
         ratios: train/val/test ratios, default :data:`perfseer.data.splits.DEFAULT_RATIOS` (2:1:1).
         progress: called as ``progress(done, total, counts)`` after each model, ``counts`` holding
             ``exported``, ``cached``, ``read`` and ``failed``.
+        compact: write the graphs as ``graphs.npz`` in the compact format
+            (:mod:`perfseer.data.compact`: tens to hundreds of times smaller, same graphs).
 
     Returns:
         A :class:`BuildReport`.  A model that cannot be built is in ``failures`` and
@@ -695,8 +697,17 @@ def build_dataset(table: str | os.PathLike, out: str | os.PathLike, workers: int
 
     parquet = _parquet_available()
     labels_path = out / ("labels.parquet" if parquet else "labels.csv")
+    from perfseer.data.compact import COMPACT_FILE, pack
+    from perfseer.features.pyg import OP_VOCAB
+
+    graphs_name = COMPACT_FILE if compact else GRAPHS_FILE
+    compact_counts = None
     try:
-        save_graphs(datas, out / GRAPHS_FILE, meta=meta)
+        if compact:
+            compact_counts = pack(datas, meta, out / COMPACT_FILE, OP_VOCAB)
+        else:
+            save_graphs(datas, out / GRAPHS_FILE, meta=meta)
+        (out / (GRAPHS_FILE if compact else COMPACT_FILE)).unlink(missing_ok=True)  # an earlier build's
         write_table(labels, labels_path)
         (out / ("labels.csv" if parquet else "labels.parquet")).unlink(missing_ok=True)  # an earlier build's
         _atomic_text(out / FAILURES_FILE, failures.to_csv(index=False))
@@ -718,7 +729,7 @@ def build_dataset(table: str | os.PathLike, out: str | os.PathLike, workers: int
         "skeleton_format": SKELETON_FORMAT,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "table": {"path": str(table_path.resolve()), "sha256": _sha256(table_path), "rows": int(len(df))},
-        "files": {"graphs": GRAPHS_FILE, "labels": labels_path.name, "failures": FAILURES_FILE},
+        "files": {"graphs": graphs_name, "labels": labels_path.name, "failures": FAILURES_FILE},
         "counts": {
             "rows": int(len(df)), "rows_labelled": int(len(labels)), "rows_left_out": int(len(df) - len(labels)),
             "models": int(df["model"].nunique()), "model_shapes": len(tasks),
@@ -726,6 +737,7 @@ def build_dataset(table: str | os.PathLike, out: str | os.PathLike, workers: int
             "graphs": len(datas), **{f"model_shapes_{k}": v for k, v in counts.items() if k != "failed"},
         },
         "splits": split_info,
+        **({"compact": compact_counts} if compact else {}),
         "cache": str(cache_dir), "workers": workers, "retry_failed": bool(retry_failed),
         "versions": _versions(),
         "wall_time_s": round(time.perf_counter() - start, 3),
@@ -751,3 +763,80 @@ def failure_summary(failures) -> list[tuple[str, int, int, str]]:
         g[0] += 1
         g[1] += int(row.rows)
     return sorted(((k, n, r, ex) for k, (n, r, ex) in groups.items()), key=lambda g: (-g[1], g[0]))
+
+
+@dataclass
+class GraphDataset:
+    """A built graph dataset, as :func:`load_dataset` returns it.
+
+    Attributes:
+        graphs: a sequence of ``torch_geometric.data.Data`` (``graphs[i]``; a compact dataset builds
+            each graph when it is asked for).
+        labels: the measurement rows, with ``graph`` (index into ``graphs``), ``split``, ``family``
+            and ``family_split``.
+        manifest: the build's ``manifest.json``.
+        path: the folder.
+    """
+
+    graphs: object
+    labels: object
+    manifest: dict
+    path: Path
+
+
+def load_dataset(path: str | os.PathLike) -> GraphDataset:
+    """Load a dataset folder written by :func:`build_dataset` or :func:`compact_dataset`.
+
+    Raises:
+        SchemaError: the folder is missing, incomplete (no manifest: a build did not finish) or its
+            files are unreadable or of another feature schema.
+    """
+    from perfseer.data.compact import CompactGraphs
+    from perfseer.data.table import read_table
+    from perfseer.errors import SchemaError
+    from perfseer.features.pyg import load_graphs
+
+    path = Path(path)
+    if not path.is_dir():
+        raise SchemaError(f"dataset folder {path} does not exist",
+                          "pass a folder written by perfseer data build (or a bundled dataset name)")
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_text())
+    except FileNotFoundError:
+        raise SchemaError(f"{path} has no {MANIFEST_FILE}: its build did not finish",
+                          "run perfseer data build again (it resumes from its cache)") from None
+    except (OSError, ValueError) as e:
+        raise SchemaError(f"{path / MANIFEST_FILE} is unreadable ({e})", "rebuild the dataset") from e
+    if manifest.get("format") != DATASET_FORMAT:
+        raise SchemaError(f"{path} is not a perfseer dataset", "pass a folder written by perfseer data build")
+    graphs_file = path / manifest["files"]["graphs"]
+    graphs = CompactGraphs(graphs_file) if graphs_file.suffix == ".npz" else load_graphs(graphs_file)[0]
+    labels = read_table(path / manifest["files"]["labels"])
+    return GraphDataset(graphs, labels, manifest, path)
+
+
+def compact_dataset(source: str | os.PathLike, out: str | os.PathLike) -> dict:
+    """Copy a built dataset into ``out`` with its graphs in the compact format
+    (:mod:`perfseer.data.compact`); labels, failures and manifest are copied alongside.
+
+    Returns the counts of :func:`perfseer.data.compact.pack`, also stored in the manifest.
+    """
+    import shutil
+
+    from perfseer.data.compact import COMPACT_FILE, pack
+    from perfseer.features.pyg import OP_VOCAB, load_graphs
+
+    source, out = Path(source), Path(out)
+    ds = load_dataset(source)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST_FILE).unlink(missing_ok=True)
+    graphs, meta = load_graphs(source / ds.manifest["files"]["graphs"])  # op ids re-mapped to OP_VOCAB
+    counts = pack(graphs, meta, out / COMPACT_FILE, OP_VOCAB)
+    for name in (ds.manifest["files"]["labels"], FAILURES_FILE):
+        if (source / name).resolve() != (out / name).resolve():
+            shutil.copyfile(source / name, out / name)
+    manifest = dict(ds.manifest)
+    manifest["files"] = dict(manifest["files"], graphs=COMPACT_FILE)
+    manifest["compact"] = counts
+    _atomic_text(out / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
+    return counts

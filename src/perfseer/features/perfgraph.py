@@ -151,6 +151,33 @@ def _stats(v: np.ndarray) -> list[float]:
     return [float(v.sum()), float(v.mean()), float(np.median(v)), float(v.max())]
 
 
+# Node columns computed from the others by :func:`derive_features`; the rest are "primary".
+DERIVED_NODE_FEATURES = ("arithmetic_intensity", "flops_share", "memory_access_share", "weight_share")
+PRIMARY_NODE_COLUMNS = tuple(i for i, name in enumerate(schema.NODE_FEATURES) if name not in DERIVED_NODE_FEATURES)
+
+
+def derive_features(x: np.ndarray, edge_attr: np.ndarray, batch_size: int, parameter_count: float) -> np.ndarray:
+    """Fill the derived node columns of ``x`` in place and return the global features ``u``.
+
+    Everything here is a function of the primary node columns, the edge features, the batch size
+    and the parameter count, so a stored graph needs only those (:mod:`perfseer.data.compact`).
+    """
+    n, ne = x.shape[0], edge_attr.shape[0]
+    flops, mac, weights = (x[:, _COST_AT[c]] for c in ("flops", "memory_access_bytes", "weight_bytes"))
+    x[:, _COST_AT["arithmetic_intensity"]] = np.divide(flops, mac, out=np.zeros(n), where=mac > 0)
+    for col, src in (("flops_share", flops), ("memory_access_share", mac), ("weight_share", weights)):
+        total = src.sum()
+        x[:, _COST_AT[col]] = src / total if total > 0 else 0.0
+    total_flops, total_mac = flops.sum(), mac.sum()
+    return np.array([
+        n, ne, ne / (n * (n - 1)) if n > 1 else 0.0,
+        *_stats(flops), *_stats(mac), *_stats(weights),
+        float(edge_attr[:, 0].mean()) if ne else 0.0,
+        total_flops / total_mac if total_mac > 0 else 0.0,
+        batch_size, parameter_count, float(x[:, _COST_AT["macs"]].sum()),
+    ], dtype=np.float64)
+
+
 def build_perfgraph(graph: Graph) -> PerfGraph:
     """Compute every feature of ``graph``."""
     costs, views, covered = node_costs(graph)
@@ -175,13 +202,6 @@ def build_perfgraph(graph: Graph) -> PerfGraph:
     x[:, _COST_AT["output_bytes"]] = out
     x[:, _COST_AT["weight_bytes"]] = weights
     x[:, _COST_AT["params"]] = params
-    flops = x[:, _COST_AT["flops"]]
-    x[:, _COST_AT["arithmetic_intensity"]] = np.divide(flops, mac, out=np.zeros(n), where=mac > 0)
-    for col, total in (("flops_share", flops.sum()), ("memory_access_share", mac.sum()),
-                       ("weight_share", weights.sum())):
-        src = {"flops_share": flops, "memory_access_share": mac, "weight_share": weights}[col]
-        x[:, _COST_AT[col]] = src / total if total > 0 else 0.0
-
     producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs if o}
     src, dst, names, eattr = [], [], [], []
     for j, node in enumerate(graph.nodes):
@@ -197,14 +217,6 @@ def build_perfgraph(graph: Graph) -> PerfGraph:
     edge_index = np.array([src, dst], dtype=np.int64).reshape(2, -1)
     edge_attr = np.array(eattr, dtype=np.float64).reshape(-1, len(schema.EDGE_FEATURES))
 
-    ne = edge_index.shape[1]
-    total_flops, total_mac = flops.sum(), mac.sum()
-    u = np.array([
-        n, ne, ne / (n * (n - 1)) if n > 1 else 0.0,
-        *_stats(flops), *_stats(mac), *_stats(weights),
-        float(edge_attr[:, 0].mean()) if ne else 0.0,
-        total_flops / total_mac if total_mac > 0 else 0.0,
-        graph.batch_size, graph.parameter_count, float(x[:, _COST_AT["macs"]].sum()),
-    ], dtype=np.float64)
+    u = derive_features(x, edge_attr, graph.batch_size, graph.parameter_count)
     return PerfGraph(graph, x, edge_index, edge_attr, u, tuple(nd.op_type for nd in graph.nodes), covered,
                      tuple(names))

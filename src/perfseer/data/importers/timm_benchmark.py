@@ -7,7 +7,10 @@ each row is one model at one resolution, measured at one batch size.  One table 
 ===========  ================================================================================
 column       value
 ===========  ================================================================================
-model        ``timm:`` + the ``model`` column
+model        ``timm:`` + the ``model`` column, + ``@reparam`` for inference rows: timm's benchmark
+             fuses re-parameterisable models (RepVGG, MobileOne, FastViT...) before inference
+             (its parameter counts are those of the fused form, see ``benchmarks/zoo_fidelity.py``);
+             a no-op suffix for other models, and training runs the unfused model
 input_shape  ``3xSxS``, S from ``infer_img_size`` / ``train_img_size``
 batch_size   ``infer_batch_size`` / ``train_batch_size`` (``1024.0`` is read as 1024)
 phase        ``infer`` or ``train``, from the file name
@@ -41,6 +44,7 @@ from perfseer.errors import TableError
 __all__ = ["BenchmarkFile", "GPU_NAMES", "device_name", "import_timm_benchmark", "parse_file_name"]
 
 SOURCE = "timm-benchmark"
+REPARAM = "@reparam"  # perfseer.graph.zoo.REPARAM_SUFFIX; data/ does not import the graph stage
 
 # One name per GPU across timm's result files (newer files drop the "rtx").
 GPU_NAMES = {"3090": "rtx3090", "4090": "rtx4090", "5090": "rtx5090", "pro6000maxq": "rtxpro6000maxq"}
@@ -108,7 +112,7 @@ def read_file(path: Path, report: ImportReport) -> pd.DataFrame:
     keep = reasons == ""
     size_text = size[keep].astype(str).astype(object)
     return pd.DataFrame({
-        "model": "timm:" + raw["model"].to_numpy(dtype=object)[keep],
+        "model": "timm:" + raw["model"].to_numpy(dtype=object)[keep] + (REPARAM if meta.phase == "infer" else ""),
         "input_shape": "3x" + size_text + "x" + size_text,
         "batch_size": batch[keep],
         "phase": meta.phase,
