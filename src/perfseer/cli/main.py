@@ -6,12 +6,13 @@ import argparse
 import sys
 
 from perfseer import __version__
+from perfseer.cli import collect as collect_cmd
 from perfseer.cli import data as data_cmd
 from perfseer.cli import graph as graph_cmd
 from perfseer.cli import ops as ops_cmd
 from perfseer.errors import PerfseerError
 
-SUBCOMMANDS = {"graph": graph_cmd, "ops": ops_cmd, "data": data_cmd}
+SUBCOMMANDS = {"graph": graph_cmd, "ops": ops_cmd, "data": data_cmd, "collect": collect_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:

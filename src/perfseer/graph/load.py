@@ -3,7 +3,8 @@
 Accepted: a path to an ``.onnx`` file (external data is never read), an ``onnx.ModelProto``, a
 ``torch.nn.Module`` with an input shape, and the references ``timm:NAME``, ``torchvision:NAME``,
 ``example:NAME`` (small model graphs that ship with perfseer), ``nb201:ARCH_STR`` and
-``fbnet:BLOCKS`` (NAS-space networks, :mod:`perfseer.graph.spaces`).
+``fbnet:BLOCKS`` (NAS-space networks, :mod:`perfseer.graph.spaces`), and ``space:CONFIG`` (a
+network of the PerfSeer model space, :mod:`perfseer.profiling.space`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from perfseer.graph.onnx_io import Skeleton, read_skeleton, skeleton_from_proto
 from perfseer.graph.spaces import SPACES
 from perfseer.graph.zoo import ZOOS
 
-REFERENCE_KINDS = (*ZOOS, "example", *SPACES)
+REFERENCE_KINDS = (*ZOOS, "example", *SPACES, "space")
 
 
 def examples() -> list[str]:
@@ -62,6 +63,11 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
         kind, name = ref
         if kind == "example":
             return read_skeleton(example_path(name))
+        if kind == "space":
+            # the collection kit's model space; imported lazily, like every builder here
+            from perfseer.profiling.space import export_space
+
+            return export_space(name, input_shape)
         if kind in SPACES:
             from perfseer.graph.spaces import export_space_model
 

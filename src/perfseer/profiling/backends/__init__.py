@@ -1,0 +1,54 @@
+"""Measurement backends, chosen by registered name.
+
+=============  ==================================================  ===========  ===============
+name           what runs                                           phases       precisions
+=============  ==================================================  ===========  ===============
+``torch-cpu``  PyTorch eager on the CPU (:mod:`.torch_cpu`)         infer train  fp32 amp_bf16
+``ort-cpu``    ONNX Runtime, CPU provider (:mod:`.ort_cpu`)         infer        fp32
+``torch-cuda`` PyTorch eager on an NVIDIA GPU (:mod:`.torch_cuda`)  infer train  fp32 amp_fp16 amp_bf16
+=============  ==================================================  ===========  ===============
+
+Each module's docstring says exactly what its latency, memory, utilisation and energy mean.
+Another backend can be named as ``package.module:Class`` (a :class:`~.base.Backend` subclass).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from perfseer.profiling.backends.base import Backend
+from perfseer.profiling.jobs import CollectError
+
+BACKENDS = {
+    "torch-cpu": "perfseer.profiling.backends.torch_cpu:TorchCpuBackend",
+    "ort-cpu": "perfseer.profiling.backends.ort_cpu:OrtCpuBackend",
+    "torch-cuda": "perfseer.profiling.backends.torch_cuda:TorchCudaBackend",
+}
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of a registered backend name, or of ``package.module:Class``."""
+    spec = BACKENDS.get(name)
+    if spec is None:
+        if ":" not in name:
+            raise CollectError(f"unknown backend {name!r}",
+                               f"use one of: {', '.join(BACKENDS)} (or package.module:Class)")
+        spec = name
+    module_name, _, cls_name = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError) as e:
+        raise CollectError(f"cannot load backend {name!r}: {type(e).__name__}: {e}",
+                           f"use one of: {', '.join(BACKENDS)}, or an importable package.module:Class") from e
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise CollectError(f"backend {name!r} is not a perfseer Backend class",
+                           "name a subclass of perfseer.profiling.backends.base.Backend")
+    return cls
+
+
+def create_backend(name: str, **options) -> Backend:
+    """An instance of backend ``name`` with JSON-able ``options`` (threads, protocol, ...)."""
+    return backend_class(name)(**options)
+
+
+__all__ = ["BACKENDS", "Backend", "backend_class", "create_backend"]
