@@ -39,7 +39,7 @@ def test_import_timm(timm_dir, tmp_path, capsys):
     assert "missing latency" in stdout and "latency <= 0.05 ms" in stdout
     assert "wrote 1 row to" in stdout
     table = read_table(out)
-    assert table["model"].tolist() == ["timm:resnet50"] and table["latency_ms"].tolist() == [50.0]
+    assert table["model"].tolist() == ["timm:resnet50@reparam"] and table["latency_ms"].tolist() == [50.0]
 
 
 def test_import_help_nas(help_dir, tmp_path, capsys):

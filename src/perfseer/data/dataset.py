@@ -840,3 +840,26 @@ def compact_dataset(source: str | os.PathLike, out: str | os.PathLike) -> dict:
     manifest["compact"] = counts
     _atomic_text(out / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
     return counts
+
+
+# Datasets committed with the repository (compact format), found by name by the training commands.
+BUNDLED_DATASETS = Path(__file__).resolve().parents[3] / "datasets"
+
+
+def resolve_dataset(name_or_path: str | os.PathLike) -> Path:
+    """A dataset folder: ``name_or_path`` itself, or a dataset committed under ``datasets/``.
+
+    Raises:
+        SchemaError: neither exists (the message lists the committed datasets).
+    """
+    from perfseer.errors import SchemaError
+
+    p = Path(name_or_path)
+    if p.is_dir():
+        return p
+    if (BUNDLED_DATASETS / str(name_or_path) / MANIFEST_FILE).is_file():
+        return BUNDLED_DATASETS / str(name_or_path)
+    names = sorted(d.name for d in BUNDLED_DATASETS.glob("*") if (d / MANIFEST_FILE).is_file()) \
+        if BUNDLED_DATASETS.is_dir() else []
+    raise SchemaError(f"no dataset folder or committed dataset named {name_or_path}",
+                      f"pass a folder written by perfseer data build, or one of: {', '.join(names) or 'none'}")

@@ -38,10 +38,14 @@ for _config, _model in ((SeerNetConfig, SeerNet), (SeerNetMultiConfig, SeerNetMu
                         (PMGNSConfig, PMGNS), (GCNConfig, GCN), (GATConfig, GAT), (GINConfig, GIN)):
     register(_model.name, _config, _model)
 
-# --- Non-neural baselines register below, e.g.
-#     from perfseer.models.additive import AdditiveConfig, Additive
-#     register("additive", AdditiveConfig, Additive)
-# (likewise "gbm" from models/gbm.py and "flops" from models/flops_only.py).
+# Non-neural baselines (fit/predict estimators, see models/estimator.py); lightgbm is imported only
+# when a GBM is fitted or loaded.
+from perfseer.models.additive import Additive, AdditiveConfig  # noqa: E402
+from perfseer.models.flops_only import FlopsOnly, FlopsOnlyConfig  # noqa: E402
+from perfseer.models.gbm import GBM, GBMConfig  # noqa: E402
+
+for _config, _model in ((AdditiveConfig, Additive), (GBMConfig, GBM), (FlopsOnlyConfig, FlopsOnly)):
+    register(_model.name, _config, _model)
 
 
 def _lookup(name: str) -> tuple[type, type]:

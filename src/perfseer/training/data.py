@@ -211,3 +211,51 @@ def targets_of(graphs: Sequence) -> np.ndarray:
     if len(graphs) == 0:
         return np.zeros((0, 0))
     return torch.cat([g.y.reshape(1, -1) for g in graphs]).double().numpy()
+
+
+def select_devices(dataset, metric: str, devices: Sequence[str], phase: str, split_column: str = "split",
+                   transform: str | None = None) -> Selection:
+    """One ``metric`` on several ``devices`` as several targets of the same graphs (SeerNet-Multi
+    over devices): target ``k`` of a graph is its measurement on ``devices[k]``.
+
+    A graph is kept only where every device measured it (the count left out is in ``dropped``).
+    Target names are ``metric@device``.
+    """
+    graphs, labels = _load(dataset)
+    devices = _as_list(devices)
+    if len(devices) < 2:
+        return select(_Pair(graphs, labels), metric, devices, phase, split_column,
+                      None if transform is None else [transform])
+    parts = []
+    for dev in devices:  # reuses select's checks and drop rules, one device at a time
+        s = select(_Pair(graphs, labels), metric, [dev], phase, split_column,
+                   None if transform is None else [transform])
+        rows = s.labels[["graph", split_column, metric]].drop_duplicates("graph")
+        parts.append(rows.set_index("graph").rename(columns={metric: dev}))
+    joined = parts[0][[split_column, devices[0]]]
+    for dev, p in zip(devices[1:], parts[1:]):
+        joined = joined.join(p[[dev]], how="outer")
+    complete = joined[devices].notna().all(axis=1)
+    dropped = {"graphs not measured on every device": int((~complete).sum())}
+    joined = joined[complete]
+    if joined.empty:
+        raise PerfseerError(f"no graph was measured on all of {', '.join(devices)} ({phase})",
+                            "choose devices that measured the same models")
+    names = [f"{metric}@{d}" for d in devices]
+    y = joined[devices].to_numpy(dtype=np.float32)
+    out = {"train": [], "val": [], "test": []}
+    rows = joined.reset_index()
+    for i, (g, s) in enumerate(zip(rows["graph"].to_numpy(), rows[split_column].astype(str))):
+        d = copy.copy(graphs[int(g)])
+        d.y = torch.from_numpy(y[i:i + 1].copy())
+        d.row = torch.tensor([i], dtype=torch.long)
+        out[s].append(d)
+    sel = Selection(out["train"], out["val"], out["test"], names, rows, devices, phase, split_column, dropped)
+    log.info("%s", sel.describe())
+    return sel
+
+
+@dataclass
+class _Pair:
+    graphs: object
+    labels: object
