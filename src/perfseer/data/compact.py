@@ -171,7 +171,7 @@ def torch_equal(a, b) -> bool:
 
 class CompactGraphs:
     """The graphs of a compact file as a read-only sequence: ``graphs[i]`` is a ``Data``, built
-    when first asked for (a dataset's graphs need not all fit in memory at once)."""
+    when first asked for and kept (callers must not modify it in place; copy it first)."""
 
     def __init__(self, path: str | os.PathLike):
         from perfseer.features import schema
@@ -197,6 +197,7 @@ class CompactGraphs:
         self._a = a
         self._p = len(_primary())
         self._num_cols = len(schema.NODE_FEATURES)
+        self._built: dict[int, object] = {}
 
     def __len__(self) -> int:
         return len(self._a["graph_model"])
@@ -210,6 +211,15 @@ class CompactGraphs:
 
         if not -len(self) <= i < len(self):
             raise IndexError(f"graph {i} out of range ({len(self)} graphs)")
+        i = int(i) % len(self)
+        if i not in self._built:
+            self._built[i] = self._build(i)
+        return self._built[i]
+
+    def _build(self, i: int):
+        import torch
+        from torch_geometric.data import Data
+
         a, p = self._a, self._p
         k = int(a["graph_model"][i])
         n0, n1, e0, e1 = (int(a["node_ptr"][k]), int(a["node_ptr"][k + 1]), int(a["edge_ptr"][k]), int(a["edge_ptr"][k + 1]))

@@ -1,0 +1,144 @@
+"""``perfseer train`` and ``perfseer evaluate``: fit a predictor on a graph dataset; score one on
+a measurement table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return values
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = 0
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        return v
+    return parse
+
+
+def add_parser(sub) -> None:
+    from perfseer.training.trainer import TrainConfig
+
+    d = TrainConfig()
+    p = sub.add_parser(
+        "train", help="train a predictor on a graph dataset",
+        description="Train a predictor (SeerNet or a baseline) on a graph dataset with the paper's recipe "
+                    "(2:1:1 split by architecture, Adam, learning rate halved on plateaus, early stopping) and "
+                    "write OUT/NAME.json (its card: config, scaling, targets, data, split, scores) and, for a "
+                    "network, OUT/NAME.safetensors.")
+    p.add_argument("--data", required=True, metavar="DATASET",
+                   help="a dataset folder (perfseer data build) or a committed dataset name (timm, nb201, fbnet, cpu)")
+    p.add_argument("--model", default="seernet", metavar="NAME",
+                   help="seernet (default), seernet-multi, pmgns, gcn, gat, gin, mlp-node, additive, gbm, flops")
+    p.add_argument("--device", action="append", metavar="DEVICE",
+                   help="device column value; repeat for one target per device (one metric)")
+    p.add_argument("--phase", choices=("infer", "train"), default=None, help="default: the only phase present")
+    p.add_argument("--metric", action="append", metavar="METRIC",
+                   help="latency_ms (default), memory_mb, util_pct, energy_j; repeat for several")
+    p.add_argument("--split", choices=("split", "family_split"), default="split",
+                   help="split by architecture (default) or by model family (timm)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the predictor files")
+    p.add_argument("--name", default=None, help="predictor name (default: from the device and phase)")
+    p.add_argument("--epochs", type=_positive(int), default=d.max_epochs, help=f"at most (default {d.max_epochs})")
+    p.add_argument("--time-limit", type=_positive(float), default=None, metavar="S",
+                   help="stop after the epoch that ends past S seconds")
+    p.add_argument("--hidden", type=_positive(int), default=None, help="hidden width of the network")
+    p.add_argument("--batch-size", type=_positive(int), default=d.batch_size, help=f"default {d.batch_size}")
+    p.add_argument("--lr", type=_positive(float), default=d.lr, help=f"default {d.lr}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_positive(int), default=None, help="torch CPU threads while training")
+    p.add_argument("--no-pcgrad", action="store_true", help="SeerNet-Multi: plain summed losses")
+    p.add_argument("--cuda", action="store_true", help="train on CUDA")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint if present")
+    p.add_argument("--json", action="store_true", help="print the card as JSON")
+    p.set_defaults(func=run_train)
+
+    e = sub.add_parser(
+        "evaluate", help="score a predictor on measurements",
+        description="Predict every row of a measurement table (or a built dataset folder) that the predictor "
+                    "covers and report MAPE, RMSE, the share within 5/10/20 %% and rank correlations per "
+                    "target. Rows of devices or phases it does not cover are counted, never guessed.")
+    e.add_argument("--predictor", required=True, metavar="NAME|PATH")
+    e.add_argument("--measurements", required=True, metavar="TABLE|DATASET")
+    e.add_argument("--split", default=None, choices=("train", "val", "test"),
+                   help="with a dataset folder: score only this split's rows")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=run_evaluate)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from perfseer.predictor import train_predictor
+    from perfseer.training.trainer import TrainConfig
+
+    out = Path(args.out)
+    cfg = TrainConfig(max_epochs=args.epochs, time_limit_s=args.time_limit, batch_size=args.batch_size, lr=args.lr,
+                      seed=args.seed, num_threads=args.threads, pcgrad=not args.no_pcgrad,
+                      device="cuda" if args.cuda else "cpu", progress=sys.stderr.isatty(),
+                      checkpoint_dir=str(out / "checkpoint"), resume=args.resume)
+    model_config = {"hidden_dim": args.hidden} if args.hidden else None
+    start = time.perf_counter()
+    predictor, fitted = train_predictor(args.data, args.model, devices=args.device, phase=args.phase,
+                                        metrics=args.metric or "latency_ms", split_column=args.split, name=args.name,
+                                        model_config=model_config, train_config=cfg)
+    card = predictor.save(out)
+    if args.json:
+        print(json.dumps(predictor.card, indent=1))
+        return 0
+    _print_scores(predictor.card, f"{predictor.name} ({args.model}) in {time.perf_counter() - start:.0f} s")
+    print(f"wrote {card}")
+    return 0
+
+
+def _print_scores(card: dict, title: str) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in ("split", "target", "n", "MAPE %", "RMSE", "≤10 %", "Spearman", "Kendall"):
+        t.add_column(c, justify="left" if c in ("split", "target") else "right")
+    for split, per in card.get("scores", {}).items():
+        for target, m in per.items():
+            t.add_row(split, target, f"{m['n']:,}", f"{m['mape']:.2f}", f"{m['rmse']:.4g}", f"{m['acc10']:.1f}",
+                      f"{m['spearman']:.3f}", f"{m['kendall']:.3f}")
+    Console().print(t)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from perfseer.evaluate import evaluate_predictor
+    from perfseer.predictor import load_predictor
+
+    predictor = load_predictor(args.predictor)
+    report = evaluate_predictor(predictor, args.measurements, split=args.split)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    from rich.console import Console
+
+    _print_scores({"scores": {"measured": report["scores"]}}, f"{predictor.name} on {args.measurements}")
+    c = Console()
+    c.print(f"rows scored {report['rows_scored']:,}; not covered (device/phase) {report['rows_not_covered']:,}"
+            + (f" ({', '.join(f'{k}: {v}' for k, v in report['not_covered'].items())})" if report["not_covered"] else "")
+            + f"; models that could not be built {len(report['failures'])}")
+    for f in report["failures"][:10]:
+        c.print(f"  {f['model']}: {f['error']}")
+    if report["unseen_ops"]:
+        c.print(f"[yellow]operator types never seen in training: {', '.join(report['unseen_ops'])}[/yellow]")
+    return 0 if report["rows_scored"] else 1

@@ -1,0 +1,160 @@
+"""Predictors: training into a card, saving and loading without pickle, coverage, bad files, unseen
+operators, ``perfseer evaluate`` and the train/predict/predictors/evaluate commands."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from helpers import run_cli
+from perfseer.data.dataset import build_dataset, load_dataset
+from perfseer.data.table import write_table
+from perfseer.evaluate import evaluate_predictor
+from perfseer.predictor import PredictorError, UnseenOperatorWarning, load_predictor, train_predictor
+from perfseer.training.trainer import TrainConfig
+
+OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
+
+
+def arch(rng: random.Random) -> str:
+    o = [rng.choice(OPS) for _ in range(6)]
+    return f"nb201:|{o[0]}~0|+|{o[1]}~0|{o[2]}~1|+|{o[3]}~0|{o[4]}~1|{o[5]}~2|"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """16 NB201 cells at batches 1 and 8 on two devices; latency grows with the FLOPs."""
+    from perfseer.api import extract
+
+    rng = random.Random(0)
+    archs = sorted({arch(rng) for _ in range(16)})
+    rows = []
+    for a in archs:
+        gflops = extract(a).flops / 1e9
+        for b in (1, 8):
+            for dev, k in (("gpu-a", 1.0), ("gpu-b", 2.0)):
+                rows.append({"model": a, "input_shape": "3x32x32", "batch_size": b, "phase": "infer", "device": dev,
+                             "latency_ms": k * (0.5 + 3.0 * gflops * b)})
+    d = tmp_path_factory.mktemp("pred")
+    write_table(rows, d / "t.csv")
+    build_dataset(d / "t.csv", d / "ds", workers=0, compact=True)
+    return d
+
+
+CFG = dict(max_epochs=3, progress=False, num_threads=1, batch_size=16)
+
+
+@pytest.fixture(scope="module")
+def trained(dataset):
+    p, _ = train_predictor(load_dataset(dataset / "ds"), "seernet", devices=["gpu-a", "gpu-b"], phase="infer",
+                           model_config={"hidden_dim": 8, "head_hidden_dim": 8}, train_config=TrainConfig(**CFG))
+    p.save(dataset / "preds")
+    return p
+
+
+def test_card_describes_the_predictor(trained):
+    c = trained.card
+    assert c["format"] == "perfseer.predictor" and c["schema_version"] == "1.0"
+    assert [(t["metric"], t["device"], t["phase"], t["unit"]) for t in c["targets"]] == [
+        ("latency_ms", "gpu-a", "infer", "ms"), ("latency_ms", "gpu-b", "infer", "ms")]
+    assert c["model"]["name"] == "seernet" and c["model"]["config"]["hidden_dim"] == 8
+    assert set(c["scores"]) == {"val", "test"} and "latency_ms@gpu-a:infer" in c["scores"]["test"]
+    assert c["training"]["split_column"] == "split" and sum(c["training"]["rows"].values()) > 0
+    assert "Conv" in c["op_types_seen"]
+
+
+def test_save_load_round_trip(trained, dataset):
+    card = next((dataset / "preds").glob("*.json"))
+    back = load_predictor(card)
+    a = trained.predict(arch(random.Random(5)), batch=[1, 4])
+    b = back.predict(arch(random.Random(5)), batch=[1, 4])
+    assert [r["value"] for r in a] == pytest.approx([r["value"] for r in b], rel=1e-6)
+    assert len(a) == 4 and {r["device"] for r in a} == {"gpu-a", "gpu-b"}
+    only_b = back.predict(arch(random.Random(5)), batch=2, device="gpu-b")
+    assert [r["device"] for r in only_b] == ["gpu-b"]
+
+
+def test_uncovered_device_and_bad_batch(trained):
+    with pytest.raises(PredictorError, match="does not cover device rtx3090"):
+        trained.predict(arch(random.Random(1)), device="rtx3090")
+    with pytest.raises(PredictorError, match="batch sizes must be integers"):
+        trained.predict(arch(random.Random(1)), batch=[0])
+
+
+def test_unseen_operators_warn_but_predict(trained):
+    with pytest.warns(UnseenOperatorWarning, match="MaxPool"):
+        rows = trained.predict("example:resnet18")
+    assert all(np.isfinite(r["value"]) for r in rows) and "MaxPool" in rows[0]["unseen_ops"]
+
+
+def test_bad_predictor_files(trained, dataset, tmp_path):
+    src = next((dataset / "preds").glob("*.json"))
+    card = json.loads(src.read_text())
+    weights = src.with_name(src.name[: -len(".json")] + ".safetensors").read_bytes()
+
+    def write(name, card_obj, blob):
+        (tmp_path / f"{name}.json").write_text(json.dumps(card_obj))
+        (tmp_path / f"{name}.safetensors").write_bytes(blob)
+        return tmp_path / f"{name}.json"
+
+    with pytest.raises(PredictorError, match="corrupt"):
+        load_predictor(write("corrupt", card, weights[:100]))
+    with pytest.raises(PredictorError, match="feature schema 9.0"):
+        load_predictor(write("newer", dict(card, schema_version="9.0"), weights))
+    with pytest.raises(PredictorError, match="upgrade perfseer"):
+        load_predictor(write("future", dict(card, format_version=99), weights))
+    with pytest.raises(PredictorError, match="does not fit its network"):
+        load_predictor(write("mismatch", dict(card, model=dict(card["model"], config=dict(card["model"]["config"],
+                                                                                        hidden_dim=16))), weights))
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(PredictorError, match="unreadable"):
+        load_predictor(tmp_path / "junk.json")
+    with pytest.raises(PredictorError, match="no predictor named"):
+        load_predictor("no-such-predictor")
+
+
+def test_baseline_predictor_is_all_card(dataset, tmp_path):
+    p, _ = train_predictor(load_dataset(dataset / "ds"), "flops", devices="gpu-a", phase="infer")
+    p.save(tmp_path)
+    assert not list(tmp_path.glob("*.safetensors"))
+    back = load_predictor(next(tmp_path.glob("*.json")))
+    a = arch(random.Random(3))
+    assert back.predict(a, batch=8)[0]["value"] == pytest.approx(p.predict(a, batch=8)[0]["value"])
+
+
+def test_evaluate_counts_uncovered_rows(trained, dataset, tmp_path):
+    rows = [{"model": arch(random.Random(7)), "input_shape": "3x32x32", "batch_size": b, "phase": "infer",
+             "device": dev, "latency_ms": 1.0 + b} for b in (1, 2) for dev in ("gpu-a", "tpu")]
+    rows.append({"model": "missing.onnx", "input_shape": "3x32x32", "batch_size": 1, "phase": "infer",
+                 "device": "gpu-b", "latency_ms": 1.0})
+    write_table(rows, tmp_path / "m.csv")
+    r = evaluate_predictor(trained, tmp_path / "m.csv")
+    assert r["rows_scored"] == 2 and r["rows_not_covered"] == 2 and r["not_covered"] == {"tpu (infer)": 2}
+    assert r["failures"][0]["model"] == "missing.onnx"
+    assert r["scores"]["latency_ms@gpu-a:infer"]["n"] == 2
+    test_only = evaluate_predictor(trained, dataset / "ds", split="test")
+    assert test_only["rows_scored"] == sum(m["n"] for m in test_only["scores"].values())
+
+
+def test_commands(dataset, tmp_path, capsys):
+    out = tmp_path / "p"
+    code, stdout, _ = run_cli(capsys, "train", "--data", str(dataset / "ds"), "--device", "gpu-a", "--phase", "infer",
+                              "--hidden", "8", "--epochs", "2", "--threads", "1", "--out", str(out), "--name", "tiny")
+    assert code == 0 and "tiny" in stdout and (out / "tiny.json").exists() and (out / "tiny.safetensors").exists()
+    code, stdout, _ = run_cli(capsys, "predictors", "--dir", str(out), "--json")
+    assert code == 0 and json.loads(stdout)[0]["name"] == "tiny"
+    code, stdout, _ = run_cli(capsys, "predict", arch(random.Random(2)), "--predictor", str(out / "tiny.json"),
+                              "--batch", "1,16", "--json")
+    preds = json.loads(stdout)["predictions"]
+    assert code == 0 and [p["batch_size"] for p in preds] == [1, 16]
+    code, stdout, _ = run_cli(capsys, "evaluate", "--predictor", str(out / "tiny.json"), "--measurements",
+                              str(dataset / "ds"), "--json")
+    assert code == 0 and json.loads(stdout)["rows_not_covered"] > 0  # the gpu-b rows
+    (out / "tiny.safetensors").write_bytes(b"broken")
+    code, _, err = run_cli(capsys, "predict", "example:resnet18", "--predictor", str(out / "tiny.json"))
+    assert code == 2 and "corrupt" in err and "Traceback" not in err
+    code, _, err = run_cli(capsys, "train", "--data", str(tmp_path / "nope"), "--out", str(out))
+    assert code == 2 and "no dataset folder or committed dataset named" in err
