@@ -335,7 +335,7 @@ class _CardOnly:
 def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] | None = None,
                     phase: str | None = None, metrics: str | Sequence[str] = "latency_ms",
                     split_column: str = "split", name: str | None = None, model_config: dict | None = None,
-                    train_config=None) -> tuple[Predictor, object]:
+                    train_config=None, max_train_models: int | None = None) -> tuple[Predictor, object]:
     """Train ``method`` on a graph dataset and wrap it as a :class:`Predictor` with its card.
 
     Args:
@@ -350,6 +350,8 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
         name: the predictor's name (default from the device and phase).
         model_config: overrides of the model's config (e.g. ``{"hidden_dim": 128}``).
         train_config: a :class:`~perfseer.training.trainer.TrainConfig`.
+        max_train_models: train on at most this many of the training split's models (all their
+            rows), chosen by a hash of the name: a cheaper predictor, same validation and test sets.
 
     Returns:
         ``(predictor, fitted)``: ``fitted`` is the :class:`~perfseer.training.run.FittedMethod`
@@ -374,6 +376,8 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     else:
         sel = select(ds, metrics, dev_list, phase, split_column)
         targets = [Target(m, sel.devices[0], sel.phase) for m in metrics]
+    if max_train_models is not None:
+        sel.train = _subsample(sel, max_train_models)
     fitted = train_method(method, sel.train, sel.val, model_config, train_config=train_config,
                           targets=sel.targets, test_set=sel.test)
     keys = dict(zip(sel.targets, (t.key for t in targets)))
@@ -390,6 +394,7 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
         "dataset": str(getattr(ds, "path", data)), "dataset_table_sha256": manifest.get("table", {}).get("sha256"),
         "split_column": split_column, "split_seed": manifest.get("splits", {}).get("seed"),
         "rows": {s: len(sel.split(s)) for s in ("train", "val", "test")}, "dropped": sel.dropped,
+        "max_train_models": max_train_models,
         "batch_sizes": [batches[0], batches[-1]] if batches else None,
         "method_config": fitted.config,
         "train_config": result.config.to_dict() if result is not None and result.config is not None else None,
@@ -400,3 +405,13 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     name = name or (slug(targets[0].device, targets[0].phase) if len({t.device for t in targets}) == 1
                     else f"{method}-{'+'.join(t.device.split('/')[0] for t in targets)}.{targets[0].phase}")
     return Predictor.from_training(name, method, net, targets, seen, training, scores), fitted
+
+
+def _subsample(sel, n: int) -> list:
+    import hashlib
+
+    models = sel.labels["model"].astype(str).to_numpy()
+    train_models = sorted({models[int(g.row)] for g in sel.train},
+                          key=lambda m: hashlib.sha256(f"perfseer-subsample:{m}".encode()).hexdigest())
+    keep = set(train_models[:n])
+    return [g for g in sel.train if models[int(g.row)] in keep]

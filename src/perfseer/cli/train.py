@@ -60,6 +60,8 @@ def add_parser(sub) -> None:
     p.add_argument("--hidden", type=_positive(int), default=None, help="hidden width of the network")
     p.add_argument("--batch-size", type=_positive(int), default=d.batch_size, help=f"default {d.batch_size}")
     p.add_argument("--lr", type=_positive(float), default=d.lr, help=f"default {d.lr}")
+    p.add_argument("--max-train-models", type=_positive(int), default=None, metavar="N",
+                   help="train on at most N of the training split's models (hash-chosen; cheaper)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=_positive(int), default=None, help="torch CPU threads while training")
     p.add_argument("--no-pcgrad", action="store_true", help="SeerNet-Multi: plain summed losses")
@@ -96,7 +98,8 @@ def run_train(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     predictor, fitted = train_predictor(args.data, args.model, devices=args.device, phase=args.phase,
                                         metrics=args.metric or "latency_ms", split_column=args.split, name=args.name,
-                                        model_config=model_config, train_config=cfg)
+                                        model_config=model_config, train_config=cfg,
+                                        max_train_models=args.max_train_models)
     card = predictor.save(out)
     if args.json:
         print(json.dumps(predictor.card, indent=1))

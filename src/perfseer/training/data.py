@@ -230,9 +230,9 @@ def select_devices(dataset, metric: str, devices: Sequence[str], phase: str, spl
     for dev in devices:  # reuses select's checks and drop rules, one device at a time
         s = select(_Pair(graphs, labels), metric, [dev], phase, split_column,
                    None if transform is None else [transform])
-        rows = s.labels[["graph", split_column, metric]].drop_duplicates("graph")
+        rows = s.labels[["graph", "model", "batch_size", split_column, metric]].drop_duplicates("graph")
         parts.append(rows.set_index("graph").rename(columns={metric: dev}))
-    joined = parts[0][[split_column, devices[0]]]
+    joined = parts[0][["model", "batch_size", split_column, devices[0]]]
     for dev, p in zip(devices[1:], parts[1:]):
         joined = joined.join(p[[dev]], how="outer")
     complete = joined[devices].notna().all(axis=1)
