@@ -2,8 +2,9 @@
 
 Accepted: a path to an ``.onnx`` file (external data is never read), an ``onnx.ModelProto``, a
 ``torch.nn.Module`` with an input shape, and the references ``timm:NAME``, ``torchvision:NAME``,
-``example:NAME`` (small model graphs that ship with perfseer), ``nb201:ARCH_STR`` and
-``fbnet:BLOCKS`` (NAS-space networks, :mod:`perfseer.graph.spaces`), and ``space:CONFIG`` (a
+``example:NAME`` (small model graphs that ship with perfseer), ``nb201:ARCH_STR``,
+``fbnet:BLOCKS`` and ``ofa:ks=..;e=..;d=..;r=..`` (NAS-space networks, :mod:`perfseer.graph.spaces`;
+``ofa:`` needs the ``ofa`` extra), and ``space:CONFIG`` (a
 network of the PerfSeer model space, :mod:`perfseer.profiling.space`).
 """
 

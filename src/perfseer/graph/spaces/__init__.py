@@ -5,21 +5,25 @@ References (see :func:`perfseer.graph.load.load_skeleton`):
 - ``nb201:ARCH_STR``: the NAS-Bench-201 CIFAR-10 network (:mod:`.nb201`), e.g.
   ``nb201:|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|``;
 - ``fbnet:BLOCKS``: the FBNet CIFAR-100 network (:mod:`.fbnet`), the 22 block choices separated by
-  single spaces, e.g. ``fbnet:k3_e1 k3_e6 k5_e1_g2 skip ...``.
+  single spaces, e.g. ``fbnet:k3_e1 k3_e6 k5_e1_g2 skip ...``;
+- ``ofa:ks=K1,...,K20;e=E1,...,E20;d=D1,...,D5;r=R``: a Once-for-All MobileNetV3 (width 1.2)
+  ImageNet sub-network (:mod:`.ofa`), built by the ``ofa`` package (the ``ofa`` extra), input 3xRxR.
 
-Both take 3x32x32 images.  The PyTorch builders (:mod:`.nb201`, :mod:`.fbnet`) define the networks;
-the references emit their graphs directly as ONNX (:mod:`.nb201_onnx`, :mod:`.fbnet_onnx`,
-milliseconds instead of seconds of ``torch.onnx`` export), identical to the builders' exports.
+The first two take 3x32x32 images.  The PyTorch builders (:mod:`.nb201`, :mod:`.fbnet`) define
+the networks; the references emit their graphs directly as ONNX (:mod:`.nb201_onnx`,
+:mod:`.fbnet_onnx`, milliseconds instead of seconds of ``torch.onnx`` export), identical to the
+builders' exports.  ``ofa:`` sub-networks are exported by ``torch.onnx`` (seconds each).
 """
 
 from __future__ import annotations
 
-SPACES = ("nb201", "fbnet")
+SPACES = ("nb201", "fbnet", "ofa")
 _DEFAULT_INPUT = (3, 32, 32)
 
 
 def build_space_model(space: str, arch: str, for_graph: bool = False):
-    """The ``torch.nn.Module`` of ``arch`` in ``space`` (``"nb201"`` or ``"fbnet"``), random weights.
+    """The ``torch.nn.Module`` of ``arch`` in ``space`` (``"nb201"``, ``"fbnet"`` or ``"ofa"``), random
+    weights, built on the current default device.
 
     Args:
         for_graph: build the module whose export is the reference's graph: NAS-Bench-201 networks
@@ -36,17 +40,24 @@ def build_space_model(space: str, arch: str, for_graph: bool = False):
         from perfseer.graph.spaces.fbnet import build_fbnet
 
         return build_fbnet(arch)
+    if space == "ofa":
+        import torch
+
+        from perfseer.graph.spaces.ofa import build_ofa
+
+        return build_ofa(arch, device=str(torch.get_default_device()))
     from perfseer.errors import ModelLoadError
 
     raise ModelLoadError(f"unknown architecture space {space!r}", f"use one of: {', '.join(SPACES)}")
 
 
 def export_space_model(space: str, arch: str, input_shape=None):
-    """The ONNX :class:`~perfseer.graph.onnx_io.Skeleton` of ``arch``: emitted directly for both spaces
-    (the graph their PyTorch builders export); other spaces would be built on the meta device and exported.
+    """The ONNX :class:`~perfseer.graph.onnx_io.Skeleton` of ``arch``: emitted directly for ``nb201``
+    and ``fbnet`` (the graph their PyTorch builders export); ``ofa`` sub-networks are built on the meta
+    device by the ``ofa`` package and exported by ``torch.onnx``.
 
     Args:
-        input_shape: one sample without the batch (default ``(3, 32, 32)``).
+        input_shape: one sample without the batch (default ``(3, 32, 32)``; ``(3, r, r)`` for ``ofa``).
     """
     if space == "nb201":
         # Emitted directly as ONNX (milliseconds), the same graph the PyTorch builder exports.
@@ -58,6 +69,11 @@ def export_space_model(space: str, arch: str, input_shape=None):
         from perfseer.graph.spaces.fbnet_onnx import fbnet_skeleton
 
         return fbnet_skeleton(arch, tuple(input_shape or _DEFAULT_INPUT))
+    if space == "ofa":
+        # the package builds the sub-network (super-network cached per process), then torch.onnx
+        from perfseer.graph.spaces.ofa import ofa_skeleton
+
+        return ofa_skeleton(arch, input_shape)
     import torch
 
     from perfseer.graph.torch_export import skeleton_from_module
@@ -78,8 +94,12 @@ def __getattr__(name: str):
         from perfseer.graph.spaces import fbnet
 
         return getattr(fbnet, name)
+    if name in ("build_ofa", "parse_ofa"):
+        from perfseer.graph.spaces import ofa
+
+        return getattr(ofa, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["SPACES", "build_space_model", "export_space_model", "build_nb201", "parse_nb201", "build_fbnet",
-           "parse_fbnet"]
+           "parse_fbnet", "build_ofa", "parse_ofa"]
