@@ -66,7 +66,8 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=_positive(int), default=None, help="torch CPU threads while training")
     p.add_argument("--no-pcgrad", action="store_true", help="SeerNet-Multi: plain summed losses")
     p.add_argument("--cuda", action="store_true", help="train on CUDA")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint if present")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run from OUT/.checkpoint (written each epoch, removed at the end)")
     p.add_argument("--json", action="store_true", help="print the card as JSON")
     p.set_defaults(func=run_train)
 
@@ -93,7 +94,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(max_epochs=args.epochs, time_limit_s=args.time_limit, batch_size=args.batch_size, lr=args.lr,
                       seed=args.seed, num_threads=args.threads, pcgrad=not args.no_pcgrad,
                       device="cuda" if args.cuda else "cpu", progress=sys.stderr.isatty(),
-                      checkpoint_dir=str(out / "checkpoint"), resume=args.resume)
+                      checkpoint_dir=str(out / ".checkpoint"), resume=args.resume)
     model_config = {"hidden_dim": args.hidden} if args.hidden else None
     start = time.perf_counter()
     predictor, fitted = train_predictor(args.data, args.model, devices=args.device, phase=args.phase,
@@ -101,6 +102,9 @@ def run_train(args: argparse.Namespace) -> int:
                                         model_config=model_config, train_config=cfg,
                                         max_train_models=args.max_train_models)
     card = predictor.save(out)
+    import shutil
+
+    shutil.rmtree(out / ".checkpoint", ignore_errors=True)  # the predictor is saved: nothing to resume
     if args.json:
         print(json.dumps(predictor.card, indent=1))
         return 0
