@@ -125,6 +125,15 @@ def test_baseline_predictor_is_all_card(dataset, tmp_path):
     assert back.predict(a, batch=8)[0]["value"] == pytest.approx(p.predict(a, batch=8)[0]["value"])
 
 
+def test_max_train_models_keeps_val_and_test(dataset):
+    ds = load_dataset(dataset / "ds")
+    full, _ = train_predictor(ds, "flops", devices="gpu-a", phase="infer")
+    small, _ = train_predictor(ds, "flops", devices="gpu-a", phase="infer", max_train_models=2)
+    assert small.card["training"]["rows"]["train"] == 2 * 2  # two models, each at batch 1 and 8
+    assert full.card["training"]["rows"]["train"] > 4
+    assert small.card["training"]["rows"]["test"] == full.card["training"]["rows"]["test"]
+
+
 def test_evaluate_counts_uncovered_rows(trained, dataset, tmp_path):
     rows = [{"model": arch(random.Random(7)), "input_shape": "3x32x32", "batch_size": b, "phase": "infer",
              "device": dev, "latency_ms": 1.0 + b} for b in (1, 2) for dev in ("gpu-a", "tpu")]
