@@ -1,0 +1,92 @@
+"""The accuracy benchmarks run end to end on a tiny synthetic dataset (seconds, not the real data)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "training"))
+
+import _training_bench as tb  # noqa: E402
+import ablations  # noqa: E402
+import compare_methods  # noqa: E402
+from train_helpers import GLOBAL, chain_graph  # noqa: E402
+
+DEVICES = ("gpu_a", "gpu_b")
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    """40 architectures at batch 1 and 8 on two devices; latency ~ FLOPs (device b twice as slow)."""
+    rng = np.random.default_rng(0)
+    graphs, rows = [], []
+    for a in range(40):
+        for b in (1, 8):
+            g = chain_graph(rng, batch=b)
+            graphs.append(g)
+            flops = float(g.u[0, GLOBAL["flops_total"]])
+            for k, dev in enumerate(DEVICES):
+                rows.append({"model": f"arch{a}", "batch_size": b, "device": dev, "phase": "infer",
+                             "latency_ms": 1e-6 * flops * (k + 1) + 0.1, "graph": len(graphs) - 1,
+                             "split": ("train", "train", "val", "test")[a % 4], "family_split": None})
+    view = tb.View(graphs, pd.DataFrame(rows))
+    monkeypatch.setattr(tb, "load", lambda name, data_root=None: view)
+    monkeypatch.setattr(tb, "dataset_path", lambda name, data_root=None: Path("synthetic") / name)
+    monkeypatch.setattr(tb, "set_threads", lambda n: None)  # leave the test process's torch threads alone
+    return view
+
+
+def _args(**kw):
+    base = dict(data_root=None, archs=None, batch=None, multi=True, hidden=8, epochs=1, time_limit=None,
+                patience=20, seed=0, threads=1)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_settings_parse_presets_and_ad_hoc():
+    assert tb.parse_settings("timm-i9")[0].devices == ("i9_10940x/fp32-nchw-pt240-dynamo",)
+    s = tb.parse_settings("nb201:1080ti+titanxp:infer:split")[0]
+    assert s.devices == ("1080ti", "titanxp") and s.per_device
+    with pytest.raises(argparse.ArgumentTypeError, match="choose from"):
+        tb.parse_settings("nope")
+
+
+def test_subsample_is_stable_and_nested(tiny):
+    setting = tb.Setting("t", "tiny", DEVICES)
+    small, _ = tb.setting_view(setting, archs=5)
+    large, info = tb.setting_view(setting, archs=20, batch=8)
+    assert set(small.labels["model"]) <= set(large.labels["model"])
+    assert info["architectures"] == 20 and info["batch_sizes"] == [8]
+    assert set(large.labels["batch_size"]) == {8}
+
+
+def test_compare_single_and_per_device(tiny):
+    from rich.console import Console
+
+    console = Console(file=io.StringIO())
+    one = compare_methods.run_single(tb.Setting("one", "tiny", ("gpu_a",)), ["flops", "seernet"], _args(), console)
+    assert [r["method"] for r in one["results"]] == ["flops", "seernet"]
+    assert one["best"] in ("flops", "seernet") and one["results"][1]["params"] > 0
+    compare_methods.single_table("one", one)
+    both = compare_methods.run_per_device(tb.Setting("two", "tiny", DEVICES), ["flops"], _args(), console)
+    names = [r["method"] for r in both["summary"]]
+    assert names == ["flops", "seernet-multi (PCGrad)", "seernet-multi (no PCGrad)"]
+    assert all(set(r["per_device"]) == set(DEVICES) and "mape" in r["mean"] for r in both["summary"])
+    assert len(compare_methods.per_device_tables("two", both)) == 2
+
+
+def test_ablations_main_writes_json(tiny, tmp_path):
+    out = tmp_path / "abl.json"
+    assert ablations.main(["--setting", "tiny:gpu_a:infer", "--groups", "components,scale", "--fractions", "50,100",
+                           "--epochs", "1", "--hidden", "8", "--archs", "40", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [r["variant"] for r in report["tables"]["components"]][-1] == "SynMM + GNPB"
+    scale = report["tables"]["scale"]
+    assert scale[0]["train_examples"] < scale[1]["train_examples"] == report["sizes"]["train"]
