@@ -1,14 +1,18 @@
 """PerfSeer's ablations (Tables 1-3) redone with SeerNet on one setting: feature groups, SynMM and
 GNPB, and the amount of training data.
 
-    taskset -c 0 python benchmarks/ablations.py --archs 2000 --epochs 200 --time-limit 300 --json benchmarks/results/ablations_nb201.json
+    taskset -c 0 python benchmarks/ablations.py --archs 600 --epochs 200 --time-limit 400 --json benchmarks/results/ablations_nb201.json
     taskset -c 0 python benchmarks/ablations.py --setting timm-3090-infer --epochs 300 --time-limit 300 --json benchmarks/results/ablations_timm.json
     taskset -c 0 python benchmarks/ablations.py --archs 200 --epochs 2   # smoke
 
+13 SeerNet runs (7 feature variants, 3 more component variants, 3 more data scales), each about
+its ``--time-limit`` on one core unless early stopping ends it: ~1.6 h for the first line (600
+architectures x 3 batch sizes: ~900 training examples, ~12 s per epoch, ~30 epochs in 400 s).
+
 Default setting: NAS-Bench-201 latencies on one GPU (``--setting nb201-gpus --device 1080ti``, all
-three batch sizes unless ``--batch``), subsampled to ``--archs`` architectures (default 2,000; a
-hash of the model name picks them, see ``_training_bench.py``).  Every run is SeerNet at its paper
-configuration (``--hidden`` overrides the widths), trained with the same seed, split and budget:
+three batch sizes unless ``--batch``), subsampled to ``--archs`` architectures (default 600 on
+NB201 and FBNet, all of timm; a hash of the model name picks them, see ``_training_bench.py``).
+Every run is SeerNet at its paper configuration (``--hidden`` overrides the widths), trained with the same seed, split and budget:
 
 * **features** (Table 1): all features; without the node hyper-parameters (``node_hp``), the node
   cost features (``node_cost``: FLOPs, MACs, memory access, bytes, intensity, proportions), the edge
@@ -38,6 +42,7 @@ import _training_bench as tb  # noqa: E402
 from compare_methods import _epochs, fit_and_score  # noqa: E402
 
 GROUPS = ("features", "components", "scale")
+DEFAULT_NAS_ARCHS = 600  # --archs when not given, on nb201 and fbnet (``--archs 12500``: all of NB201)
 # (label, feature_mask, model config overrides)
 FEATURE_VARIANTS = (
     ("all features", (), {}),
@@ -86,11 +91,12 @@ def main(argv=None) -> int:
     ap.add_argument("--fractions", type=_fractions, default=[10.0, 25.0, 50.0, 100.0], metavar="P,P,...",
                     help="percentages of the training architectures for the scale table (default 10,25,50,100)")
     tb.add_common_args(ap)
-    ap.set_defaults(archs=2000)
     args = ap.parse_args(argv)
     if len(args.setting) != 1:
         ap.error("--setting takes one setting")
     setting = args.setting[0]
+    if args.archs is None and setting.dataset in ("nb201", "fbnet"):
+        args.archs = DEFAULT_NAS_ARCHS  # the NAS spaces are large; timm is used whole
     bad = [g for g in args.groups if g not in GROUPS]
     if bad or not args.groups:
         ap.error(f"unknown group(s) {', '.join(bad)}; choose from {', '.join(GROUPS)}")

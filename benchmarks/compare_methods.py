@@ -1,9 +1,15 @@
 """Every method on the same selection, split and seed: one accuracy table per setting.
 
-    taskset -c 0 python benchmarks/compare_methods.py --settings timm-3090-infer,timm-3090-infer-family,timm-3090-train,timm-i9 --epochs 300 --time-limit 600 --json benchmarks/results/compare_timm.json
-    taskset -c 0 python benchmarks/compare_methods.py --settings nb201-gpus --archs 2000 --batch 256 --epochs 200 --time-limit 300 --json benchmarks/results/compare_nb201.json
-    taskset -c 0 python benchmarks/compare_methods.py --settings fbnet-gpus --archs 2000 --batch 64 --epochs 200 --time-limit 300 --json benchmarks/results/compare_fbnet.json
-    taskset -c 0 python benchmarks/compare_methods.py --settings timm-3090-infer --epochs 2 --methods seernet,gbm,flops   # smoke
+    taskset -c 0 python benchmarks/compare_methods.py --settings timm-3090-infer,timm-3090-infer-family,timm-3090-train,timm-i9 --epochs 300 --time-limit 300 --json benchmarks/results/compare_timm.json
+    taskset -c 0 python benchmarks/compare_methods.py --settings nb201-gpus --archs 1000 --batch 256 --epochs 200 --time-limit 240 --json benchmarks/results/compare_nb201.json
+    taskset -c 0 python benchmarks/compare_methods.py --settings fbnet-gpus --archs 1000 --batch 64 --epochs 200 --time-limit 240 --json benchmarks/results/compare_fbnet.json
+    taskset -c 0 python benchmarks/compare_methods.py --settings fbnet-gpus --archs 200 --batch 64 --epochs 2   # smoke
+
+On one core, a network costs about its ``--time-limit`` (plus one epoch and a final evaluation)
+unless early stopping ends it first: the timm line takes ~2.3 h (4 settings x 6 networks x ~5 min),
+the NB201 and FBNet lines ~2.2 h each (5 GPUs x 5 graph networks x ~4.5 min, MLP-Node, baselines and
+the two SeerNet-Multi runs); SeerNet trains ~14 ms per graph per epoch on one core there (PMGNS,
+GAT ~2x, GIN ~2.5x, GCN ~3x), so ~35 SeerNet epochs fit in 240 s on 1,000 architectures.
 
 Methods: the neural models ``seernet``, ``pmgns``, ``gcn``, ``gat``, ``gin``, ``mlp-node`` (each at its
 registry defaults, the papers' sizes, unless ``--hidden``) and the baselines ``additive``, ``gbm``,
@@ -176,7 +182,8 @@ def run_per_device(setting, methods, args, console) -> dict:
                "fit_time_s": round(sum(r.get("fit_time_s", 0.0) for r in rows), 2),
                "epochs": _mean_int([r.get("epochs") for r in rows]),
                "stopped": _common([r.get("stopped") for r in rows]),
-               "epochs_per_device": [r.get("epochs") for r in rows], "stopped_per_device": [r.get("stopped") for r in rows],
+               "epochs_per_device": [r.get("epochs") for r in rows],
+               "stopped_per_device": [r.get("stopped") for r in rows],
                "per_device": {d: (r["test"][setting.metric] if "error" not in r else {"error": r["error"]})
                               for d, r in zip(devices, rows)}}
         if errs:
