@@ -84,7 +84,7 @@ class TrainConfig:
     seed: int = 0  # seeds torch's RNG (dropout), the data order and PCGrad's projection order
     device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto" (CUDA when available)
     feature_mask: tuple[str, ...] = ()  # feature groups to zero (ablations): node_hp, node_cost, edge, global
-    eval_batch_size: int = 1024  # graphs per forward pass when evaluating (memory only, not results)
+    eval_batch_size: int = 64  # graphs per forward pass when evaluating (speed and memory only; 64 is ~2x faster on CPU than 1024)
     # torch intra-op CPU threads while training (None: leave torch's setting).  Batches of small
     # graphs gain little from threads, and OpenMP threads on a busy machine can slow them 10x.
     num_threads: int | None = None
@@ -138,7 +138,7 @@ class NeuralPredictor:
     """
 
     def __init__(self, model: nn.Module, feature_scaler: FeatureScaler, target_scaler: TargetScaler,
-                 batch_size: int = 1024, device: str | torch.device = "cpu"):
+                 batch_size: int = 64, device: str | torch.device = "cpu"):
         self.model = model
         self.feature_scaler = feature_scaler
         self.target_scaler = target_scaler
