@@ -131,6 +131,9 @@ class Predictor:
             tmp = weights.with_name(weights.name + ".tmp")
             state = {k: v.detach().cpu().contiguous() for k, v in self.net.model.state_dict().items()}
             save_file(state, str(tmp), metadata={"format": CARD_FORMAT, "name": name})
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # safetensors writes 0600; predictors are shared files
             os.replace(tmp, weights)
         card = directory / f"{name}.json"
         tmp = card.with_name(card.name + ".tmp")

@@ -75,15 +75,19 @@ def run_predictors(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="predictors", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for c in ("name", "model", "covers", "train rows", "test MAPE %", "test Spearman"):
-        t.add_column(c)
+    t = Table(title="predictors (one row per target; scores on the held-out test split)", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in ("name", "model", "device", "phase", "metric", "train", "test MAPE %", "Spearman"):
+        t.add_column(c, justify="right" if c in ("train", "test MAPE %", "Spearman") else "left")
     for it in items:
         test = it["scores"].get("test", {})
-        covers = "; ".join(it["targets"])
-        mape = ", ".join(f"{m['mape']:.1f}" for m in test.values()) or "-"
-        rho = ", ".join(f"{m['spearman']:.3f}" for m in test.values()) or "-"
         rows = (it["training"].get("rows") or {}).get("train", "-")
-        t.add_row(it["name"], it["model"], covers, str(rows), mape, rho)
+        for i, key in enumerate(it["targets"]):
+            metric, _, rest = key.partition("@")
+            device, _, phase = rest.rpartition(":")
+            m = test.get(key)
+            t.add_row(it["name"] if i == 0 else "", it["model"] if i == 0 else "", device, phase, metric,
+                      f"{rows:,}" if i == 0 and isinstance(rows, int) else "",
+                      f"{m['mape']:.2f}" if m else "-", f"{m['spearman']:.3f}" if m else "-")
     Console().print(t if items else "no predictors found")
     return 0
