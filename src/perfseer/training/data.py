@@ -193,17 +193,23 @@ def select(dataset, targets: str | Sequence[str], devices: str | Sequence[str] |
     if len(gidx) and (gidx.min() < 0 or gidx.max() >= len(graphs)):
         raise PerfseerError(f"label rows point at graph {int(gidx.max())}, but the dataset has {len(graphs)} graphs",
                             "rebuild the dataset (perfseer data build)")
-    out = {"train": [], "val": [], "test": []}
-    for i, (g, s) in enumerate(zip(gidx, rows[split_column].astype(str))):
-        if s not in out:
-            raise PerfseerError(f"row {i} has {split_column} {s!r}", "splits are train, val or test")
-        d = copy.copy(graphs[g])  # one graph may carry several rows (phases, devices): share tensors
-        d.y = torch.from_numpy(y[i:i + 1].copy())
-        d.row = torch.tensor([i], dtype=torch.long)
-        out[s].append(d)
+    out = _examples(graphs, gidx, rows[split_column].astype(str), y, split_column)
     sel = Selection(out["train"], out["val"], out["test"], targets, rows, devices, phase, split_column, dropped)
     log.info("%s", sel.describe())
     return sel
+
+
+def _examples(graphs, gidx, split_values, y: np.ndarray, split_column: str) -> dict[str, list]:
+    """Per split, a shallow copy of each row's graph with its targets ``y`` and ``row`` attached."""
+    out = {"train": [], "val": [], "test": []}
+    for i, (g, s) in enumerate(zip(gidx, split_values)):
+        if s not in out:
+            raise PerfseerError(f"row {i} has {split_column} {s!r}", "splits are train, val or test")
+        d = copy.copy(graphs[int(g)])  # one graph may carry several rows (phases, devices): share tensors
+        d.y = torch.from_numpy(y[i:i + 1].copy())
+        d.row = torch.tensor([i], dtype=torch.long)
+        out[s].append(d)
+    return out
 
 
 def targets_of(graphs: Sequence) -> np.ndarray:
@@ -243,13 +249,8 @@ def select_devices(dataset, metric: str, devices: Sequence[str], phase: str, spl
                             "choose devices that measured the same models")
     names = [f"{metric}@{d}" for d in devices]
     y = joined[devices].to_numpy(dtype=np.float32)
-    out = {"train": [], "val": [], "test": []}
     rows = joined.reset_index()
-    for i, (g, s) in enumerate(zip(rows["graph"].to_numpy(), rows[split_column].astype(str))):
-        d = copy.copy(graphs[int(g)])
-        d.y = torch.from_numpy(y[i:i + 1].copy())
-        d.row = torch.tensor([i], dtype=torch.long)
-        out[s].append(d)
+    out = _examples(graphs, rows["graph"].to_numpy(), rows[split_column].astype(str), y, split_column)
     sel = Selection(out["train"], out["val"], out["test"], names, rows, devices, phase, split_column, dropped)
     log.info("%s", sel.describe())
     return sel
