@@ -182,3 +182,28 @@ def test_resume_after_kill_9_loses_nothing_and_duplicates_nothing(tmp_path):
     assert set(before) <= set(after)  # what was stored before the kill is untouched
     again = subprocess.run(_collect_cmd(db), env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "up to date" in again.stdout
+
+
+class _StubWorker:
+    """Returns a fixed measurement: enough to test what run_local does with results."""
+
+    def __init__(self, backend, util):
+        self.backend, self.util, self.info = backend, util, None
+
+    def run(self, job, timeout):
+        return Measurement("ok", latency_ms=3.0, memory_mb=1.0, util_pct=self.util)
+
+
+def test_cpu_measurement_without_its_cores_is_contended_and_retried(tmp_path):
+    with Store(tmp_path / "runs.sqlite") as store:
+        jobs = [job(batch=1), job(batch=2)]
+        store.add_jobs(jobs)
+        summary = run_local(store, store.pending(jobs), _StubWorker("torch-cpu", 35.0), 10.0)
+        assert summary.statuses["contended"] == 2
+        assert store.pending(jobs) == [] and len(store.pending(jobs, retry_failed=True)) == 2
+        run_local(store, store.pending(jobs, retry_failed=True), _StubWorker("torch-cpu", 99.0), 10.0)
+        assert set(store.rows()["status"]) == {"ok"}
+    with Store(tmp_path / "gpu.sqlite") as store:  # GPU utilisation is the device's, not the process's
+        store.add_jobs([job(device="fakegpu/fake")])
+        summary = run_local(store, store.pending(), _StubWorker("torch-cuda", 20.0), 10.0)
+        assert summary.statuses["ok"] == 1

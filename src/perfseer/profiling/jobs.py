@@ -18,9 +18,11 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 # ok: measured.  oom: out of memory (torch.OutOfMemoryError, MemoryError, an allocator failure).
 # crash: the measuring process died (a signal, a hard exit).  timeout: it did not finish in time
 # and was killed.  unsupported: the backend cannot run this phase/precision.  error: any other
-# exception (a model that cannot be built, a shape it cannot take).
-STATUSES = ("ok", "oom", "crash", "timeout", "unsupported", "error")
-FAILED = ("oom", "crash", "timeout", "error")  # what --retry-failed measures again
+# exception (a model that cannot be built, a shape it cannot take).  contended: a CPU measurement
+# whose process got much less CPU than its threads could use (another job was running on its
+# cores), so its times are inflated: not a result, measured again by --retry-failed.
+STATUSES = ("ok", "oom", "crash", "timeout", "unsupported", "error", "contended")
+FAILED = ("oom", "crash", "timeout", "error", "contended")  # what --retry-failed measures again
 
 _SHAPE = re.compile(r"[1-9]\d*(?:x[1-9]\d*)*")
 

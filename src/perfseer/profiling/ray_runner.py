@@ -52,8 +52,10 @@ def probe_task(backend: str, options: dict, recycle_every: int) -> dict:
 
 def measure_task(job: dict, backend: str, options: dict, timeout: float, recycle_every: int) -> dict:
     """Ray task: one measurement; returns the result, the environment and the node's name."""
+    from perfseer.profiling.collect import check_contention
+
     worker = _local_worker(backend, options, recycle_every)
-    m = worker.run(Job.from_dict(job), timeout)
+    m = check_contention(worker.run(Job.from_dict(job), timeout), backend)
     return {"result": m.to_dict(), "env": worker.info["env"] if worker.info else None, "node": platform.node()}
 
 

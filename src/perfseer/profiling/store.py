@@ -269,7 +269,7 @@ class Store:
             table[c] = ok[c]
         table.loc[table["phase"] != "train", "optimizer"] = None
         table["converged"] = ok["converged"].map({1: True, 0: False})
-        others = self.rows([s for s in ("oom", "crash", "timeout", "unsupported", "error")])
+        others = self.rows([s for s in ("oom", "crash", "timeout", "unsupported", "error", "contended")])
         excluded = Counter(others["status"]) if len(others) else Counter()
         if len(table) == 0:
             raise CollectError(f"'{self.path}' holds no successful measurement to export"
