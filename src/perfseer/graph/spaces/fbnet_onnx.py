@@ -19,10 +19,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from perfseer.graph.onnx_io import NOT_EXPORTED, Skeleton
+from perfseer.graph.onnx_io import Skeleton
 from perfseer.graph.spaces.fbnet import (HEAD_CHANNELS, INPUT_SHAPE, NUM_CLASSES, STAGE_CHANNELS, STEM_CHANNELS,
                                          BlockSpec, parse_fbnet)
 from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
+from perfseer.graph.spaces.nb201_onnx import external_weight
 
 _OPSET = 20
 
@@ -50,11 +51,7 @@ class _Graph:
         return out
 
     def weight(self, name: str, dims: tuple[int, ...], buffer: bool = False) -> str:
-        t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(dims))
-        t.data_location = TensorProto.EXTERNAL
-        entry = t.external_data.add()
-        entry.key, entry.value = "location", NOT_EXPORTED
-        self.weights.append(t)
+        self.weights.append(external_weight(name, dims))
         if buffer:
             self.buffers.append(name)
         return name

@@ -23,6 +23,15 @@ from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
 _OPSET = 20
 
 
+
+def external_weight(name: str, dims: tuple[int, ...]) -> TensorProto:
+    """A float initializer that names its shape but holds no data (skeletons carry no weights)."""
+    t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(dims))
+    t.data_location = TensorProto.EXTERNAL
+    entry = t.external_data.add()
+    entry.key, entry.value = "location", NOT_EXPORTED
+    return t
+
 class _Graph:
     def __init__(self):
         self.nodes: list[onnx.NodeProto] = []
@@ -41,11 +50,7 @@ class _Graph:
         return out
 
     def weight(self, name: str, dims: tuple[int, ...], buffer: bool = False) -> str:
-        t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(dims))
-        t.data_location = TensorProto.EXTERNAL
-        entry = t.external_data.add()
-        entry.key, entry.value = "location", NOT_EXPORTED
-        self.weights.append(t)
+        self.weights.append(external_weight(name, dims))
         if buffer:
             self.buffers.append(name)
         return name
