@@ -127,14 +127,20 @@ def run_local(store: Store, pending: list[tuple[int, Job]], worker, timeout: flo
                     env_ids[key] = store.environment_id(env)
                 env_id = env_ids[key]
         note_failure(job, m, failed_at)
-        store.record(job_id, m, env_id)
-        summary.done += 1
-        summary.statuses[m.status] += 1
-        if m.status == "ok" and m.seconds is not None:
-            summary.seconds.append(m.seconds)
-        if on_result is not None:
-            on_result(job, m)
+        store_result(store, job_id, job, m, env_id, summary, on_result)
     return summary
+
+
+def store_result(store: Store, job_id: int, job: Job, m: Measurement, env_id: int | None, summary: Summary,
+                 on_result: Callable[[Job, Measurement], None] | None = None) -> None:
+    """Commit one result and count it (shared by the local and the Ray runners)."""
+    store.record(job_id, m, env_id)
+    summary.done += 1
+    summary.statuses[m.status] += 1
+    if m.status == "ok" and m.seconds is not None:
+        summary.seconds.append(m.seconds)
+    if on_result is not None:
+        on_result(job, m)
 
 
 def plan(store: Store, grid: Grid | None, hardware: str, setting: str, retry_failed: bool = False,

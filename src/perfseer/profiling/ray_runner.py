@@ -165,13 +165,9 @@ class RayRunner:
 
     @staticmethod
     def _store(store, job_id, job, m, env_id, summary, on_result):
-        store.record(job_id, m, env_id)
-        summary.done += 1
-        summary.statuses[m.status] += 1
-        if m.status == "ok" and m.seconds is not None:
-            summary.seconds.append(m.seconds)
-        if on_result is not None:
-            on_result(job, m)
+        from perfseer.profiling.collect import store_result
+
+        store_result(store, job_id, job, m, env_id, summary, on_result)
 
     def close(self) -> None:
         if self._owns and self.ray.is_initialized():
