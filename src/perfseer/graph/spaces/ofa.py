@@ -32,10 +32,11 @@ import importlib.util
 import threading
 from dataclasses import dataclass
 
+from perfseer.data.importers.help_nas import OFA_SLOTS as SLOTS  # 5 stages x at most 4 blocks
+from perfseer.data.importers.help_nas import OFA_STAGES as STAGES
+from perfseer.data.importers.help_nas import OFAArch
 from perfseer.errors import MissingDependencyError, ModelLoadError
 
-SLOTS = 20  # 5 stages x at most 4 blocks
-STAGES = 5
 KERNEL_SIZES = (3, 5, 7)
 EXPAND_RATIOS = (3, 4, 6)
 DEPTHS = (2, 3, 4)
@@ -49,19 +50,10 @@ _PARTS = {"ks": (SLOTS, KERNEL_SIZES, "kernel sizes"), "e": (SLOTS, EXPAND_RATIO
 
 
 @dataclass(frozen=True)
-class OFASubnet:
-    """A Once-for-All MobileNetV3 sub-network (see the module docstring)."""
-
-    ks: tuple[int, ...]
-    e: tuple[int, ...]
-    d: tuple[int, ...]
-    r: int
-
-    @property
-    def ref(self) -> str:
-        """The model reference, ``ofa:ks=...;e=...;d=...;r=...``."""
-        join = ",".join
-        return f"ofa:ks={join(map(str, self.ks))};e={join(map(str, self.e))};d={join(map(str, self.d))};r={self.r}"
+class OFASubnet(OFAArch):
+    """A Once-for-All MobileNetV3 sub-network (see the module docstring): the importer's
+    :class:`~perfseer.data.importers.help_nas.OFAArch` (fields ``ks``, ``e``, ``d``, ``r`` and its
+    ``ref``), checked against the super-network's choices by :func:`parse_ofa`."""
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
