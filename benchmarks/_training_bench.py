@@ -25,6 +25,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from perfseer.cli.train import positive  # the CLI's "number > 0" argument type; used by every script
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE_DATASETS = ROOT / ".cache" / "datasets"
 SUBSAMPLE_SALT = "perfseer-bench-v1"
@@ -91,18 +93,6 @@ def parse_settings(text: str) -> list[Setting]:
 
 def parse_list(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
-
-
-def positive(kind):
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            v = 0
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-        return v
-    return parse
 
 
 def add_common_args(ap: argparse.ArgumentParser) -> None:

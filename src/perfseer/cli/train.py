@@ -19,7 +19,8 @@ def _ints(text: str) -> list[int]:
     return values
 
 
-def _positive(kind):
+def positive(kind):
+    """An argparse type: ``kind(text)``, refused unless > 0 (benchmarks share it)."""
     def parse(text: str):
         try:
             v = kind(text)
@@ -54,16 +55,16 @@ def add_parser(sub) -> None:
                    help="split by architecture (default) or by model family (timm)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the predictor files")
     p.add_argument("--name", default=None, help="predictor name (default: from the device and phase)")
-    p.add_argument("--epochs", type=_positive(int), default=d.max_epochs, help=f"at most (default {d.max_epochs})")
-    p.add_argument("--time-limit", type=_positive(float), default=None, metavar="S",
+    p.add_argument("--epochs", type=positive(int), default=d.max_epochs, help=f"at most (default {d.max_epochs})")
+    p.add_argument("--time-limit", type=positive(float), default=None, metavar="S",
                    help="stop after the epoch that ends past S seconds")
-    p.add_argument("--hidden", type=_positive(int), default=None, help="hidden width of the network")
-    p.add_argument("--batch-size", type=_positive(int), default=d.batch_size, help=f"default {d.batch_size}")
-    p.add_argument("--lr", type=_positive(float), default=d.lr, help=f"default {d.lr}")
-    p.add_argument("--max-train-models", type=_positive(int), default=None, metavar="N",
+    p.add_argument("--hidden", type=positive(int), default=None, help="hidden width of the network")
+    p.add_argument("--batch-size", type=positive(int), default=d.batch_size, help=f"default {d.batch_size}")
+    p.add_argument("--lr", type=positive(float), default=d.lr, help=f"default {d.lr}")
+    p.add_argument("--max-train-models", type=positive(int), default=None, metavar="N",
                    help="train on at most N of the training split's models (hash-chosen; cheaper)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=_positive(int), default=None, help="torch CPU threads while training")
+    p.add_argument("--threads", type=positive(int), default=None, help="torch CPU threads while training")
     p.add_argument("--no-pcgrad", action="store_true", help="SeerNet-Multi: plain summed losses")
     p.add_argument("--cuda", action="store_true", help="train on CUDA")
     p.add_argument("--resume", action="store_true",
