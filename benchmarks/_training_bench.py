@@ -234,6 +234,30 @@ def model_config(method: str, hidden: int | None, extra: dict | None = None) -> 
     return cfg or None
 
 
+def overrides_for(method: str, settings: list[str] | None) -> dict | None:
+    """The ``FIELD=VALUE`` settings (``--set``) that ``method``'s config has, values read as JSON
+    (else kept as text); ``None`` when none applies."""
+    import dataclasses
+
+    from perfseer.models.registry import MODELS
+
+    if not settings or method not in MODELS:
+        return None
+    fields = {f.name for f in dataclasses.fields(MODELS[method][0])}
+    out = {}
+    for item in settings:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"error: --set {item!r}: write FIELD=VALUE, e.g. --set dropout=0.1")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        if name.strip() in fields:
+            out[name.strip()] = value
+    return out or None
+
+
 def parameters(fitted) -> tuple[int | None, str]:
     """``(count, label)`` of a fitted method's learned parameters (trees for the GBM)."""
     est = fitted.estimator

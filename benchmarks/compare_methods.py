@@ -63,6 +63,8 @@ def fit_and_score(method: str, sel, args, console, label: str | None = None, mod
     from perfseer.training.run import evaluate_method, train_method
 
     label = label or method
+    if model_extra is None:
+        model_extra = tb.overrides_for(method, getattr(args, "set", None))
     t0 = time.perf_counter()
     try:
         fitted = train_method(method, sel.train, sel.val, tb.model_config(method, args.hidden, model_extra),
@@ -259,6 +261,9 @@ def main(argv=None) -> int:
                     help=f"comma-separated, from: {', '.join(tb.SETTINGS)} (default timm-3090-infer)")
     ap.add_argument("--methods", type=tb.parse_list, default=list(tb.DEFAULT_METHODS),
                     help=f"comma-separated (default {','.join(tb.DEFAULT_METHODS)})")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="set a model config field (JSON value) in every method that has it; repeatable, "
+                         "e.g. --set op_embedding_dim=16 --set dropout=0.1")
     ap.add_argument("--no-multi", dest="multi", action="store_false",
                     help="per-device settings: skip SeerNet-Multi (with / without PCGrad)")
     tb.add_common_args(ap)

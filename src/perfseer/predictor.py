@@ -394,7 +394,7 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     result = fitted.train_result
     manifest = getattr(ds, "manifest", {}) or {}
     training = {
-        "dataset": str(getattr(ds, "path", data)), "dataset_table_sha256": manifest.get("table", {}).get("sha256"),
+        "dataset": _dataset_label(getattr(ds, "path", data)), "dataset_table_sha256": manifest.get("table", {}).get("sha256"),
         "split_column": split_column, "split_seed": manifest.get("splits", {}).get("seed"),
         "rows": {s: len(sel.split(s)) for s in ("train", "val", "test")}, "dropped": sel.dropped,
         "max_train_models": max_train_models,
@@ -408,6 +408,17 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     name = name or (slug(targets[0].device, targets[0].phase) if len({t.device for t in targets}) == 1
                     else f"{method}-{'+'.join(t.device.split('/')[0] for t in targets)}.{targets[0].phase}")
     return Predictor.from_training(name, method, net, targets, seen, training, scores), fitted
+
+
+def _dataset_label(path) -> str:
+    """How a card names its training data: ``datasets/NAME`` for a committed dataset (not this
+    machine's absolute path), else the path as given."""
+    from perfseer.data.dataset import BUNDLED_DATASETS
+
+    try:
+        return f"datasets/{Path(path).resolve().relative_to(BUNDLED_DATASETS.resolve()).as_posix()}"
+    except (TypeError, ValueError, OSError):
+        return str(path)
 
 
 def _subsample(sel, n: int) -> list:
