@@ -51,7 +51,7 @@ def run(args, console) -> dict:
                 r = fit_and_score("seernet-multi", multi, args, console, label=label, pcgrad=pcgrad)
                 out["runs"].append({"phase": phase, "seed": seed, "method": label, "row": r,
                                     "mape": {m: _mape(r, m) for m in args.metrics}})
-            for m, sel in singles.items():
+            for m, sel in (singles.items() if args.single else ()):
                 r = fit_and_score("seernet", sel, args, console, label=f"seernet ({m})")
                 out["runs"].append({"phase": phase, "seed": seed, "method": "seernet (single)", "metric": m,
                                     "row": r, "mape": {m: _mape(r, m)}})
@@ -82,6 +82,8 @@ def summary(out: dict, floor: dict | None) -> list:
         t.add_column("fit s per seed", justify="right")
         for method in ("seernet-multi (PCGrad)", "seernet-multi (no PCGrad)", "seernet (single)"):
             mine = [r for r in runs if r["method"] == method]
+            if not mine:
+                continue
             cells = [_mean_sd([r["mape"][m] for r in mine if r["mape"].get(m) is not None]) for m in out["metrics"]]
             # CPU seconds for all metrics of one seed (single-metric: one network per metric)
             fit = sum(r["row"].get("fit_time_s") or 0.0 for r in mine) / max(1, len(seeds))
@@ -108,6 +110,8 @@ def main(argv=None) -> int:
     ap.add_argument("--phases", type=tb.parse_list, default=["infer", "train"])
     ap.add_argument("--metrics", type=tb.parse_list, default=list(DEFAULT_METRICS))
     ap.add_argument("--seeds", type=lambda s: [int(x) for x in tb.parse_list(s)], default=[0, 1, 2])
+    ap.add_argument("--no-single", dest="single", action="store_false",
+                    help="skip the single-metric networks (multi-task runs only)")
     ap.add_argument("--floor", help="repeatability JSON of benchmarks/cpu_repeatability.py --json")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="set a model config field (JSON value); repeatable")
