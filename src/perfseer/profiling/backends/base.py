@@ -251,6 +251,28 @@ class Rapl:
         return total / 1e6
 
 
+def run_timed_cpu(step, protocol: Protocol, threads: int):
+    """Run ``protocol`` on ``step`` (one timed call, returning milliseconds) with the CPU metrics
+    taken around its timed repetitions: returns ``(timing, util_pct, joules)``, ``joules`` over all
+    timed repetitions (None without RAPL).  Python's garbage collector is collected first and off
+    while it runs: a collection inside a timed step is noise, not the model's cost."""
+    from perfseer.profiling.protocol import run_protocol
+
+    clock, rapl, energy = CpuClock(threads), Rapl(), {}
+
+    def timed_start() -> None:
+        clock.start()
+        energy["start"] = rapl.read_uj()
+
+    gc.collect()
+    gc.disable()
+    try:
+        timing = run_protocol(step, protocol, on_timed_start=timed_start)
+    finally:
+        gc.enable()
+    return timing, clock.util_pct(), rapl.joules_between(energy.get("start"), rapl.read_uj())
+
+
 _LIBC = None
 
 

@@ -16,7 +16,6 @@ any precision but ``fp32``.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 import shutil
@@ -24,10 +23,9 @@ import tempfile
 import time
 
 from perfseer.errors import PerfseerError
-from perfseer.profiling.backends.base import (Backend, CpuClock, Rapl, RssProbe, collect_garbage,
-                                               describe_error, is_oom)
+from perfseer.profiling.backends.base import (Backend, RssProbe, collect_garbage, describe_error, is_oom,
+                                               run_timed_cpu)
 from perfseer.profiling.jobs import Measurement
-from perfseer.profiling.protocol import run_protocol
 
 _KEEP = 4  # exported models kept in the cache folder (jobs come grouped by model)
 
@@ -133,8 +131,7 @@ class OrtCpuBackend(Backend):
         import onnxruntime as ort
 
         started = time.perf_counter()
-        probe, clock, rapl = RssProbe(), CpuClock(self.threads), Rapl()
-        energy = {}
+        probe = RssProbe()
         try:
             path = self.onnx_path(model, input_shape)
             if not os.path.exists(path):
@@ -152,17 +149,7 @@ class OrtCpuBackend(Backend):
                 sess.run(None, feed)
                 return (time.perf_counter() - t0) * 1e3
 
-            def timed_start():
-                clock.start()
-                energy["start"] = rapl.read_uj()
-
-            gc.disable()
-            try:
-                timing = run_protocol(step, self.protocol, on_timed_start=timed_start)
-            finally:
-                gc.enable()
-            util = clock.util_pct()
-            joules = rapl.joules_between(energy.get("start"), rapl.read_uj())
+            timing, util, joules = run_timed_cpu(step, self.protocol, self.threads)
         except PerfseerError as e:
             return Measurement.failed("error", str(e), seconds=time.perf_counter() - started)
         except Exception as e:  # noqa: BLE001 - any failure of the model is its measurement's status

@@ -31,14 +31,12 @@ where oneDNN has no bfloat16 path on this CPU (it would be emulated, and slow fo
 
 from __future__ import annotations
 
-import gc
 import time
 
 from perfseer.errors import PerfseerError
-from perfseer.profiling.backends.base import (MIB, Backend, CpuClock, Rapl, RssProbe, collect_garbage,
-                                               describe_error, is_oom)
+from perfseer.profiling.backends.base import (MIB, Backend, RssProbe, collect_garbage, describe_error, is_oom,
+                                               run_timed_cpu)
 from perfseer.profiling.jobs import Measurement
-from perfseer.profiling.protocol import run_protocol
 
 
 def bf16_supported() -> bool:
@@ -129,8 +127,7 @@ class TorchCpuBackend(Backend):
 
         started = time.perf_counter()
         torch.set_num_threads(self.threads)
-        probe, clock, rapl = RssProbe(), CpuClock(self.threads), Rapl()
-        energy = {}
+        probe = RssProbe()
         probe.start()
         try:
             torch.manual_seed(0)
@@ -144,18 +141,7 @@ class TorchCpuBackend(Backend):
                 step_fn()
                 return (time.perf_counter() - t0) * 1e3
 
-            def timed_start():
-                clock.start()
-                energy["start"] = rapl.read_uj()
-
-            gc.collect()
-            gc.disable()  # a collection inside a timed step is noise, not the model's cost
-            try:
-                timing = run_protocol(step, self.protocol, on_timed_start=timed_start)
-            finally:
-                gc.enable()
-            util = clock.util_pct()
-            joules = rapl.joules_between(energy.get("start"), rapl.read_uj())
+            timing, util, joules = run_timed_cpu(step, self.protocol, self.threads)
         except PerfseerError as e:
             return Measurement.failed("error", str(e), seconds=time.perf_counter() - started)
         except Exception as e:  # noqa: BLE001 - any failure of the model is its measurement's status
