@@ -17,8 +17,9 @@ Every run is SeerNet at its paper configuration (``--hidden`` overrides the widt
 * **features** (Table 1): all features; without the node hyper-parameters (``node_hp``), the node
   cost features (``node_cost``: FLOPs, MACs, memory access, bytes, intensity, proportions), the edge
   features, the global features; node features only; and with a 16-wide op-type embedding added
-  (the paper, and SeerNet's default, leave node categories out).  A group is removed by ``TrainConfig.feature_mask``, which sets its
-  standardised columns to 0 (their training mean): the network keeps its shape and sees nothing there.
+  (the paper, and SeerNet's default, leave node categories out).  A group is removed by
+  ``TrainConfig.feature_mask``, which sets its standardised columns to 0 (their training mean): the
+  network keeps its shape and sees nothing there.
 * **components** (Table 2): SynMM and GNPB on and off (``SeerNetConfig.synmm`` / ``gnpb``).
 * **scale** (Table 3): 10, 25, 50, 100 % of the training architectures (nested, hash-stable), the
   validation and test splits unchanged.

@@ -42,7 +42,7 @@ def run(args, console) -> dict:
                  "metrics": list(args.metrics), "runs": []}
     for phase in args.phases:
         multi = select(ds, list(args.metrics), None, phase)
-        singles = {m: select(ds, m, None, phase) for m in args.metrics}
+        singles = {m: select(ds, m, None, phase) for m in args.metrics} if args.single else {}
         tb.log(console, f"[bold]{phase}[/bold]: {multi.describe()}")
         for seed in args.seeds:
             args.seed = seed
@@ -51,7 +51,7 @@ def run(args, console) -> dict:
                 r = fit_and_score("seernet-multi", multi, args, console, label=label, pcgrad=pcgrad)
                 out["runs"].append({"phase": phase, "seed": seed, "method": label, "row": r,
                                     "mape": {m: _mape(r, m) for m in args.metrics}})
-            for m, sel in (singles.items() if args.single else ()):
+            for m, sel in singles.items():
                 r = fit_and_score("seernet", sel, args, console, label=f"seernet ({m})")
                 out["runs"].append({"phase": phase, "seed": seed, "method": "seernet (single)", "metric": m,
                                     "row": r, "mape": {m: _mape(r, m)}})

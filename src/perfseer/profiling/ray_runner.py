@@ -116,7 +116,7 @@ class RayRunner:
     def run(self, store: Store, pending: list[tuple[int, Job]], timeout: float,
             on_result: Callable[[Job, Measurement], None] | None = None, summary=None, limit: int | None = None):
         """Measure ``pending`` with one task per slot in flight; store results as they come."""
-        from perfseer.profiling.collect import Summary, note_failure, skipped
+        from perfseer.profiling.collect import Summary, note_failure, skipped, store_result
 
         ray = self.ray
         summary = summary or Summary()
@@ -132,7 +132,7 @@ class RayRunner:
                     job_id, job = queue.pop()
                     inferred = skipped(job, failed_at)
                     if inferred is not None:
-                        self._store(store, job_id, job, inferred, None, summary, on_result)
+                        store_result(store, job_id, job, inferred, None, summary, on_result)
                         continue
                     ref = self._measure.remote(job.to_dict(), self.backend, self.options, timeout, self.recycle_every)
                     in_flight[ref] = (job_id, job)
@@ -157,17 +157,11 @@ class RayRunner:
                         env_ids[key] = store.environment_id(env)
                     env_id = env_ids[key]
                 note_failure(job, m, failed_at)
-                self._store(store, job_id, job, m, env_id, summary, on_result)
+                store_result(store, job_id, job, m, env_id, summary, on_result)
         finally:
             for ref in in_flight:
                 ray.cancel(ref, force=True)
         return summary
-
-    @staticmethod
-    def _store(store, job_id, job, m, env_id, summary, on_result):
-        from perfseer.profiling.collect import store_result
-
-        store_result(store, job_id, job, m, env_id, summary, on_result)
 
     def close(self) -> None:
         if self._owns and self.ray.is_initialized():

@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from perfseer.profiling.jobs import FAILED, CollectError, Job, Measurement
+from perfseer.profiling.jobs import FAILED, STATUSES, CollectError, Job, Measurement
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -269,7 +269,7 @@ class Store:
             table[c] = ok[c]
         table.loc[table["phase"] != "train", "optimizer"] = None
         table["converged"] = ok["converged"].map({1: True, 0: False})
-        others = self.rows([s for s in ("oom", "crash", "timeout", "unsupported", "error", "contended")])
+        others = self.rows([s for s in STATUSES if s != "ok"])
         excluded = Counter(others["status"]) if len(others) else Counter()
         if len(table) == 0:
             raise CollectError(f"'{self.path}' holds no successful measurement to export"

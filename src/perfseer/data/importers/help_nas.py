@@ -21,7 +21,8 @@ also has another batch column in the folder, so ``essential_ph_1`` (the Essentia
 column) stays a device name while ``titan_rtx_1`` is the Titan RTX at batch 1.  ``titan_xp``
 (Once-for-All's file) and ``titanxp`` (the others) are the same GPU: both become ``titanxp``.
 
-The Once-for-All reference encodes the MobileNetV3 sub-network reversibly (:class:`OFAArch`):
+The Once-for-All reference encodes the MobileNetV3 sub-network reversibly
+(:class:`perfseer.graph.spaces.ofa.OFAArch`):
 ``ofa:ks=K1,...,K20;e=E1,...,E20;d=D1,...,D5;r=R`` -- the kernel size and expansion ratio of each
 of the 20 block slots (5 stages x 4; slots past a stage's depth are unused but kept as HELP gives
 them), the depth of each of the 5 stages, and the input resolution.
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +45,10 @@ from perfseer.data.importers.base import (
     read_source_csv, screen_latency,
 )
 from perfseer.data.table import validate
-from perfseer.errors import ModelLoadError, TableError
+from perfseer.errors import TableError
+from perfseer.graph.spaces.ofa import SLOTS as OFA_SLOTS
+from perfseer.graph.spaces.ofa import STAGES as OFA_STAGES
+from perfseer.graph.spaces.ofa import OFAArch
 
 __all__ = ["OFAArch", "import_help_nas", "space_of", "split_device_columns"]
 
@@ -57,8 +60,6 @@ ARCHITECTURE_COLUMNS = frozenset({"arch_index", *(c for cols in SPACES.values() 
 DEVICE_NAMES = {"titan_xp": "titanxp"}
 
 FBNET_BLOCKS = 22
-OFA_SLOTS = 20   # 5 stages x up to 4 blocks
-OFA_STAGES = 5
 
 _NB201_OP = r"[a-z0-9_]+"
 _NB201 = re.compile(
@@ -67,53 +68,6 @@ _NB201 = re.compile(
 _FBNET_BLOCK = r"(?:skip|k\d+_e\d+(?:_g\d+)?)"
 _FBNET = re.compile(rf"(?:{_FBNET_BLOCK} ){{{FBNET_BLOCKS - 1}}}{_FBNET_BLOCK}")
 _BATCH_SUFFIX = re.compile(r"^(?P<device>.+?)_(?P<batch>\d+)$")
-_OFA_REF = re.compile(r"^ofa:ks=(?P<ks>[\d,]+);e=(?P<e>[\d,]+);d=(?P<d>[\d,]+);r=(?P<r>\d+)$")
-
-
-@dataclass(frozen=True)
-class OFAArch:
-    """A Once-for-All MobileNetV3 sub-network.
-
-    Attributes:
-        ks: kernel size of each of the 20 block slots.
-        e: expansion ratio of each of the 20 block slots.
-        d: depth (blocks used, from the first slot) of each of the 5 stages.
-        r: input resolution (the input is 3 x r x r).
-
-    Example::
-
-        arch = OFAArch.from_ref("ofa:ks=3,5,...;e=4,6,...;d=2,3,4,2,3;r=224")
-        arch.ref  # the same string back
-    """
-
-    ks: tuple[int, ...]
-    e: tuple[int, ...]
-    d: tuple[int, ...]
-    r: int
-
-    @property
-    def ref(self) -> str:
-        """The model reference, ``ofa:ks=...;e=...;d=...;r=...``."""
-        join = ",".join
-        return f"ofa:ks={join(map(str, self.ks))};e={join(map(str, self.e))};d={join(map(str, self.d))};r={self.r}"
-
-    @classmethod
-    def from_ref(cls, ref: str) -> OFAArch:
-        """Read an ``ofa:`` reference (the inverse of :attr:`ref`)."""
-        m = _OFA_REF.match(ref.strip())
-        fix = (f"write ofa:ks=K1,...,K{OFA_SLOTS};e=E1,...,E{OFA_SLOTS};d=D1,...,D{OFA_STAGES};r=R "
-               "with positive integers")
-        if m is None:
-            raise ModelLoadError(f"cannot read the Once-for-All reference '{ref}'", fix)
-        try:
-            parts = {k: tuple(int(v) for v in m[k].split(",")) for k in ("ks", "e", "d")}
-        except ValueError:
-            raise ModelLoadError(f"cannot read the Once-for-All reference '{ref}'", fix) from None
-        arch = cls(parts["ks"], parts["e"], parts["d"], int(m["r"]))
-        if (len(arch.ks), len(arch.e), len(arch.d)) != (OFA_SLOTS, OFA_SLOTS, OFA_STAGES) or arch.r < 1:
-            raise ModelLoadError(f"the Once-for-All reference '{ref}' needs {OFA_SLOTS} ks, {OFA_SLOTS} e "
-                                 f"and {OFA_STAGES} d values and r >= 1", fix)
-        return arch
 
 
 def split_device_columns(columns: Iterable[str]) -> dict[str, tuple[str, int]]:

@@ -22,8 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 from perfseer.graph.onnx_io import Skeleton
 from perfseer.graph.spaces.fbnet import (HEAD_CHANNELS, INPUT_SHAPE, NUM_CLASSES, STAGE_CHANNELS, STEM_CHANNELS,
                                          BlockSpec, parse_fbnet)
-from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
 from perfseer.graph.spaces.nb201_onnx import external_weight
+from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
 
 _OPSET = 20
 

@@ -23,7 +23,6 @@ from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
 _OPSET = 20
 
 
-
 def external_weight(name: str, dims: tuple[int, ...]) -> TensorProto:
     """A float initializer that names its shape but holds no data (skeletons carry no weights)."""
     t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(dims))
@@ -31,6 +30,7 @@ def external_weight(name: str, dims: tuple[int, ...]) -> TensorProto:
     entry = t.external_data.add()
     entry.key, entry.value = "location", NOT_EXPORTED
     return t
+
 
 class _Graph:
     def __init__(self):

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 import threading
 from dataclasses import dataclass
 
-from perfseer.data.importers.help_nas import OFA_SLOTS as SLOTS  # 5 stages x at most 4 blocks
-from perfseer.data.importers.help_nas import OFA_STAGES as STAGES
-from perfseer.data.importers.help_nas import OFAArch
 from perfseer.errors import MissingDependencyError, ModelLoadError
 
+SLOTS = 20  # 5 stages x at most 4 blocks
+STAGES = 5
 KERNEL_SIZES = (3, 5, 7)
 EXPAND_RATIOS = (3, 4, 6)
 DEPTHS = (2, 3, 4)
@@ -47,13 +47,59 @@ _FIX = (f"write {FORM}: {SLOTS} kernel sizes from {{3, 5, 7}}, {SLOTS} expansion
         f"{STAGES} stage depths from {{2, 3, 4}}, each comma-separated, and a positive input resolution R")
 _PARTS = {"ks": (SLOTS, KERNEL_SIZES, "kernel sizes"), "e": (SLOTS, EXPAND_RATIOS, "expansion ratios"),
           "d": (STAGES, DEPTHS, "stage depths")}
+_OFA_REF = re.compile(r"^ofa:ks=(?P<ks>[\d,]+);e=(?P<e>[\d,]+);d=(?P<d>[\d,]+);r=(?P<r>\d+)$")
+
+
+@dataclass(frozen=True)
+class OFAArch:
+    """A Once-for-All MobileNetV3 sub-network.
+
+    Attributes:
+        ks: kernel size of each of the 20 block slots.
+        e: expansion ratio of each of the 20 block slots.
+        d: depth (blocks used, from the first slot) of each of the 5 stages.
+        r: input resolution (the input is 3 x r x r).
+
+    Example::
+
+        arch = OFAArch.from_ref("ofa:ks=3,5,...;e=4,6,...;d=2,3,4,2,3;r=224")
+        arch.ref  # the same string back
+    """
+
+    ks: tuple[int, ...]
+    e: tuple[int, ...]
+    d: tuple[int, ...]
+    r: int
+
+    @property
+    def ref(self) -> str:
+        """The model reference, ``ofa:ks=...;e=...;d=...;r=...``."""
+        join = ",".join
+        return f"ofa:ks={join(map(str, self.ks))};e={join(map(str, self.e))};d={join(map(str, self.d))};r={self.r}"
+
+    @classmethod
+    def from_ref(cls, ref: str) -> OFAArch:
+        """Read an ``ofa:`` reference (the inverse of :attr:`ref`)."""
+        m = _OFA_REF.match(ref.strip())
+        fix = (f"write ofa:ks=K1,...,K{SLOTS};e=E1,...,E{SLOTS};d=D1,...,D{STAGES};r=R "
+               "with positive integers")
+        if m is None:
+            raise ModelLoadError(f"cannot read the Once-for-All reference '{ref}'", fix)
+        try:
+            parts = {k: tuple(int(v) for v in m[k].split(",")) for k in ("ks", "e", "d")}
+        except ValueError:
+            raise ModelLoadError(f"cannot read the Once-for-All reference '{ref}'", fix) from None
+        arch = cls(parts["ks"], parts["e"], parts["d"], int(m["r"]))
+        if (len(arch.ks), len(arch.e), len(arch.d)) != (SLOTS, SLOTS, STAGES) or arch.r < 1:
+            raise ModelLoadError(f"the Once-for-All reference '{ref}' needs {SLOTS} ks, {SLOTS} e "
+                                 f"and {STAGES} d values and r >= 1", fix)
+        return arch
 
 
 @dataclass(frozen=True)
 class OFASubnet(OFAArch):
-    """A Once-for-All MobileNetV3 sub-network (see the module docstring): the importer's
-    :class:`~perfseer.data.importers.help_nas.OFAArch` (fields ``ks``, ``e``, ``d``, ``r`` and its
-    ``ref``), checked against the super-network's choices by :func:`parse_ofa`."""
+    """A Once-for-All MobileNetV3 sub-network (see the module docstring): an :class:`OFAArch`
+    checked against the super-network's choices by :func:`parse_ofa`."""
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
