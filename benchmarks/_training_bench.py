@@ -105,6 +105,8 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
                     help="early stopping after this many epochs without a better val loss (default 20)")
     ap.add_argument("--hidden", type=positive(int), default=None,
                     help="override every neural model's hidden widths (hidden_dim, head_hidden_dim)")
+    ap.add_argument("--batch-size", type=positive(int), default=None, metavar="G",
+                    help="graphs per optimizer step (default: the trainer's, about 32 steps per epoch)")
     ap.add_argument("--seed", type=int, default=0, help="training seed (the subsample does not depend on it)")
     ap.add_argument("--archs", type=positive(int), default=None, metavar="N",
                     help="keep N architectures, chosen by a hash of the model name (default: all)")
@@ -212,6 +214,7 @@ def train_config(args, **overrides):
 
     kw = dict(max_epochs=args.epochs, time_limit_s=args.time_limit, early_stopping_patience=args.patience,
               seed=args.seed, num_threads=args.threads, progress=False,
+              batch_size=getattr(args, "batch_size", None),
               device="cuda" if getattr(args, "cuda", False) else "cpu")
     kw.update(overrides)
     return TrainConfig(**kw)

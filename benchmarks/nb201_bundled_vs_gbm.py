@@ -3,24 +3,61 @@
 ``nb201-gpus.infer`` (SeerNet-Multi) was trained on 2,000 of the training split's architectures
 (``--max-train-models 2000``, all three batch sizes).  This fits the ``gbm`` baseline to the same
 2,000 architectures, one device at a time, and scores both on the test split, over all batch
-sizes and at batch 256.
+sizes and at batch 256 (the NAS-Bench-201 target columns).
 
-    python benchmarks/nb201_bundled_vs_gbm.py
+    python benchmarks/nb201_bundled_vs_gbm.py [--json OUT]
 """
+
+from __future__ import annotations
+
+import argparse
+import json
+
 import numpy as np
-from perfseer.data.dataset import load_dataset
-from perfseer.predictor import train_predictor, load_predictor
-from perfseer.training.metrics import evaluate
-ds = load_dataset('datasets/nb201')
-bundled = load_predictor('nb201-gpus.infer')
-labels = ds.labels[ds.labels.split.astype(str) == 'test']
-for c, dev in enumerate(['1080ti', '2080ti', 'titan_rtx', 'titanx', 'titanxp']):
-    p, _ = train_predictor(ds, 'gbm', devices=dev, phase='infer', max_train_models=2000)
-    rows = labels[(labels.device.astype(str) == dev)]
-    graphs = [ds.graphs[int(g)] for g in rows.graph]
-    y = rows.latency_ms.to_numpy(float); b = rows.batch_size.to_numpy()
-    pg = p.predict_graphs(graphs)[:, 0]; ps = bundled.predict_graphs(graphs)[:, c]
-    for bb in (None, 256):
-        m = np.ones(len(y), bool) if bb is None else b == bb
-        g, s = evaluate(y[m], pg[m]), evaluate(y[m], ps[m])
-        print(f"{dev:10s} batch {bb or 'all':>4}: gbm MAPE {g['mape']:.2f} rho {g['spearman']:.3f} | seernet-multi MAPE {s['mape']:.2f} rho {s['spearman']:.3f}", flush=True)
+
+PREDICTOR = "nb201-gpus.infer"
+
+
+def main() -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from perfseer.data.dataset import load_dataset, resolve_dataset
+    from perfseer.predictor import load_predictor, train_predictor
+    from perfseer.training.metrics import evaluate
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args()
+
+    bundled = load_predictor(PREDICTOR)
+    training = bundled.card["training"]
+    ds = load_dataset(resolve_dataset(training["dataset"]))
+    labels = ds.labels[ds.labels[training["split_column"]].astype(str) == "test"]
+    table = Table(title=f"{PREDICTOR} against a GBM on the same {training['max_train_models']:,} architectures "
+                        "(test MAPE % / Spearman)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in ("device", "batch", "n", "gbm", f"{PREDICTOR}"):
+        table.add_column(c, justify="left" if c == "device" else "right")
+    results = []
+    for column, target in enumerate(bundled.targets):
+        gbm, _ = train_predictor(ds, "gbm", devices=target.device, phase=target.phase,
+                                 max_train_models=training["max_train_models"])
+        rows = labels[(labels.device.astype(str) == target.device) & (labels.phase.astype(str) == target.phase)]
+        graphs = [ds.graphs[int(g)] for g in rows.graph]
+        y, batch = rows[target.metric].to_numpy(float), rows.batch_size.to_numpy()
+        pred_gbm, pred_seer = gbm.predict_graphs(graphs)[:, 0], bundled.predict_graphs(graphs)[:, column]
+        for b in (None, 256):
+            keep = np.ones(len(y), bool) if b is None else batch == b
+            g, s = evaluate(y[keep], pred_gbm[keep]), evaluate(y[keep], pred_seer[keep])
+            results.append({"device": target.device, "batch": b, "n": int(keep.sum()), "gbm": g, "bundled": s})
+            table.add_row(target.device, "all" if b is None else str(b), f"{int(keep.sum()):,}",
+                          f"{g['mape']:.2f} / {g['spearman']:.3f}", f"{s['mape']:.2f} / {s['spearman']:.3f}")
+    Console().print(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"benchmark": "nb201_bundled_vs_gbm", "predictor": PREDICTOR, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,7 @@ from torch import nn
 from train_helpers import TinyConfig, TinyNet, flops_dataset
 
 from perfseer.errors import PerfseerError
-from perfseer.training.trainer import TrainConfig, load_checkpoint, train
+from perfseer.training.trainer import TrainConfig, auto_batch_size, load_checkpoint, train
 
 FAST = dict(batch_size=16, progress=False)
 
@@ -120,3 +120,10 @@ def test_bad_input_is_refused(data):
         with pytest.raises(PerfseerError, match="CUDA is not available"):
             train(TinyNet(), tr, va, TrainConfig(device="cuda", **FAST))
     assert TrainConfig.from_dict(TrainConfig(feature_mask=("edge",)).to_dict()) == TrainConfig(feature_mask=("edge",))
+
+
+def test_auto_batch_size_gives_about_32_steps_per_epoch(data):
+    assert [auto_batch_size(n) for n in (1, 100, 501, 1000, 2000, 4000, 50_000)] == [16, 16, 16, 32, 64, 128, 128]
+    result = run(data, max_epochs=1, batch_size=None)  # 48 training graphs: the floor of 16
+    assert TrainConfig().batch_size is None and result.config.batch_size == 16
+    assert run(data, max_epochs=1, batch_size=8).config.batch_size == 8  # an explicit size is kept

@@ -59,7 +59,8 @@ def add_parser(sub) -> None:
     p.add_argument("--time-limit", type=positive(float), default=None, metavar="S",
                    help="stop after the epoch that ends past S seconds")
     p.add_argument("--hidden", type=positive(int), default=None, help="hidden width of the network")
-    p.add_argument("--batch-size", type=positive(int), default=d.batch_size, help=f"default {d.batch_size}")
+    p.add_argument("--batch-size", type=positive(int), default=d.batch_size,
+                   help="graphs per step (default: about 32 steps per epoch, between 16 and 128)")
     p.add_argument("--lr", type=positive(float), default=d.lr, help=f"default {d.lr}")
     p.add_argument("--max-train-models", type=positive(int), default=None, metavar="N",
                    help="train on at most N of the training split's models (hash-chosen; cheaper)")
