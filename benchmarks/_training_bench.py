@@ -237,16 +237,36 @@ def model_config(method: str, hidden: int | None, extra: dict | None = None) -> 
     return cfg or None
 
 
-def overrides_for(method: str, settings: list[str] | None) -> dict | None:
-    """The ``FIELD=VALUE`` settings (``--set``) that ``method``'s config has, values read as JSON
-    (else kept as text); ``None`` when none applies."""
+def add_set_arg(ap: argparse.ArgumentParser) -> None:
+    """``--set FIELD=VALUE`` (repeatable): a model config field for every method that has it."""
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="set a model config field (JSON value) in every method that has it; repeatable, "
+                         "e.g. --set op_embedding_dim=16 --set dropout=0.1")
+
+
+def _config_fields(method: str) -> set[str]:
     import dataclasses
 
     from perfseer.models.registry import MODELS
 
-    if not settings or method not in MODELS:
+    return {f.name for f in dataclasses.fields(MODELS[method][0])} if method in MODELS else set()
+
+
+def check_set_fields(ap: argparse.ArgumentParser, methods, settings: list[str]) -> None:
+    """Refuse a ``--set`` field that none of ``methods`` has: a typo would otherwise change nothing."""
+    fields = set().union(*(_config_fields(m) for m in methods))
+    unknown = sorted({item.partition("=")[0].strip() for item in settings} - fields)
+    if unknown:
+        ap.error(f"--set {', '.join(unknown)}: no method run here has such a config field "
+                 f"(theirs: {', '.join(sorted(fields))})")
+
+
+def overrides_for(method: str, settings: list[str] | None) -> dict | None:
+    """The ``FIELD=VALUE`` settings (``--set``) that ``method``'s config has, values read as JSON
+    (else kept as text); ``None`` when none applies."""
+    fields = _config_fields(method)
+    if not settings or not fields:
         return None
-    fields = {f.name for f in dataclasses.fields(MODELS[method][0])}
     out = {}
     for item in settings:
         name, sep, text = item.partition("=")

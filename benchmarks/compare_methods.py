@@ -261,9 +261,7 @@ def main(argv=None) -> int:
                     help=f"comma-separated, from: {', '.join(tb.SETTINGS)} (default timm-3090-infer)")
     ap.add_argument("--methods", type=tb.parse_list, default=list(tb.DEFAULT_METHODS),
                     help=f"comma-separated (default {','.join(tb.DEFAULT_METHODS)})")
-    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                    help="set a model config field (JSON value) in every method that has it; repeatable, "
-                         "e.g. --set op_embedding_dim=16 --set dropout=0.1")
+    tb.add_set_arg(ap)
     ap.add_argument("--no-multi", dest="multi", action="store_false",
                     help="per-device settings: skip SeerNet-Multi (with / without PCGrad)")
     tb.add_common_args(ap)
@@ -277,6 +275,8 @@ def main(argv=None) -> int:
     bad = [m for m in args.methods if ALIASES.get(m, m) not in known]
     if bad:
         ap.error(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(known)}")
+    tb.check_set_fields(ap, [ALIASES.get(m, m) for m in args.methods] + (["seernet-multi"] if args.multi else []),
+                        args.set)
     tb.set_threads(args.threads)
     console, err = Console(width=200), Console(stderr=True, width=200)
     report = {"benchmark": "compare_methods", "environment": tb.environment(),

@@ -113,10 +113,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-single", dest="single", action="store_false",
                     help="skip the single-metric networks (multi-task runs only)")
     ap.add_argument("--floor", help="repeatability JSON of benchmarks/cpu_repeatability.py --json")
-    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                    help="set a model config field (JSON value); repeatable")
+    tb.add_set_arg(ap)
     tb.add_common_args(ap)
     args = ap.parse_args(argv)
+    tb.check_set_fields(ap, ["seernet", "seernet-multi"], args.set)
 
     from rich.console import Console
 

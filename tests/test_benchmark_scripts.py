@@ -90,3 +90,11 @@ def test_ablations_main_writes_json(tiny, tmp_path):
     assert [r["variant"] for r in report["tables"]["components"]][-1] == "SynMM + GNPB"
     scale = report["tables"]["scale"]
     assert scale[0]["train_examples"] < scale[1]["train_examples"] == report["sizes"]["train"]
+
+
+def test_set_reaches_the_methods_that_have_the_field_and_refuses_typos(capsys):
+    assert tb.overrides_for("seernet", ["dropout=0.1", "synmm=false"]) == {"dropout": 0.1, "synmm": False}
+    assert tb.overrides_for("gbm", ["dropout=0.1"]) is None  # the GBM has no dropout: left alone
+    with pytest.raises(SystemExit):
+        compare_methods.main(["--methods", "seernet,gbm", "--set", "dropuot=0.1"])
+    assert "dropuot" in capsys.readouterr().err
