@@ -244,17 +244,11 @@ def add_set_arg(ap: argparse.ArgumentParser) -> None:
                          "e.g. --set op_embedding_dim=16 --set dropout=0.1")
 
 
-def _config_fields(method: str) -> set[str]:
-    import dataclasses
-
-    from perfseer.models.registry import MODELS
-
-    return {f.name for f in dataclasses.fields(MODELS[method][0])} if method in MODELS else set()
-
-
 def check_set_fields(ap: argparse.ArgumentParser, methods, settings: list[str]) -> None:
     """Refuse a ``--set`` field that none of ``methods`` has: a typo would otherwise change nothing."""
-    fields = set().union(*(_config_fields(m) for m in methods))
+    from perfseer.models.registry import config_fields
+
+    fields = set().union(*(config_fields(m) for m in methods))
     unknown = sorted({item.partition("=")[0].strip() for item in settings} - fields)
     if unknown:
         ap.error(f"--set {', '.join(unknown)}: no method run here has such a config field "
@@ -264,20 +258,20 @@ def check_set_fields(ap: argparse.ArgumentParser, methods, settings: list[str]) 
 def overrides_for(method: str, settings: list[str] | None) -> dict | None:
     """The ``FIELD=VALUE`` settings (``--set``) that ``method``'s config has, values read as JSON
     (else kept as text); ``None`` when none applies."""
-    fields = _config_fields(method)
+    from perfseer.errors import PerfseerError
+    from perfseer.models.registry import config_fields, parse_override
+
+    fields = config_fields(method)
     if not settings or not fields:
         return None
     out = {}
     for item in settings:
-        name, sep, text = item.partition("=")
-        if not sep or not name.strip():
-            raise SystemExit(f"error: --set {item!r}: write FIELD=VALUE, e.g. --set dropout=0.1")
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        if name.strip() in fields:
-            out[name.strip()] = value
+            name, value = parse_override(item)
+        except PerfseerError as e:
+            raise SystemExit(f"error: --set: {e}") from None
+        if name in fields:
+            out[name] = value
     return out or None
 
 

@@ -80,9 +80,13 @@ def fit_and_score(method: str, sel, args, console, label: str | None = None, mod
            "stopped": res.stopped if res else None,
            "epoch_s": round(statistics.median(h["seconds"] for h in res.history), 3) if res and res.history else None,
            "config": fitted.config,
+           **_conflicts(res),
+           "val": ({t: dict(m) for t, m in res.metrics.get("val", {}).items()} if res else None),
            "test": {t: {k: v for k, v in m.items()} for t, m in scores.items()}}
     first = next(iter(scores.values()))
     ep = f", {res.epochs_run} epochs ({res.stopped})" if res else ""
+    if "conflict_share" in row:
+        ep += f", {100 * row['conflict_share']:.0f} % of task pairs conflicting (mean cos {row['mean_cos']:+.3f})"
     tb.log(console, f"{label}: {row['fit_time_s']:.1f} s{ep}; test MAPE {first['mape']:.2f} %, "
                     f"rho {first['spearman']:.3f}" + (f" (first of {len(scores)} targets)" if len(scores) > 1 else ""))
     return row
@@ -149,6 +153,16 @@ def _metric_row(t, r: dict, m: dict | None, best: bool) -> None:
               tb.f1(m["spearman"], 4), tb.f1(m["kendall"], 4), style="bold" if best else None)
 
 
+def _conflicts(res) -> dict:
+    """PCGrad runs: the share of task pairs whose gradients conflicted and their mean cosine,
+    averaged over the epochs (``{}`` without PCGrad)."""
+    eps = [h for h in (res.history if res else []) if "conflict_share" in h]
+    if not eps:
+        return {}
+    return {"conflict_share": round(statistics.fmean(h["conflict_share"] for h in eps), 4),
+            "mean_cos": round(statistics.fmean(h["mean_cos"] for h in eps), 4)}
+
+
 def _mean_int(values):
     v = [x for x in values if x is not None]
     return round(sum(v) / len(v)) if v else None
@@ -207,6 +221,7 @@ def run_per_device(setting, methods, args, console) -> dict:
                 row = {"method": label, "kind": f"one predictor, {len(devices)} targets",
                        "params": r.get("params"), "params_label": r.get("params_label", "-"),
                        "fit_time_s": r.get("fit_time_s"), "epochs": r.get("epochs"), "stopped": r.get("stopped"),
+                       **{k: r[k] for k in ("conflict_share", "mean_cos") if k in r},
                        "sizes": {s: len(msel.split(s)) for s in ("train", "val", "test")}}
                 if "error" in r:
                     row["error"] = r["error"]

@@ -80,6 +80,7 @@ def summary(out: dict, floor: dict | None) -> list:
         for m in out["metrics"]:
             t.add_column(m, justify="right")
         t.add_column("fit s per seed", justify="right")
+        t.add_column("conflicting pairs % (mean cos)", justify="right")
         for method in ("seernet-multi (PCGrad)", "seernet-multi (no PCGrad)", "seernet (single)"):
             mine = [r for r in runs if r["method"] == method]
             if not mine:
@@ -87,11 +88,14 @@ def summary(out: dict, floor: dict | None) -> list:
             cells = [_mean_sd([r["mape"][m] for r in mine if r["mape"].get(m) is not None]) for m in out["metrics"]]
             # CPU seconds for all metrics of one seed (single-metric: one network per metric)
             fit = sum(r["row"].get("fit_time_s") or 0.0 for r in mine) / max(1, len(seeds))
-            t.add_row(method, *cells, f"{fit:.0f}")
+            conf = [r["row"] for r in mine if "conflict_share" in r["row"]]
+            conf_cell = (f"{100 * statistics.fmean(c['conflict_share'] for c in conf):.0f} "
+                         f"({statistics.fmean(c['mean_cos'] for c in conf):+.3f})" if conf else "-")
+            t.add_row(method, *cells, f"{fit:.0f}", conf_cell)
         if floor:
             t.add_row("repeatability floor", *[
                 f"{floor[f'{m}/{phase}']['median_pct']:.2f}" if f"{m}/{phase}" in floor else "-"
-                for m in out["metrics"]], "")
+                for m in out["metrics"]], "", "")
         tables.append(t)
     return tables
 

@@ -79,6 +79,9 @@ def test_compare_single_and_per_device(tiny):
     names = [r["method"] for r in both["summary"]]
     assert names == ["flops", "seernet-multi (PCGrad)", "seernet-multi (no PCGrad)"]
     assert all(set(r["per_device"]) == set(DEVICES) and "mape" in r["mean"] for r in both["summary"])
+    pc, no = both["summary"][1:]  # PCGrad reports how often the devices' gradients conflicted
+    assert 0.0 <= pc["conflict_share"] <= 1.0 and "conflict_share" not in no
+    assert "mape" in one["results"][1]["val"]["latency_ms"]  # the validation scores are kept too
     assert len(compare_methods.per_device_tables("two", both)) == 2
 
 

@@ -151,8 +151,11 @@ def test_evaluate_counts_uncovered_rows(trained, dataset, tmp_path):
 def test_commands(dataset, tmp_path, capsys):
     out = tmp_path / "p"
     code, stdout, _ = run_cli(capsys, "train", "--data", str(dataset / "ds"), "--device", "gpu-a", "--phase", "infer",
-                              "--hidden", "8", "--epochs", "2", "--threads", "1", "--out", str(out), "--name", "tiny")
+                              "--hidden", "8", "--epochs", "2", "--threads", "1", "--out", str(out), "--name", "tiny",
+                              "--set", "head_globals=true")
     assert code == 0 and "tiny" in stdout and (out / "tiny.json").exists() and (out / "tiny.safetensors").exists()
+    cfg = json.loads((out / "tiny.json").read_text())["model"]["config"]
+    assert cfg["head_globals"] is True and cfg["hidden_dim"] == 8  # --set and --hidden reach the model
     code, stdout, _ = run_cli(capsys, "predictors", "--dir", str(out), "--json")
     assert code == 0 and json.loads(stdout)[0]["name"] == "tiny"
     code, stdout, _ = run_cli(capsys, "predict", arch(random.Random(2)), "--predictor", str(out / "tiny.json"),
@@ -165,5 +168,7 @@ def test_commands(dataset, tmp_path, capsys):
     (out / "tiny.safetensors").write_bytes(b"broken")
     code, _, err = run_cli(capsys, "predict", "example:resnet18", "--predictor", str(out / "tiny.json"))
     assert code == 2 and "corrupt" in err and "Traceback" not in err
+    code, _, err = run_cli(capsys, "train", "--data", str(dataset / "ds"), "--out", str(out), "--set", "dropuot=0.1")
+    assert code == 2 and "seernet has no config field(s) dropuot" in err and "Traceback" not in err
     code, _, err = run_cli(capsys, "train", "--data", str(tmp_path / "nope"), "--out", str(out))
     assert code == 2 and "no dataset folder or committed dataset named" in err

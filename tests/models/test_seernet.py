@@ -18,7 +18,8 @@ def test_default_size_is_about_the_papers_one_million():
 
 @pytest.mark.parametrize("switch", [dict(synmm=False), dict(gnpb=False), dict(use_edge_features=False),
                                     dict(use_global_features=False), dict(op_embedding_dim=16),
-                                    dict(edge_update_global=True), dict(num_blocks=2)])
+                                    dict(edge_update_global=True), dict(num_blocks=2),
+                                    dict(head_globals=True)])
 def test_ablation_switches_change_the_network(switch):
     torch.manual_seed(0)
     base = SeerNet(SeerNetConfig(**SMALL))
@@ -38,6 +39,20 @@ def test_ablation_sizes():
     # no z: z-init and z-aggregation temperatures, MLP_z (two layers), z's block of MLP_u
     no_z = 2 * h + 2 * (h * h + h) + h * h
     assert full - SeerNet(SeerNetConfig(**SMALL, gnpb=False)).num_parameters() == no_z
+
+
+def test_head_globals_feeds_u_to_the_head():
+    cfg = SeerNetConfig(**SMALL, head_globals=True)
+    model = SeerNet(cfg).eval()
+    assert model.head[0].in_features == 16 + cfg.global_dim  # MLP_head(u' || u)
+    batch = Batch.from_data_list(graphs())
+    u_prime = model.trunk(batch, batch.batch, batch.u, batch.num_graphs)
+    torch.testing.assert_close(model(batch), model.head(torch.cat([u_prime, batch.u], dim=-1)))
+    multi = SeerNetMulti(SeerNetMultiConfig(**SMALL, head_globals=True, num_targets=2))
+    assert multi.embed(batch).shape == (3, 16 + cfg.global_dim)
+    # without global features there is no u to read: the switch changes nothing
+    off = SeerNet(SeerNetConfig(**SMALL, head_globals=True, use_global_features=False))
+    assert off.head[0].in_features == 16
 
 
 def test_ablated_edge_and_global_features_are_not_read():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from perfseer.errors import PerfseerError
-from perfseer.training.pcgrad import pcgrad_backward, project_conflicting
+from perfseer.training.pcgrad import conflict_stats, pcgrad_backward, project_conflicting
 
 
 def close(a, b):
@@ -42,9 +42,20 @@ def test_backward_projects_shared_and_keeps_task_gradients(declare_shared):
     w = torch.nn.Parameter(torch.tensor([0.3, -0.2]))  # shared
     h1, h2 = torch.nn.Parameter(torch.tensor(2.0)), torch.nn.Parameter(torch.tensor(-1.0))  # heads
     losses = [w @ torch.tensor([1.0, 0.0]) + h1 ** 2, w @ torch.tensor([-1.0, 1.0]) + 3 * h2]
-    pcgrad_backward(losses, [w] if declare_shared else None, [w, h1, h2], rng=random.Random(0))
+    stats = pcgrad_backward(losses, [w] if declare_shared else None, [w, h1, h2], rng=random.Random(0))
     assert close(w.grad, [0.5, 1.5])  # [0.5, 0.5] + [0, 1]
     assert close(h1.grad, 4.0) and close(h2.grad, 3.0)  # each head: its own task's gradient
+    # the shared gradients [1, 0] and [-1, 1] conflict: cosine -1/sqrt(2)
+    assert (stats.pairs, stats.conflicting) == (1, 1) and stats.mean_cos == pytest.approx(-2 ** -0.5)
+
+
+def test_conflict_stats_counts_pairs_with_negative_cosine():
+    g = [torch.tensor([1.0, 0.0, 0.0]), torch.tensor([-1.0, 1.0, 0.0]), torch.tensor([0.0, 0.0, 2.0])]
+    s = conflict_stats(g)  # cosines: (0,1) -0.707, (0,2) 0, (1,2) 0
+    assert (s.pairs, s.conflicting) == (3, 1)
+    assert s.min_cos == pytest.approx(-2 ** -0.5) and s.mean_cos == pytest.approx(-2 ** -0.5 / 3)
+    assert conflict_stats([torch.zeros(3), torch.tensor([1.0, 0.0, 0.0])]).conflicting == 0  # zero gradient
+    assert conflict_stats([torch.ones(2)]).pairs == 0
 
 
 def test_backward_refuses_non_scalar_losses():

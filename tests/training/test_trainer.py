@@ -104,6 +104,10 @@ def test_multi_task(pcgrad):
                    TrainConfig(max_epochs=8, lr=3e-3, pcgrad=pcgrad, **FAST), targets=["latency_ms", "memory_mb"])
     assert set(result.metrics["val"]) == {"latency_ms", "memory_mb"}
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+    for h in result.history:  # PCGrad records how often the two tasks' gradients conflicted
+        assert ("conflict_share" in h) == pcgrad
+        if pcgrad:
+            assert 0.0 <= h["conflict_share"] <= 1.0 and -1.0 <= h["mean_cos"] <= 1.0
 
 
 def test_bad_input_is_refused(data):

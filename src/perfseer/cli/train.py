@@ -59,6 +59,8 @@ def add_parser(sub) -> None:
     p.add_argument("--time-limit", type=positive(float), default=None, metavar="S",
                    help="stop after the epoch that ends past S seconds")
     p.add_argument("--hidden", type=positive(int), default=None, help="hidden width of the network")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a model config field (JSON value), repeatable: e.g. --set head_globals=true --set dropout=0.1")
     p.add_argument("--batch-size", type=positive(int), default=d.batch_size,
                    help="graphs per step (default: about 32 steps per epoch, between 16 and 128)")
     p.add_argument("--lr", type=positive(float), default=d.lr, help=f"default {d.lr}")
@@ -97,11 +99,13 @@ def run_train(args: argparse.Namespace) -> int:
                       seed=args.seed, num_threads=args.threads, pcgrad=not args.no_pcgrad,
                       device="cuda" if args.cuda else "cpu", progress=sys.stderr.isatty(),
                       checkpoint_dir=str(out / ".checkpoint"), resume=args.resume)
-    model_config = {"hidden_dim": args.hidden} if args.hidden else None
+    from perfseer.models.registry import parse_overrides
+
+    model_config = ({"hidden_dim": args.hidden} if args.hidden else {}) | parse_overrides(args.model, args.set)
     start = time.perf_counter()
     predictor, fitted = train_predictor(args.data, args.model, devices=args.device, phase=args.phase,
                                         metrics=args.metric or "latency_ms", split_column=args.split, name=args.name,
-                                        model_config=model_config, train_config=cfg,
+                                        model_config=model_config or None, train_config=cfg,
                                         max_train_models=args.max_train_models)
     card = predictor.save(out)
     import shutil

@@ -7,6 +7,9 @@ in the section marked below; :func:`is_neural` tells the two kinds apart.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from torch import nn
 
 from perfseer.errors import PerfseerError
@@ -88,3 +91,45 @@ def build_from_dict(name: str, cfg_dict: dict):
     """Build model ``name`` from a config dict written by its ``config.to_dict()`` (a checkpoint card)."""
     cfg_cls, model_cls = _lookup(name)
     return model_cls(cfg_cls.from_dict(cfg_dict))
+
+
+def config_fields(name: str) -> set[str]:
+    """The config field names of model ``name`` (empty for an unknown name)."""
+    return {f.name for f in dataclasses.fields(MODELS[name][0])} if name in MODELS else set()
+
+
+def parse_override(item: str) -> tuple[str, object]:
+    """``"FIELD=VALUE"`` to ``(field, value)``; the value is read as JSON (``0.1``, ``true``,
+    ``16``), else kept as text (``relu``).
+
+    Raises:
+        PerfseerError: no ``=`` or no field name.
+    """
+    name, sep, text = item.partition("=")
+    if not sep or not name.strip():
+        raise PerfseerError(f"config setting {item!r} is not FIELD=VALUE", "write e.g. dropout=0.1 or head_globals=true")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    return name.strip(), value
+
+
+def parse_overrides(name: str, items) -> dict:
+    """``FIELD=VALUE`` strings to config overrides of model ``name``.
+
+    Example::
+
+        parse_overrides("seernet", ["head_globals=true", "dropout=0.1"])  # {"head_globals": True, "dropout": 0.1}
+
+    Raises:
+        PerfseerError: a malformed item, or a field model ``name`` does not have (the message
+        lists its fields).
+    """
+    _lookup(name)  # an unknown model: its own clear error
+    fields = config_fields(name)
+    out = dict(parse_override(i) for i in items)
+    unknown = sorted(set(out) - fields)
+    if unknown:
+        raise PerfseerError(f"{name} has no config field(s) {', '.join(unknown)}", f"its fields: {', '.join(sorted(fields))}")
+    return out

@@ -42,6 +42,9 @@ class SeerNetConfig(ModelConfig):
     edge_update_global: bool = False  # also feed u to the edge update (eq. 2 does not; Battaglia et al. do)
     activation: str = "relu"  # non-linearity after every SeerBlock layer (the paper names none)
     dropout: float = 0.0  # dropout after every hidden layer (the paper uses none)
+    # the head also reads the raw global features: MLP_head(u' || u), as PMGNS's FC layers read
+    # [pooled || u] (the paper's head reads u' only)
+    head_globals: bool = False
 
     def validate(self) -> None:
         super().validate()
@@ -83,6 +86,16 @@ class SynMM(Aggregation):
         hi = self.max(x, index, ptr=ptr, dim_size=dim_size, dim=dim)
         avg = self.mean(x, index, ptr=ptr, dim_size=dim_size, dim=dim)
         return self.lin(_cat(hi, avg))
+
+
+def _head_in(cfg: SeerNetConfig) -> int:
+    """Width of what the head reads: ``u'``, and ``u`` with ``head_globals``."""
+    return cfg.hidden_dim + (cfg.global_dim if cfg.head_globals and cfg.use_global_features else 0)
+
+
+def _readout(cfg: SeerNetConfig, emb: Tensor, u: Tensor) -> Tensor:
+    """The head's input: the trunk's ``u'`` [G, hidden], with ``head_globals`` followed by ``u``."""
+    return _cat(emb, u) if cfg.head_globals and cfg.use_global_features else emb
 
 
 def _cat(*parts: Tensor | None) -> Tensor:
@@ -219,12 +232,12 @@ class SeerNet(GraphRegressor):
     def __init__(self, config: SeerNetConfig):
         super().__init__(config)
         self.trunk = SeerNetTrunk(config)
-        self.head = mlp([config.hidden_dim, config.head_hidden_dim, config.num_targets],
+        self.head = mlp([_head_in(config), config.head_hidden_dim, config.num_targets],
                         config.activation, config.dropout)
 
     def forward(self, data) -> Tensor:
         batch, u, num_graphs = self._inputs(data)
-        return self.head(self.trunk(data, batch, u, num_graphs))
+        return self.head(_readout(self.config, self.trunk(data, batch, u, num_graphs), u))
 
 
 class SeerNetMulti(GraphRegressor):
@@ -242,7 +255,8 @@ class SeerNetMulti(GraphRegressor):
         config: a :class:`SeerNetMultiConfig`; ``num_targets`` is the number of heads.
 
     Shapes: as :class:`SeerNet`: ``forward(data)`` returns [G, num_targets], column ``t`` from head
-    ``t``; :meth:`embed` returns the shared embedding [G, hidden_dim].
+    ``t``; :meth:`embed` returns the shared embedding the heads read, [G, hidden_dim]
+    (``hidden_dim + global_dim`` with ``head_globals``).
 
     Example::
 
@@ -259,13 +273,13 @@ class SeerNetMulti(GraphRegressor):
         super().__init__(config)
         self.trunk = SeerNetTrunk(config)
         self.heads = nn.ModuleList(
-            mlp([config.hidden_dim, config.head_hidden_dim, 1], config.activation, config.dropout)
+            mlp([_head_in(config), config.head_hidden_dim, 1], config.activation, config.dropout)
             for _ in range(config.num_targets))
 
     def embed(self, data) -> Tensor:
-        """The shared graph embedding [G, hidden_dim]."""
+        """The shared graph embedding the heads read: [G, hidden_dim], ``u`` appended with ``head_globals``."""
         batch, u, num_graphs = self._inputs(data)
-        return self.trunk(data, batch, u, num_graphs)
+        return _readout(self.config, self.trunk(data, batch, u, num_graphs), u)
 
     def forward(self, data) -> Tensor:
         h = self.embed(data)

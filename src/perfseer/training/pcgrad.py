@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -67,8 +68,45 @@ def project_conflicting(grads: Sequence[torch.Tensor], rng: random.Random | None
     return out
 
 
+@dataclass
+class ConflictStats:
+    """How the tasks' original shared gradients of one step relate (what PCGrad acts on).
+
+    Attributes:
+        pairs: task pairs ``i < j`` compared, ``T (T - 1) / 2``.
+        conflicting: pairs with a negative cosine similarity (those PCGrad projects).
+        mean_cos: mean cosine similarity over the pairs; ``min_cos`` the lowest.
+    """
+
+    pairs: int = 0
+    conflicting: int = 0
+    mean_cos: float = float("nan")
+    min_cos: float = float("nan")
+
+
+def conflict_stats(grads: Sequence[torch.Tensor]) -> ConflictStats:
+    """Pairwise cosine similarities of ``T`` flat gradients [P]; a zero gradient conflicts with none.
+
+    Example::
+
+        >>> conflict_stats([torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 1.0])]).conflicting
+        1
+    """
+    t = len(grads)
+    if t < 2:
+        return ConflictStats()
+    g = torch.stack([x.detach().reshape(-1) for x in grads])
+    norms = g.norm(dim=1)
+    cos = (g @ g.T) / (norms[:, None] * norms[None, :]).clamp_min(torch.finfo(g.dtype).tiny)
+    i, j = torch.triu_indices(t, t, offset=1)
+    pair = cos[i, j]
+    return ConflictStats(pairs=int(pair.numel()), conflicting=int((pair < 0).sum()),
+                         mean_cos=float(pair.mean()), min_cos=float(pair.min()))
+
+
 def pcgrad_backward(losses: Sequence[torch.Tensor], shared: Sequence[torch.nn.Parameter],
-                    params: Sequence[torch.nn.Parameter] | None = None, rng: random.Random | None = None) -> None:
+                    params: Sequence[torch.nn.Parameter] | None = None,
+                    rng: random.Random | None = None) -> ConflictStats:
     """Write PCGrad gradients into ``.grad`` (accumulating, like ``backward``).
 
     Args:
@@ -80,6 +118,10 @@ def pcgrad_backward(losses: Sequence[torch.Tensor], shared: Sequence[torch.nn.Pa
             the sum of the tasks' plain gradients, which for a task's own head is its own
             gradient.  Default: ``shared`` only.
         rng: random order of the projections (see :func:`project_conflicting`).
+
+    Returns:
+        the :class:`ConflictStats` of the tasks' original shared gradients (empty when no
+        parameter is shared).
 
     Raises:
         PerfseerError: fewer than one loss, or a loss that is not a scalar.
@@ -103,11 +145,13 @@ def pcgrad_backward(losses: Sequence[torch.Tensor], shared: Sequence[torch.nn.Pa
         idx_shared = list(range(len(shared)))
     shared_set = set(idx_shared)
 
+    stats = ConflictStats()
     if idx_shared:
         flats = []
         for grads in per_task:
             flats.append(torch.cat([(grads[k] if grads[k] is not None else torch.zeros_like(everything[k])).reshape(-1)
                                     for k in idx_shared]))
+        stats = conflict_stats(flats)
         total = torch.stack(project_conflicting(flats, rng)).sum(0)
         offset = 0
         for k in idx_shared:
@@ -121,6 +165,7 @@ def pcgrad_backward(losses: Sequence[torch.Tensor], shared: Sequence[torch.nn.Pa
         grads = [g[k] for g in per_task if g[k] is not None]
         if grads:
             _accumulate(p, torch.stack(grads).sum(0))
+    return stats
 
 
 def _accumulate(p: torch.nn.Parameter, g: torch.Tensor) -> None:

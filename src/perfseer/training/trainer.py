@@ -195,7 +195,9 @@ class TrainResult:
         best_epoch: the epoch (1-based) whose weights were kept; ``best_val_loss`` its val loss.
         stopped: why training ended: ``max_epochs``, ``early_stopping`` or ``time_limit``.
         wall_time_s: seconds this call took (not counting a resumed run's earlier time).
-        history: one dict per epoch: ``epoch``, ``train_loss``, ``val_loss``, ``lr``, ``seconds``.
+        history: one dict per epoch: ``epoch``, ``train_loss``, ``val_loss``, ``lr``, ``seconds``;
+            with PCGrad also ``conflict_share`` (the share of task pairs, over the epoch's steps,
+            whose shared gradients had a negative cosine) and ``mean_cos`` (their mean cosine).
     """
 
     predictor: NeuralPredictor
@@ -516,13 +518,17 @@ def _train(model, train_set, val_set, cfg, targets, test_set, feature_scaler, ta
             gen = _epoch_generator(cfg.seed, epoch)
             rng = random.Random(int(cfg.seed) * 1_000_003 + epoch)
             total, n = 0.0, 0
+            pairs = conflicting = 0
+            cos_sum = 0.0
             for idx in _batches(len(train_data), batch_size, gen):
                 b = Batch.from_data_list([train_data[i] for i in idx.tolist()]).to(device)
                 pred = _as_2d(model(b), len(idx))
                 losses = _task_losses(pred, b.y, loss_name, cfg.huber_delta)
                 optimizer.zero_grad(set_to_none=True)
                 if use_pcgrad:
-                    pcgrad_backward(losses, shared, params, rng=rng)
+                    st = pcgrad_backward(losses, shared, params, rng=rng)
+                    pairs, conflicting = pairs + st.pairs, conflicting + st.conflicting
+                    cos_sum += st.mean_cos * st.pairs if st.pairs else 0.0
                     loss = torch.stack(losses).mean()
                 else:
                     loss = torch.stack(losses).mean()
@@ -544,6 +550,8 @@ def _train(model, train_set, val_set, cfg, targets, test_set, feature_scaler, ta
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
             history.append({"epoch": epoch, "train_loss": total / n, "val_loss": val_loss, "lr": lr,
                             "seconds": round(time.perf_counter() - t0, 4)})
+            if pairs:  # PCGrad: share of task pairs whose gradients conflicted, and their mean cosine
+                history[-1].update(conflict_share=round(conflicting / pairs, 4), mean_cos=round(cos_sum / pairs, 4))
             if cfg.early_stopping_patience is not None and epoch - best_epoch >= cfg.early_stopping_patience:
                 stopped = "early_stopping"
             elif cfg.time_limit_s is not None and time.perf_counter() - start >= cfg.time_limit_s:
