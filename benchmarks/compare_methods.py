@@ -49,8 +49,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _training_bench as tb  # noqa: E402
+from perfseer.errors import PerfseerError  # noqa: E402
+from rich.markup import escape  # noqa: E402  (method names like seernet[head_globals=true] are not markup)
 
 METRIC_KEYS = ("mape", "rmse", "acc5", "acc10", "acc20", "spearman", "kendall")
+
+
+def split_variant(spec: str) -> tuple[str, dict]:
+    """``NAME[FIELD=VALUE;...]`` to ``(NAME, {FIELD: VALUE})``: a method with config fields of its
+    own, e.g. ``seernet[head_globals=true]`` (values as for ``--set``); a plain name gives ``{}``."""
+    from perfseer.models.registry import parse_overrides
+
+    if "[" not in spec:
+        return spec, {}
+    name, _, inner = spec.partition("[")
+    if not inner.endswith("]"):
+        raise PerfseerError(f"method {spec!r} has no closing ]", "write NAME[FIELD=VALUE;FIELD=VALUE]")
+    return name, parse_overrides(name, [i for i in inner[:-1].split(";") if i.strip()])
 
 
 def fit_and_score(method: str, sel, args, console, label: str | None = None, model_extra: dict | None = None,
@@ -63,15 +78,16 @@ def fit_and_score(method: str, sel, args, console, label: str | None = None, mod
     from perfseer.training.run import evaluate_method, train_method
 
     label = label or method
+    method, variant = split_variant(method)
     if model_extra is None:
-        model_extra = tb.overrides_for(method, getattr(args, "set", None))
+        model_extra = (tb.overrides_for(method, getattr(args, "set", None)) or {}) | variant or None
     t0 = time.perf_counter()
     try:
         fitted = train_method(method, sel.train, sel.val, tb.model_config(method, args.hidden, model_extra),
                               train_config=tb.train_config(args, **train_overrides), targets=sel.targets)
         scores = evaluate_method(fitted, sel.test)
     except (PerfseerError, ImportError, RuntimeError) as e:
-        tb.log(console, f"[red]{label} failed[/red]: {e}")
+        tb.log(console, f"[red]{escape(label)} failed[/red]: {e}")
         return {"method": label, "error": f"{type(e).__name__}: {e}", "fit_time_s": time.perf_counter() - t0}
     n, plabel = tb.parameters(fitted)
     res = fitted.train_result
@@ -87,7 +103,7 @@ def fit_and_score(method: str, sel, args, console, label: str | None = None, mod
     ep = f", {res.epochs_run} epochs ({res.stopped})" if res else ""
     if "conflict_share" in row:
         ep += f", {100 * row['conflict_share']:.0f} % of task pairs conflicting (mean cos {row['mean_cos']:+.3f})"
-    tb.log(console, f"{label}: {row['fit_time_s']:.1f} s{ep}; test MAPE {first['mape']:.2f} %, "
+    tb.log(console, f"{escape(label)}: {row['fit_time_s']:.1f} s{ep}; test MAPE {first['mape']:.2f} %, "
                     f"rho {first['spearman']:.3f}" + (f" (first of {len(scores)} targets)" if len(scores) > 1 else ""))
     return row
 
@@ -143,7 +159,7 @@ def _metric_columns(t) -> None:
 
 
 def _metric_row(t, r: dict, m: dict | None, best: bool) -> None:
-    name = r["method"] + (" ★" if best else "")
+    name = escape(r["method"]) + (" ★" if best else "")
     if "error" in r or m is None:
         t.add_row(name, "-", tb.f1(r.get("fit_time_s"), 1), "-", f"[red]{r.get('error', 'failed')[:60]}[/red]",
                   *["-"] * 6)
@@ -260,7 +276,7 @@ def per_device_tables(name: str, out: dict) -> list:
             m = (r.get("per_device") or {}).get(d, {})
             cells.append("-" if "mape" not in m else f"{m['mape']:.2f} / {m['spearman']:.3f}")
         mean = r.get("mean")
-        t1.add_row(r["method"] + (" ★" if best else ""), r["params_label"], tb.f1(r.get("fit_time_s"), 1), *cells,
+        t1.add_row(escape(r["method"]) + (" ★" if best else ""), r["params_label"], tb.f1(r.get("fit_time_s"), 1), *cells,
                    tb.f1(mean["mape"]) if mean else f"[red]{r.get('error', '')[:40]}[/red]",
                    tb.f1(mean["spearman"], 4) if mean else "-", style="bold" if best else None)
     t2 = Table(title=head + f" -- mean over the {len(devices)} devices (fit s: all devices; epochs: mean)")
@@ -287,10 +303,16 @@ def main(argv=None) -> int:
     from perfseer.training.run import ALIASES, method_names
 
     known = method_names()
-    bad = [m for m in args.methods if ALIASES.get(m, m) not in known]
+    bases = [m.partition("[")[0] for m in args.methods]
+    bad = [m for m in bases if ALIASES.get(m, m) not in known]
     if bad:
         ap.error(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(known)}")
-    tb.check_set_fields(ap, [ALIASES.get(m, m) for m in args.methods] + (["seernet-multi"] if args.multi else []),
+    try:
+        for m in args.methods:
+            split_variant(ALIASES.get(m, m))
+    except PerfseerError as e:
+        ap.error(str(e))
+    tb.check_set_fields(ap, [ALIASES.get(m, m) for m in bases] + (["seernet-multi"] if args.multi else []),
                         args.set)
     tb.set_threads(args.threads)
     console, err = Console(width=200), Console(stderr=True, width=200)

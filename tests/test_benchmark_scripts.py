@@ -71,10 +71,15 @@ def test_compare_single_and_per_device(tiny):
     from rich.console import Console
 
     console = Console(file=io.StringIO())
-    one = compare_methods.run_single(tb.Setting("one", "tiny", ("gpu_a",)), ["flops", "seernet"], _args(), console)
-    assert [r["method"] for r in one["results"]] == ["flops", "seernet"]
+    one = compare_methods.run_single(tb.Setting("one", "tiny", ("gpu_a",)),
+                                     ["flops", "seernet", "seernet[head_globals=true]"], _args(), console)
+    assert [r["method"] for r in one["results"]] == ["flops", "seernet", "seernet[head_globals=true]"]
+    assert one["results"][2]["config"]["head_globals"] is True and not one["results"][1]["config"]["head_globals"]
     assert one["best"] in ("flops", "seernet") and one["results"][1]["params"] > 0
-    compare_methods.single_table("one", one)
+    table = compare_methods.single_table("one", one)
+    shown = io.StringIO()
+    Console(file=shown, width=200).print(table)
+    assert "seernet[head_globals=true]" in shown.getvalue()  # printed as text, not eaten as markup
     both = compare_methods.run_per_device(tb.Setting("two", "tiny", DEVICES), ["flops"], _args(), console)
     names = [r["method"] for r in both["summary"]]
     assert names == ["flops", "seernet-multi (PCGrad)", "seernet-multi (no PCGrad)"]
@@ -101,3 +106,10 @@ def test_set_reaches_the_methods_that_have_the_field_and_refuses_typos(capsys):
     with pytest.raises(SystemExit):
         compare_methods.main(["--methods", "seernet,gbm", "--set", "dropuot=0.1"])
     assert "dropuot" in capsys.readouterr().err
+    # a method with fields of its own: NAME[FIELD=VALUE;...]
+    assert compare_methods.split_variant("seernet[head_globals=true;dropout=0.1]") == (
+        "seernet", {"head_globals": True, "dropout": 0.1})
+    assert compare_methods.split_variant("pmgns") == ("pmgns", {})
+    with pytest.raises(SystemExit):
+        compare_methods.main(["--methods", "seernet[hed_globals=true]"])
+    assert "hed_globals" in capsys.readouterr().err
