@@ -246,10 +246,14 @@ def add_set_arg(ap: argparse.ArgumentParser) -> None:
 
 def check_set_fields(ap: argparse.ArgumentParser, methods, settings: list[str]) -> None:
     """Refuse a ``--set`` field that none of ``methods`` has: a typo would otherwise change nothing."""
-    from perfseer.models.registry import config_fields
+    from perfseer.errors import PerfseerError
+    from perfseer.models.registry import config_fields, parse_override
 
     fields = set().union(*(config_fields(m) for m in methods))
-    unknown = sorted({item.partition("=")[0].strip() for item in settings} - fields)
+    try:
+        unknown = sorted({parse_override(item)[0] for item in settings} - fields)
+    except PerfseerError as e:
+        ap.error(f"--set: {e}")
     if unknown:
         ap.error(f"--set {', '.join(unknown)}: no method run here has such a config field "
                  f"(theirs: {', '.join(sorted(fields))})")

@@ -11,9 +11,14 @@ sizes and at batch 256 (the NAS-Bench-201 target columns).
 from __future__ import annotations
 
 import argparse
-import json
+import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _training_bench as tb  # noqa: E402
 
 PREDICTOR = "nb201-gpus.infer"
 
@@ -58,9 +63,7 @@ def main() -> None:
             table.add_row(target.device, "all" if b is None else str(b), f"{int(keep.sum()):,}",
                           f"{g['mape']:.2f} / {g['spearman']:.3f}", f"{s['mape']:.2f} / {s['spearman']:.3f}")
     Console().print(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"benchmark": "nb201_bundled_vs_gbm", "predictor": PREDICTOR, "results": results}, f, indent=1)
+    tb.write_json(args.json, {"benchmark": "nb201_bundled_vs_gbm", "predictor": PREDICTOR, "results": results})
 
 
 if __name__ == "__main__":

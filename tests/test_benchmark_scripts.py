@@ -106,6 +106,11 @@ def test_set_reaches_the_methods_that_have_the_field_and_refuses_typos(capsys):
     with pytest.raises(SystemExit):
         compare_methods.main(["--methods", "seernet,gbm", "--set", "dropuot=0.1"])
     assert "dropuot" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare_methods.main(["--methods", "seernet", "--set", "dropout"])  # not FIELD=VALUE
+    assert "not FIELD=VALUE" in capsys.readouterr().err
+    from perfseer.models.registry import parse_overrides
+    assert parse_overrides("flops-only", []) == {}  # no settings: any method name (aliases too) is fine
     # a method with fields of its own: NAME[FIELD=VALUE;...]
     assert compare_methods.split_variant("seernet[head_globals=true;dropout=0.1]") == (
         "seernet", {"head_globals": True, "dropout": 0.1})

@@ -100,8 +100,10 @@ def run_train(args: argparse.Namespace) -> int:
                       device="cuda" if args.cuda else "cpu", progress=sys.stderr.isatty(),
                       checkpoint_dir=str(out / ".checkpoint"), resume=args.resume)
     from perfseer.models.registry import parse_overrides
+    from perfseer.training.run import ALIASES
 
-    model_config = ({"hidden_dim": args.hidden} if args.hidden else {}) | parse_overrides(args.model, args.set)
+    model_config = (({"hidden_dim": args.hidden} if args.hidden else {})
+                    | parse_overrides(ALIASES.get(args.model, args.model), args.set))
     start = time.perf_counter()
     predictor, fitted = train_predictor(args.data, args.model, devices=args.device, phase=args.phase,
                                         metrics=args.metric or "latency_ms", split_column=args.split, name=args.name,

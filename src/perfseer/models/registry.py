@@ -126,6 +126,8 @@ def parse_overrides(name: str, items) -> dict:
         PerfseerError: a malformed item, or a field model ``name`` does not have (the message
         lists its fields).
     """
+    if not items:
+        return {}
     _lookup(name)  # an unknown model: its own clear error
     fields = config_fields(name)
     out = dict(parse_override(i) for i in items)

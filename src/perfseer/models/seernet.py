@@ -88,14 +88,18 @@ class SynMM(Aggregation):
         return self.lin(_cat(hi, avg))
 
 
+def _head_reads_u(cfg: SeerNetConfig) -> bool:
+    return cfg.head_globals and cfg.use_global_features  # without global features there is no u
+
+
 def _head_in(cfg: SeerNetConfig) -> int:
     """Width of what the head reads: ``u'``, and ``u`` with ``head_globals``."""
-    return cfg.hidden_dim + (cfg.global_dim if cfg.head_globals and cfg.use_global_features else 0)
+    return cfg.hidden_dim + (cfg.global_dim if _head_reads_u(cfg) else 0)
 
 
 def _readout(cfg: SeerNetConfig, emb: Tensor, u: Tensor) -> Tensor:
     """The head's input: the trunk's ``u'`` [G, hidden], with ``head_globals`` followed by ``u``."""
-    return _cat(emb, u) if cfg.head_globals and cfg.use_global_features else emb
+    return _cat(emb, u) if _head_reads_u(cfg) else emb
 
 
 def _cat(*parts: Tensor | None) -> Tensor:
