@@ -44,7 +44,7 @@ def split_reference(model: str) -> tuple[str, str] | None:
     return None
 
 
-def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
+def load_skeleton(model, input_shape=None, input_dtypes=None, boxes: int | None = None) -> Skeleton:
     """Resolve ``model`` to a :class:`Skeleton`.
 
     Args:
@@ -52,6 +52,8 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
         input_shape: for modules and zoo references, the shape of one input sample without the
             batch (zoo models default to their configured resolution).
         input_dtypes: for modules, the torch dtype name of each input.
+        boxes: for torchvision detectors, the number of boxes each data-dependent selection keeps
+            (:mod:`perfseer.graph.detection`).
     """
     import onnx
 
@@ -75,7 +77,7 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
             return export_space_model(kind, name, input_shape)
         from perfseer.graph.zoo import export_zoo_model
 
-        return export_zoo_model(kind, name, input_shape)[0]
+        return export_zoo_model(kind, name, input_shape, boxes=boxes)[0]
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a core dependency
@@ -83,7 +85,7 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
     if torch is not None and isinstance(model, torch.nn.Module):
         from perfseer.graph.torch_export import skeleton_from_module
 
-        return skeleton_from_module(model, input_shape, input_dtypes)
+        return skeleton_from_module(model, input_shape, input_dtypes, boxes=boxes)
     raise ModelLoadError(
         f"cannot read a model from a {type(model).__name__}",
         "pass an .onnx path, an onnx.ModelProto, a torch.nn.Module with input_shape, "
