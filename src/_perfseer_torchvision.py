@@ -15,8 +15,9 @@ the compiled ops themselves stay unavailable (``torchvision.ops.nms`` raises tor
 "Couldn't load custom C++ ops" error), which is the truth.  It lives outside the ``perfseer``
 package because ``perfseer/__init__`` imports torch, which is still being imported at that point.
 
-Torch skips entry points when ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``; then ``import perfseer`` (or
-:func:`define_missing_ops`) before ``import torchvision`` does the same.
+Torch skips entry points when ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``; then
+``import _perfseer_torchvision, torch; _perfseer_torchvision.define_missing_ops()`` before
+``import torchvision`` does the same.
 """
 
 from __future__ import annotations
@@ -48,15 +49,26 @@ def _cuda_tagged_torchvision() -> bool:
     return False
 
 
+def _nms_defined(torch) -> bool:
+    try:
+        torch.ops.torchvision.nms  # noqa: B018 - raises when the operator was never defined
+        return True
+    except Exception:  # noqa: BLE001 - AttributeError or RuntimeError, by torch version
+        return False
+
+
 def needs_definitions() -> bool:
-    """True for a CUDA-built torchvision next to a torch without CUDA, whose ops are not defined."""
+    """True for a CUDA-built torchvision next to a torch without CUDA, whose ops are not defined.
+
+    ``import torchvision`` imports torch first, so torchvision may already be (partly) imported here.
+    """
     torch = sys.modules.get("torch")
-    if torch is None or "torchvision" in sys.modules:
+    if torch is None:
         return False
     version = getattr(torch, "version", None)
     if version is None or getattr(version, "cuda", None) is not None or getattr(version, "hip", None):
         return False
-    return _cuda_tagged_torchvision()
+    return _cuda_tagged_torchvision() and not _nms_defined(torch)
 
 
 def define_missing_ops() -> None:

@@ -86,15 +86,20 @@ def translation_table() -> dict:
 
 
 def is_detection_model(module) -> bool:
-    """Whether ``module`` is (or contains) a torchvision detector whose post-processing needs this module."""
+    """Whether ``module`` is or contains a torchvision detector or RoI pooler (exported by this module)."""
+    import sys
+
+    if "torchvision" not in sys.modules:  # a module built with torchvision has imported it
+        return False
     try:
+        from torchvision.models.detection.fcos import FCOS
         from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
         from torchvision.models.detection.retinanet import RetinaNet
         from torchvision.models.detection.ssd import SSD
-        from torchvision.models.detection.fcos import FCOS
-    except Exception:  # noqa: BLE001 - torchvision absent or unimportable: not a torchvision detector
+        from torchvision.ops import MultiScaleRoIAlign, RoIAlign
+    except Exception:  # noqa: BLE001 - torchvision unimportable: not a torchvision detector
         return False
-    kinds = (GeneralizedRCNN, RetinaNet, SSD, FCOS)
+    kinds = (GeneralizedRCNN, RetinaNet, SSD, FCOS, MultiScaleRoIAlign, RoIAlign)
     return any(isinstance(m, kinds) for m in module.modules())
 
 
