@@ -457,7 +457,8 @@ class _Extraction:
             out = fold.evaluate(node, attrs or _attrs(node), ins)
             if out is not None:
                 for name, v in zip(node.output, out):
-                    if name and v is not None and v.size <= fold.MAX_FOLD_ELEMENTS:
+                    # (a sequence-valued output comes back as a list: not a foldable tensor)
+                    if name and isinstance(v, np.ndarray) and v.size <= fold.MAX_FOLD_ELEMENTS:
                         values[name] = v
         return static, values, folded, device
 
@@ -707,4 +708,6 @@ def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None
     """
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise ShapeError(f"batch size must be a positive integer, got {batch!r}", "pass --batch N with N >= 1")
-    return _Extraction(skeleton, batch, input_shape, dims).run()
+    from perfseer.graph.canonical import canonicalize
+
+    return canonicalize(_Extraction(skeleton, batch, input_shape, dims).run())
