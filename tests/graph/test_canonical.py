@@ -51,16 +51,6 @@ def test_erf_that_is_not_gelu_is_left_alone():
     assert ops(pg) == ["Div", "Erf"]
 
 
-def test_split_becomes_slices():
-    nodes = [helper.make_node("Split", ["x", "sizes"], ["a", "b", "c"], axis=1, name="split"),
-             helper.make_node("Concat", ["c", "a", "b"], ["y"], axis=1)]
-    pg = perfseer.extract(make_model(nodes, {"x": ("N", 6, 4)}, ["y"], {"sizes": np.array([1, 2, 3], np.int64)}))
-    assert ops(pg) == ["Slice", "Slice", "Slice", "Concat"]
-    bounds = [tuple(int(pg.graph.tensors[i].value[0]) for i in n.inputs[1:3]) for n in pg.graph.nodes[:3]]
-    assert bounds == [(0, 1), (1, 3), (3, 6)]
-    assert [pg.graph.tensors[n.outputs[0]].shape for n in pg.graph.nodes[:3]] == [(1, 1, 4), (1, 2, 4), (1, 3, 4)]
-
-
 def test_canonical_graphs_are_unchanged(monkeypatch):
     # the bundled graphs were exported by perfseer's own (canonical) frontend: nothing to rewrite
     pg = perfseer.extract("example:resnet18")

@@ -7,15 +7,15 @@ differently:
 
 * ``Flatten`` -> ``Reshape`` (with its shape vector, as the dynamo exporter writes it);
 * ``GlobalAveragePool`` -> ``ReduceMean`` over the spatial axes, ``keepdims=1``;
-* ``Split`` into k parts -> k ``Slice`` nodes (the dynamo exporter's form of ``unbind``/``chunk``
-  on a static shape: each reads its input and writes its part);
 * the erf form of GELU, ``0.5 * x * (1 + erf(x / sqrt(2)))`` (``Div``/``Mul``, ``Erf``, ``Add``,
   ``Mul``, ``Mul``: five operators in opsets < 20) -> one ``Gelu``.
 
 What cannot be undone is not guessed: the legacy exporter's constant folding (on by default) fuses
 each eval-mode BatchNorm into the convolution before it, so a graph exported that way has no
 ``BatchNormalization`` left to count; ``benchmarks/exporter_canonical.py`` measures the difference
-that remains, with and without that folding.  Graphs already in the canonical form are returned
+that remains, with and without that folding.  Nor are spellings that the dynamo exporter itself
+uses rewritten (its ``Split`` for ``torch.split``, where the legacy exporter's ``unbind`` also
+writes ``Split`` and the dynamo exporter ``Slice`` nodes): that would change canonical graphs.  Graphs already in the canonical form are returned
 unchanged.
 """
 
@@ -56,7 +56,6 @@ def canonicalize(graph: Graph) -> Graph:
             nodes[i] = dataclasses.replace(node, op_type="ReduceMean", inputs=(node.inputs[0], axes),
                                            attrs={"keepdims": 1})
             changed = True
-    changed |= _split_to_slices(nodes, tensors)
     if not changed:
         return graph
     used = {n for node in nodes for n in (*node.inputs, *node.outputs) if n} | set(graph.inputs) | set(graph.outputs)
@@ -67,31 +66,6 @@ def _constant(tensors: dict, name: str, value: np.ndarray) -> str:
     # only its size matters to the features (the bytes a Reshape/ReduceMean reads)
     tensors[name] = Tensor(name, "int64", tuple(value.shape), (0,) * value.ndim, TensorKind.CONSTANT, value)
     return name
-
-
-def _split_to_slices(nodes: list[Node], tensors: dict) -> bool:
-    found = False
-    i = 0
-    while i < len(nodes):
-        node = nodes[i]
-        x = tensors.get(node.inputs[0]) if node.inputs else None
-        outs = [tensors.get(o) for o in node.outputs]
-        if (node.op_type != "Split" or node.domain not in ("", "ai.onnx") or x is None or not x.rank
-                or any(o is None for o in outs)):
-            i += 1
-            continue
-        axis = int(node.attrs.get("axis", 0) or 0) % x.rank
-        slices, start = [], 0
-        for k, out in enumerate(outs):
-            end = start + out.shape[axis]
-            names = [_constant(tensors, f"{node.name}/{part}{k}", np.asarray([v], np.int64))
-                     for part, v in (("starts", start), ("ends", end), ("axes", axis), ("steps", 1))]
-            slices.append(Node(f"{node.name}/slice{k}", "Slice", "", (node.inputs[0], *names), (out.name,), {}))
-            start = end
-        nodes[i:i + 1] = slices
-        i += len(slices)
-        found = True
-    return found
 
 
 def _scalar(tensors: dict, name: str) -> float | None:
