@@ -39,7 +39,9 @@ def add_parser(sub) -> None:
                                  "or example:NAME")
     p.add_argument("--batch", type=int, default=None, help="batch size to bind (default 1)")
     p.add_argument("--input-shape", help="one sample's shape without the batch, e.g. 3x224x224")
-    p.add_argument("--dim", action="append", metavar="NAME=VALUE", help="bind a symbolic input dimension")
+    p.add_argument("--dim", action="append", metavar="NAME=VALUE",
+                   help="bind a symbolic input dimension; boxes=N: the boxes a torchvision detector keeps "
+                        "(default 1000, docs/models.md)")
     p.add_argument("--json", metavar="PATH", help="write the summary as JSON to PATH ('-' for stdout)")
     p.add_argument("--save", metavar="PATH", help="save the graph's features (safetensors) to PATH")
     p.add_argument("--top", type=int, default=8, help="how many of the heaviest operators to list (>= 0)")
