@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("perfseer.cli.train", "score a predictor on measurements"),
     "predict": ("perfseer.cli.predict", "predict a model's latency (and other metrics) with a trained predictor"),
     "predictors": ("perfseer.cli.predict", "list the bundled predictors with their coverage and test scores"),
+    "serve": ("perfseer.cli.serve", "serve predictions over HTTP: a REST API and a web page"),
 
 }
 
