@@ -40,7 +40,10 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=int, default=None, help="batch size to bind (default 1)")
     p.add_argument("--input-shape", help="one sample's shape without the batch, e.g. 3x224x224")
     p.add_argument("--dim", action="append", metavar="NAME=VALUE", help="bind a symbolic input dimension")
-    p.add_argument("--json", metavar="PATH", help="write the summary as JSON to PATH ('-' for stdout)")
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                   help="print the summary as JSON on stdout (as every command's --json); an old form, "
+                        "--json PATH, writes it to PATH like --out")
+    p.add_argument("--out", metavar="FILE", help="also write the summary as JSON to FILE (atomically)")
     p.add_argument("--save", metavar="PATH", help="save the graph's features (safetensors) to PATH")
     p.add_argument("--top", type=int, default=8, help="how many of the heaviest operators to list (>= 0)")
     p.set_defaults(func=run)
@@ -64,23 +67,24 @@ def run(args: argparse.Namespace) -> int:
         from perfseer.features.pyg import save_graphs
 
         save_graphs([pg], args.save, meta=[{"model": str(args.model), "batch_size": pg.batch_size}])
-    if args.json:
-        text = json.dumps(summary, indent=2)
-        if args.json == "-":
-            print(text)
-            return 0
-        _write_atomic(Path(args.json), text + "\n")
+    text = json.dumps(summary, indent=2)
+    for path in (args.out, args.json if args.json not in (None, "-") else None):
+        if path:
+            _write_atomic(Path(path), text + "\n")
+    if args.json == "-":
+        print(text)
+        return 0
     render(summary, args.model)
     return 0
 
 
 def _write_atomic(path: Path, text: str) -> None:
     try:
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
     except OSError as e:
-        raise PerfseerError(f"cannot write {path}: {e.strerror}", "choose a writable path for --json") from e
+        raise PerfseerError(f"cannot write {path}: {e.strerror}", "choose a writable path for --out") from e
 
 
 def _si(value: float, unit: str = "") -> str:

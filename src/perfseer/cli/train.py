@@ -78,7 +78,7 @@ def add_parser(sub) -> None:
     e = sub.add_parser(
         "evaluate", help="score a predictor on measurements",
         description="Predict every row of a measurement table (or a built dataset folder) that the predictor "
-                    "covers and report MAPE, RMSE, the share within 5/10/20 %% and rank correlations per "
+                    "covers and report MAPE, RMSE, the share within 5/10/20 % and rank correlations per "
                     "target. Rows of devices or phases it does not cover are counted, never guessed.")
     e.add_argument("--predictor", required=True, metavar="NAME|PATH")
     e.add_argument("--measurements", required=True, metavar="TABLE|DATASET")
