@@ -8,3 +8,29 @@ peak allocated and reserved bytes; per-device constants (CUDA context, cuBLAS wo
 ONNX-only models get a liveness analysis of their graph (:mod:`~perfseer.memory.onnx_liveness`).
 See ``docs/memory.md``.
 """
+
+from __future__ import annotations
+
+import sys
+import types
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``perfseer.memory(...)`` call :func:`perfseer.memory.api.memory` while
+    ``perfseer.memory.trace`` etc. stay importable submodules of this package."""
+
+    def __call__(self, *args, **kwargs):
+        from perfseer.memory.api import memory
+
+        return memory(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+
+def __getattr__(name):  # the public names, imported on first use (torch loads lazily)
+    if name in ("memory", "resolve_model", "MemoryEstimate", "max_batch_for", "mig_advice"):
+        from perfseer.memory import api
+
+        return getattr(api, name)
+    raise AttributeError(name)
