@@ -19,7 +19,7 @@ Models: torchvision's small classification models, then timm's in increasing ord
 GMACs timm's RTX 3090 benchmark lists (shared/datasets/timm-benchmark), up to ``--max-gmacs``;
 batch sizes 2, 3, 4 (small: the measured run executes on this machine's shared CPU).
 
-    nice -n 10 python benchmarks/memory_cpu_truth.py run [--limit N]     # resumable, appends JSONL
+    nice -n 10 python benchmarks/memory_cpu_truth.py run [--limit N] [--shard I/N]  # resumable, appends JSONL
     python benchmarks/memory_cpu_truth.py report                          # prints the table, writes JSON
 
 ``run`` appends one line per configuration to benchmarks/results/memory_cpu_truth.jsonl (done
@@ -140,6 +140,8 @@ def cmd_run(args) -> None:
                 continue  # a line cut by an interrupted run: redone
             done.add((r["model"], r["batch"], r["phase"], r["optimizer"]))
     models = model_list(args.max_gmacs)[: args.limit]
+    index, count = (int(x) for x in args.shard.split("/"))
+    models = models[index::count]
     signal.signal(signal.SIGALRM, _alarm)
     with open(JSONL, "a") as out:
         for model in models:
@@ -231,6 +233,8 @@ def main() -> None:
     r.add_argument("--limit", type=int, default=None, help="first N models of the list")
     r.add_argument("--max-gmacs", type=float, default=2.5, help="skip timm models above this (RTX 3090 benchmark GMACs)")
     r.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
+    r.add_argument("--shard", default="0/1", metavar="I/N", help="run models I, I+N, I+2N... (parallel runs append "
+                                                                 "to the same file)")
     sub.add_parser("report")
     args = ap.parse_args()
     cmd_run(args) if args.cmd == "run" else cmd_report(args)
