@@ -174,7 +174,7 @@ def _materialize(module) -> None:
 
 def _run(module, input_shape, batch, config, fake, input_dtype, amp_dtype, tracer: StorageTracer) -> None:
     from perfseer.memory.autocast import CudaAutocast
-    from perfseer.memory.emulate import CudaKernels
+    from perfseer.memory.emulate import KernelChoices
 
     if fake:
         _materialize(module)
@@ -183,7 +183,7 @@ def _run(module, input_shape, batch, config, fake, input_dtype, amp_dtype, trace
         tracer.register(list(module.parameters()) + list(module.buffers()), "weights")
     x = _make_input(batch, input_shape, input_dtype)
     tracer.tag([x], "input")
-    kernels = CudaKernels() if config.target == "cuda" else contextlib.nullcontext()
+    kernels = KernelChoices(cuda=config.target == "cuda")
 
     def autocast():
         if amp_dtype is None:
