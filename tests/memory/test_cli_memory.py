@@ -1,0 +1,26 @@
+"""``perfseer memory``: JSON, text, and bad input as a clear error with exit status 2."""
+
+import json
+
+from perfseer.cli.main import main
+
+
+def test_cli_json_for_an_onnx_example(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["memory", "example:resnet18", "--batch", "1,4", "--phase", "infer", "--device", "a100-40gb",
+                 "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    a, b = rep["estimates"]
+    assert (a["batch"], b["batch"]) == (1, 4) and a["method"] == "onnx-liveness"
+    assert b["peak_tensor_bytes"] > a["peak_tensor_bytes"] and a["fits"] is True
+    text = capsys.readouterr().out
+    assert "activations" in text and "total" in text and "fits" in text
+
+
+def test_cli_bad_input_exits_2(capsys):
+    assert main(["memory", "example:resnet18", "--phase", "train"]) == 2
+    assert "--phase infer" in capsys.readouterr().err
+    assert main(["memory", "example:resnet18", "--phase", "infer", "--device", "no-such-gpu"]) == 2
+    assert "unknown device" in capsys.readouterr().err
+    assert main(["memory", "example:resnet18", "--phase", "infer", "--max-batch"]) == 2
+    assert "needs a device" in capsys.readouterr().err
