@@ -24,3 +24,14 @@ def test_cli_bad_input_exits_2(capsys):
     assert "unknown device" in capsys.readouterr().err
     assert main(["memory", "example:resnet18", "--phase", "infer", "--max-batch"]) == 2
     assert "needs a device" in capsys.readouterr().err
+
+
+def test_memory_rows_beside_predictions():
+    from perfseer.memory.api import memory_rows
+
+    rows = [{"batch_size": 2, "device": "rtx3090/amp-nchw-pt240", "phase": "infer", "metric": "latency_ms"},
+            {"batch_size": 2, "device": "i9_10940x/fp32-nchw-pt240", "phase": "infer", "metric": "latency_ms"}]
+    extra, warns = memory_rows("example:resnet18", rows)
+    assert [(r["device"], r["metric"], r["unit"], r["precision"]) for r in extra] == \
+        [("rtx3090/amp-nchw-pt240", "memory_sim", "MiB", "amp-fp16")]
+    assert extra[0]["value"] > 500 and not warns  # the 500 MiB context at least

@@ -271,3 +271,40 @@ def mig_advice(trace, devices=None, context_mib: float | None = None) -> list[di
         smallest = next((r.profile for r in rows if r.fits), None)
         out.append({"device": spec.name, "smallest": smallest, "profiles": [asdict(r) for r in rows]})
     return out
+
+
+def _precision_of(setting: str) -> str:
+    """Precision of a measurement-table device string (``rtx3090/amp-nchw-pt240`` -> ``amp-fp16``)."""
+    s = setting.partition("/")[2].lower()
+    for key, prec in (("amp_bf16", "amp-bf16"), ("amp-bf16", "amp-bf16"), ("amp", "amp-fp16"), ("bf16", "bf16"),
+                      ("fp16", "fp16")):
+        if s.startswith(key):
+            return prec
+    return "fp32"
+
+
+def memory_rows(model, rows: list[dict], input_shape=None, optimizer: str = "adamw") -> tuple[list[dict], list[str]]:
+    """Simulated memory beside ``perfseer predict``'s rows: one ``memory_sim`` row (MiB) per batch,
+    device and phase whose device is a GPU of the registry.  Returns ``(rows, warnings)``; a model
+    or device the simulator cannot handle gives a warning, not an error."""
+    out, warns, seen = [], [], set()
+    src = None
+    for r in rows:
+        key = (r["batch_size"], r["device"], r["phase"])
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            spec = device_spec(r["device"])
+            if spec.kind != "gpu":
+                continue
+            src = src or resolve_model(model, input_shape)
+            est = memory(model, batch=r["batch_size"], phase=r["phase"], optimizer=optimizer,
+                         precision=_precision_of(r["device"]), device=spec.name, _src=src)
+        except PerfseerError as e:
+            warns.append(f"memory for {r['device']} {r['phase']} batch {r['batch_size']}: {e}")
+            continue
+        out.append({"batch_size": r["batch_size"], "device": r["device"], "phase": r["phase"], "metric": "memory_sim",
+                    "value": est.total / (1 << 20), "unit": "MiB", "method": est.method, "fits": est.fits,
+                    "precision": est.precision, "optimizer": est.optimizer})
+    return out, warns
