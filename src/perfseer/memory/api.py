@@ -14,10 +14,6 @@ from perfseer.memory.step import MemoryConfigError, SimulationError, StepConfig,
 GIB = 1 << 30
 
 
-class DeviceRegistryMissing(PerfseerError):
-    """The device registry (perfseer.devices) is not available in this installation."""
-
-
 @dataclass
 class ModelSource:
     """A model the simulator can run: ``build()`` returns a fresh module (on the meta device when
@@ -89,11 +85,8 @@ def _meta_copy(module):
 
 def device_spec(device: str):
     """The registry's spec of ``device`` (``perfseer.devices.get_device``)."""
-    try:
-        from perfseer.devices import get_device
-    except ImportError as e:
-        raise DeviceRegistryMissing(f"device {device!r} asked for, but this perfseer has no device registry",
-                                    "give the memory directly with capacity_gib= / --capacity-gib") from e
+    from perfseer.devices import get_device
+
     return get_device(device)
 
 

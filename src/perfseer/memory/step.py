@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_leaves
 
-from perfseer.errors import PerfseerError
+from perfseer.errors import MemoryConfigError, PerfseerError, SimulationError
 from perfseer.memory.trace import StorageTracer, Trace
 
 PHASES = ("infer", "train")
@@ -34,13 +34,8 @@ PRECISIONS = ("fp32", "amp-fp16", "amp-bf16", "fp16", "bf16")
 _LOW = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-class MemoryConfigError(PerfseerError):
-    """A memory simulation was asked for with an unknown phase, optimizer or precision."""
-
-
-class SimulationError(PerfseerError):
-    """The model's step could not be run on fake tensors (data-dependent shapes, an operator
-    without a fake kernel, an input the model does not accept)."""
+__all__ = ["MemoryConfigError", "SimulationError", "StepConfig", "trace_step", "make_optimizer", "PHASES",
+           "OPTIMIZERS", "PRECISIONS"]
 
 
 @dataclass(frozen=True)
