@@ -15,8 +15,9 @@ accounting (allocator rounding, context and workspaces come after, see docs/memo
 configuration *agrees* when the two differ by at most 2 %.  For each disagreement the first
 allocation where the two traces part (operator and size) is recorded as its cause.
 
-Models: torchvision's small classification models, then timm's in increasing order of the
-GMACs timm's RTX 3090 benchmark lists (shared/datasets/timm-benchmark), up to ``--max-gmacs``;
+Models: 14 small torchvision classification models, then timm's in increasing order of the
+GMACs timm's RTX 3090 benchmark lists (shared/datasets/timm-benchmark), up to ``--max-gmacs``,
+then 12 larger torchvision models;
 batch sizes 2, 3, 4 (small: the measured run executes on this machine's shared CPU).
 
     nice -n 10 python benchmarks/memory_cpu_truth.py run [--limit N] [--shard I/N]  # resumable, appends JSONL
@@ -67,7 +68,10 @@ def model_list(max_gmacs: float) -> list[str]:
                     continue
     timm_names = sorted((g, n) for n, g in gmacs.items() if g <= max_gmacs and timm.is_model(n)
                         and not n.startswith("test_"))
-    return [f"torchvision:{n}" for n in TORCHVISION] + [f"timm:{n}" for _, n in timm_names]
+    # the larger torchvision models after timm's: on a shared CPU the run may not reach the end
+    small, large = TORCHVISION[:14], TORCHVISION[14:]
+    return ([f"torchvision:{n}" for n in small] + [f"timm:{n}" for _, n in timm_names]
+            + [f"torchvision:{n}" for n in large])
 
 
 class Timeout(Exception):
