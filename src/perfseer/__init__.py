@@ -18,16 +18,17 @@ _EXPORTS = {
     "Predictor": "perfseer.predictor",
     "load_predictor": "perfseer.predictor",
     "list_predictors": "perfseer.predictor",
+    "memory": None,  # the subpackage itself, callable: perfseer.memory(model, batch=...)
 }
 
 __all__ = [*_EXPORTS, "__version__"]
 
 
 def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
+    if name not in _EXPORTS:
         raise AttributeError(f"module 'perfseer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module = _EXPORTS[name]
+    value = importlib.import_module(f"perfseer.{name}") if module is None else getattr(importlib.import_module(module), name)
     globals()[name] = value  # later look-ups skip this function
     return value
 

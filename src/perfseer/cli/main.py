@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("perfseer.cli.predict", "predict a model's latency (and other metrics) with a trained predictor"),
     "predictors": ("perfseer.cli.predict", "list the bundled predictors with their coverage and test scores"),
     "devices": ("perfseer.cli.devices", "list the known GPUs and CPUs with their specs, or add one"),
+    "memory": ("perfseer.cli.memory", "GPU memory of a training or inference step: breakdown, largest batch, MIG slice"),
     "serve": ("perfseer.cli.serve", "serve predictions over HTTP: a REST API and a web page"),
 }
 

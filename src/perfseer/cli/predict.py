@@ -24,6 +24,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default=None, help="only this device's targets")
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="only this phase's targets")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--memory", action="store_true",
+                   help="also simulate peak GPU memory (perfseer memory; training with AdamW) for GPU devices")
     p.set_defaults(func=run_predict)
 
     ls = sub.add_parser("predictors", help="list the bundled predictors with their coverage and test scores",
@@ -45,6 +47,13 @@ def run_predict(args: argparse.Namespace) -> int:
         warnings.simplefilter("always", UnseenOperatorWarning)
         rows = predictor.predict(args.model, batch=args.batch, input_shape=shape, dims=dims,
                                  device=args.device, phase=args.phase)
+    if getattr(args, "memory", False):
+        from perfseer.memory.api import memory_rows
+
+        extra, notes = memory_rows(args.model, rows, input_shape=shape)
+        rows = rows + extra
+        for n in notes:
+            print(f"warning: {n}", file=__import__("sys").stderr)
     if args.json:
         print(json.dumps({"predictor": predictor.name, "predictions": rows}, indent=1))
     else:
