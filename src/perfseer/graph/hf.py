@@ -201,12 +201,24 @@ def build_model(ref: HFReference):
 
     config = make_config(ref)
     cls = _model_class(ref, config)
-    try:
+
+    def build():
         with torch.device("meta"):
-            model = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
+            return cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
+
+    try:
+        try:
+            model = build()
+        except ValueError as e:
+            # Models without an SDPA path (BLOOM, DeBERTa-v2, Switch) run their explicit attention.
+            if config._attn_implementation != "sdpa" or "attention implementation" not in str(e):
+                raise
+            config._attn_implementation = "eager"
+            model = build()
     except Exception as e:  # transformers raises many types for a bad configuration
         raise ModelLoadError(f"transformers could not build {cls.__name__} from {ref.source}: "
                              f"{type(e).__name__}: {_clean(e)}", "check the configuration values") from e
+    _untie_if_configured(model, ref.config)
     if ref.dtype != "float32":
         model = model.to(getattr(torch, ref.dtype))
     if ref.head == "encoder":
@@ -215,6 +227,22 @@ def build_model(ref: HFReference):
                                  "drop @encoder (or use @base for the bare model)")
         model = model.get_encoder()
     return model.eval(), config
+
+
+def _untie_if_configured(model, values: dict) -> None:
+    """Give the LM head its own weight when the configuration says it has one.
+
+    transformers 5 ties T5's LM head to the embedding whatever the configuration says (T5 v1.1
+    and FLAN-T5 ship ``tie_word_embeddings: false`` and a separate LM-head matrix: 247.6 M
+    parameters for flan-t5-base, not 222.9 M).
+    """
+    import torch
+
+    if values.get("tie_word_embeddings", True) is not False:
+        return
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    if out is not None and inp is not None and out.weight is inp.weight:
+        out.weight = torch.nn.Parameter(torch.empty_like(out.weight, device="meta"))
 
 
 def input_spec(ref: HFReference, config, seq_len: int) -> list[tuple[str, tuple[int, ...], str]]:
@@ -249,12 +277,23 @@ def _absolute_positions(config) -> bool:
                                  "opt", "bart", "deberta-v2") and getattr(config, "position_biased_input", True)
 
 
-def _forward_with(names: list[str]):
+# Model types whose forward fails without an attention mask (transformers 5.23 indexes it).
+_NEEDS_MASK = frozenset({"switch_transformers"})
+
+
+def _forward_with(names: list[str], full_mask: bool = False):
     """A ``forward`` taking ``names`` positionally and returning the first output (logits or
-    hidden states): the exporter traces positional tensors, HF models take keywords."""
+    hidden states): the exporter traces positional tensors, HF models take keywords.
+
+    ``full_mask``: pass an all-ones attention mask, built from the ids' shape (folded away).
+    """
+    import torch
 
     def forward(self, *args):
-        out = type(self).forward(self, **dict(zip(names, args)), return_dict=True)
+        kwargs = dict(zip(names, args))
+        if full_mask and "input_ids" in kwargs:
+            kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
+        out = type(self).forward(self, **kwargs, return_dict=True)
         return out[0]
 
     return forward
@@ -275,7 +314,7 @@ def export_hf_model(name: str, input_shape=None, seq_len: int | None = None):
     model, config = build_model(ref)
     spec = input_spec(ref, config, seq)
     names = [n for n, _, _ in spec]
-    model.forward = types.MethodType(_forward_with(names), model)
+    model.forward = types.MethodType(_forward_with(names, config.model_type in _NEEDS_MASK), model)
     source = f"hf:{name}"
     try:
         skel = skeleton_from_module(model, [s for _, s, _ in spec], [d for _, _, d in spec], source=source,
@@ -285,7 +324,9 @@ def export_hf_model(name: str, input_shape=None, seq_len: int | None = None):
         raise UnsupportedModelError(
             f"torch.onnx.export could not export {source} ({type(model).__name__}, seq_len {seq}): "
             f"{root_cause(cause)}",
-            "try @eager (explicit attention), or export the model to ONNX yourself and pass the .onnx file",
+            "the model's code does something torch.export cannot trace (the cause above); "
+            + ("try @eager (explicit attention), or " if ref.attention == "sdpa" else "")
+            + "export the model to ONNX yourself and pass the .onnx file",
         ) from cause
     return skel
 

@@ -159,17 +159,49 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def root_cause(e: BaseException) -> str:
-    """``Type: first line`` of the innermost exception, without terminal colour codes.
+    """The real cause of an export failure, in one line without terminal colour codes.
 
-    The exporter wraps the real cause (an unsupported operator, a data-dependent branch) in
-    several layers whose own messages are generic and coloured for a terminal.
+    The exporter wraps the cause (an unsupported operator, a data-dependent branch, a module
+    changed during the forward pass) in layers whose messages are generic and coloured for a
+    terminal.  This gives ``Type: message`` of the innermost exception, the message of the one
+    around it when that adds something, and the deepest line of model code on the way (outside
+    torch), where the model did what the exporter could not follow.
     """
-    seen = set()
-    while e.__cause__ is not None and id(e) not in seen:
-        seen.add(id(e))
-        e = e.__cause__
+    chain = [e]
+    while chain[-1].__cause__ is not None and len(chain) < 20:
+        chain.append(chain[-1].__cause__)
+    inner = chain[-1]
+    text = f"{type(inner).__name__}: {_first_line(inner)}"
+    if len(chain) > 2 and _first_line(chain[-2]) not in text:
+        text += f" (in: {_first_line(chain[-2])})"
+    where = _model_frame(chain)
+    return text + (f" at {where}" if where else "")
+
+
+def _first_line(e: BaseException) -> str:
     lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[0][:300]}" if lines else type(e).__name__
+    return lines[0][:300] if lines else type(e).__name__
+
+
+_FRAMEWORK_DIRS = ("torch", "onnxscript", "onnx_ir", "onnx", "perfseer", "contextlib.py", "functools.py")
+
+
+def _model_frame(chain) -> str:
+    """``file.py:LINE `code``` of the deepest frame in model code (not torch, not perfseer)."""
+    import os
+    import traceback
+
+    for exc in reversed(chain):
+        frames = traceback.extract_tb(exc.__traceback__)
+        for fr in reversed(frames):
+            parts = fr.filename.replace(os.sep, "/").split("/")
+            if any(p in _FRAMEWORK_DIRS for p in parts) or parts[-1] in _FRAMEWORK_DIRS:
+                continue
+            if "transformers" in parts and parts[-1] in ("generic.py", "output_capturing.py", "import_utils.py"):
+                continue  # transformers' decorators around every forward
+            code = f" `{fr.line.strip()[:120]}`" if fr.line else ""
+            return f"{parts[-1]}:{fr.lineno}{code}"
+    return ""
 
 
 def _readable_names(graph) -> None:
