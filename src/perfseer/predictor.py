@@ -167,14 +167,14 @@ class Predictor:
         return self.net.predict(list(graphs))
 
     def predict(self, model, batch: int | Sequence[int] = 1, input_shape=None, dims=None,
-                device: str | None = None, phase: str | None = None) -> list[dict]:
+                device: str | None = None, phase: str | None = None, seq_len: int | None = None) -> list[dict]:
         """Predict ``model``'s metrics at each batch size.
 
         Args:
             model: anything :func:`perfseer.extract` takes (ONNX path, reference, module...), or a
                 :class:`~perfseer.features.perfgraph.PerfGraph`.
             batch: one batch size or several (the graph is extracted once and re-bound).
-            input_shape, dims: as for :func:`perfseer.extract`.
+            input_shape, dims, seq_len: as for :func:`perfseer.extract`.
             device, phase: restrict to these targets (an error if not covered).
 
         Returns:
@@ -190,7 +190,7 @@ class Predictor:
             raise PredictorError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
         cols = self.columns(device, phase)
         pg = model if isinstance(model, PerfGraph) else extract(model, batch=int(batches[0]), input_shape=input_shape,
-                                                                 dims=dims)
+                                                                 dims=dims, seq_len=seq_len)
         graphs = [(pg if b == pg.batch_size else pg.with_batch(int(b))).to_pyg() for b in batches]
         unseen = self.unseen_ops(pg.op_types)
         if unseen:

@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
     p.add_argument("--input-shape", default=None, metavar="CxHxW", help="one sample's shape")
     p.add_argument("--dim", action="append", default=None, metavar="NAME=V",
                    help="value of a symbolic input dimension (repeatable)")
+    p.add_argument("--seq-len", type=int, default=None, metavar="N",
+                   help="tokens per sample: for hf: models (default 128), or the symbolic sequence dimensions of an "
+                        "ONNX model")
     p.add_argument("--device", default=None, help="only this device's targets")
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="only this phase's targets")
     p.add_argument("--json", action="store_true")
@@ -38,15 +41,16 @@ def add_parser(sub) -> None:
 def run_predict(args: argparse.Namespace) -> int:
     from perfseer.predictor import UnseenOperatorWarning, load_predictor
 
-    from perfseer.cli.graph import parse_dims, parse_shape
+    from perfseer.cli.graph import check_seq_len, parse_dims, parse_shape
 
+    check_seq_len(args.seq_len)
     predictor = load_predictor(args.predictor)
     dims = parse_dims(args.dim) or None
     shape = parse_shape(args.input_shape) if args.input_shape else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnseenOperatorWarning)
         rows = predictor.predict(args.model, batch=args.batch, input_shape=shape, dims=dims,
-                                 device=args.device, phase=args.phase)
+                                 device=args.device, phase=args.phase, seq_len=args.seq_len)
     if getattr(args, "memory", False):
         from perfseer.memory.api import memory_rows
 
