@@ -23,7 +23,9 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
         batch: the batch size to bind (default 1).
         input_shape: one sample's shape without the batch, e.g. ``(3, 224, 224)``; required for a
             module, optional otherwise (overrides the first input's shape).
-        dims: values of other symbolic input dimensions, e.g. ``{"seq": 128}``.
+        dims: values of other symbolic input dimensions, e.g. ``{"seq": 128}``; for a torchvision
+            detector, ``{"boxes": N}`` states how many boxes its data-dependent selections keep
+            (default 1000; see ``docs/models.md``).
         input_dtypes: for a module, the torch dtype name of each input (default ``float32``).
         seq_len: tokens per sample: the sequence length an ``"hf:NAME"`` model is built at
             (default 128), or, for an ONNX model, the value of its symbolic sequence dimensions
@@ -33,8 +35,12 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
         >>> pg = perfseer.extract("example:resnet18", batch=8)
         >>> pg.summary()["macs"]  # doctest: +SKIP
     """
+    from perfseer.graph.detection import DETECTION_DIM
+
+    boxes = (dims or {}).get(DETECTION_DIM)
     is_hf = isinstance(model, str) and model.startswith("hf:")
-    skel = load_skeleton(model, input_shape=input_shape, input_dtypes=input_dtypes, seq_len=seq_len if is_hf else None)
+    skel = load_skeleton(model, input_shape=input_shape, input_dtypes=input_dtypes,
+                         seq_len=seq_len if is_hf else None, boxes=boxes)
     if seq_len is not None and not is_hf:
         dims = _bind_seq_len(skel, seq_len, dims)
     graph = extract_graph(skel, batch=batch, input_shape=None if skel.input_shape_applied else input_shape,

@@ -24,6 +24,10 @@ class UnsupportedModelError(PerfseerError):
     """The model is valid but uses something perfseer cannot represent (control flow, custom ops)."""
 
 
+class ExportTimeoutError(UnsupportedModelError):
+    """Exporting a PyTorch model to ONNX took longer than the time limit (``PERFSEER_EXPORT_TIMEOUT``)."""
+
+
 class ShapeError(PerfseerError):
     """Tensor shapes could not be determined or are invalid (unbound symbolic or zero-size dims)."""
 

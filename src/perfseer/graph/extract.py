@@ -27,7 +27,14 @@ from perfseer.errors import ShapeError, UnsupportedModelError
 from perfseer.graph import fold
 from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
-from perfseer.graph.torch_export import BATCH_SENTINEL, META_BUFFERS, META_SENTINEL, META_SOURCE
+from perfseer.graph.torch_export import (
+    BATCH_SENTINEL,
+    META_BUFFERS,
+    META_FIXED_BATCH,
+    META_SENTINEL,
+    META_SOURCE,
+    input_channel_error,
+)
 
 CONTROL_FLOW = frozenset({"Loop", "If", "Scan"})
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
@@ -51,6 +58,31 @@ _BIAS_OPS = frozenset({"Conv", "ConvTranspose", "Gemm"})
 # Shape-preserving standard ops whose ONNX schema has no shape inference (custom-domain ops in
 # SAME_SHAPE_OPS have none either).
 _UNINFERABLE_SAME_SHAPE = frozenset({"GroupNormalization", "SimplifiedLayerNormalization"})
+# onnxruntime's quantized operators, which ONNX cannot infer: a standard operator with the same
+# output shape stands in during shape inference: (op type, inputs by position, attributes kept,
+# output element type when it differs from the stand-in's).
+_MS_STANDINS = {
+    "QLinearAdd": ("Add", (0, 3), (), None), "QLinearMul": ("Mul", (0, 3), (), None),
+    "QGemm": ("Gemm", (0, 3), ("transA", "transB"), None),
+    "QLinearGlobalAveragePool": ("GlobalAveragePool", (0,), (), None),
+    "MatMulIntegerToFloat": ("MatMul", (0, 1), (), onnx.TensorProto.FLOAT),
+    "DynamicQuantizeMatMul": ("MatMul", (0, 1), (), None),
+    "DynamicQuantizeLSTM": ("LSTM", (0, 1, 2), ("hidden_size", "direction", "layout"), None),
+}
+# Inputs (by position) of quantized operators that hold weights: stored as integers, they are
+# parameters (counted in `params`), not buffers like other integer initializers.
+_QUANT_WEIGHT_INPUTS = {
+    "QLinearConv": (3, 8), "ConvInteger": (1,), "QLinearMatMul": (0, 3), "MatMulInteger": (0, 1),
+    "DequantizeLinear": (0,), "QGemm": (0, 3, 6), "MatMulIntegerToFloat": (0, 1), "DynamicQuantizeMatMul": (1,),
+    "DynamicQuantizeLSTM": (1, 2),
+}
+# Scales and zero points of quantized operators: stored tensors, not trainable parameters.
+_QUANT_PARAM_INPUTS = {
+    "QLinearConv": (1, 2, 4, 5, 6, 7), "QLinearMatMul": (1, 2, 4, 5, 6, 7), "ConvInteger": (2, 3),
+    "MatMulInteger": (2, 3), "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QGemm": (1, 2, 4, 5, 7, 8),
+    "MatMulIntegerToFloat": (2, 3, 4, 5), "DynamicQuantizeMatMul": (2, 3), "DynamicQuantizeLSTM": (8, 9, 10, 11),
+    "QLinearAdd": (1, 2, 4, 5, 6, 7), "QLinearMul": (1, 2, 4, 5, 6, 7), "QLinearGlobalAveragePool": (1, 2, 3, 4),
+}
 # Inputs (by position) of these operators are running statistics, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
@@ -95,6 +127,7 @@ class _Extraction:
         self.injected: set[str] = set()  # folded values fed back to shape inference as initializers
         self.removed: Counter = Counter()  # op types of folded nodes replaced by those initializers
         self.opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        self.bounded: dict[str, onnx.ValueInfoProto] = {}  # stated shapes of data-dependent outputs (NMS)
 
     # -- 1. what cannot be represented ------------------------------------------------------------
     def check_supported(self) -> None:
@@ -218,10 +251,11 @@ class _Extraction:
         del self.g.value_info[:]
         # ONNX cannot infer custom-domain ops: keep their declared output shapes, re-bound.
         self.g.value_info.extend(self._bind_declared(vi) for vi in self.declared_custom)
+        self.g.value_info.extend(self.bounded.values())
         # Shape-preserving ops ONNX has no inference for (GroupNormalization, contrib activations
         # and normalisations) pass as Identity during inference, so shapes flow through a chain
         # of them in one pass (49 GroupNorms: 1 pass, not 49).
-        swapped = []
+        swapped, retyped = [], {}
         for n in self.g.node:
             standard = n.domain in STANDARD_DOMAINS
             if n.input and n.op_type in SAME_SHAPE_OPS and (not standard or n.op_type in _UNINFERABLE_SAME_SHAPE):
@@ -229,6 +263,19 @@ class _Extraction:
                 n.op_type, n.domain = "Identity", ""
                 del n.input[1:]
                 del n.attribute[:]
+            elif n.domain == "com.microsoft" and n.op_type in _MS_STANDINS and not self._declared(n):
+                op, positions, keep, elem = _MS_STANDINS[n.op_type]
+                inputs, attrs = list(n.input), list(n.attribute)
+                if any(p >= len(inputs) or not inputs[p] for p in positions):
+                    continue
+                swapped.append((n, n.op_type, n.domain, inputs, attrs))
+                n.op_type, n.domain = op, ""
+                del n.input[:]
+                n.input.extend(inputs[p] for p in positions)
+                del n.attribute[:]
+                n.attribute.extend(a for a in attrs if a.name in keep)
+                if elem is not None:
+                    retyped[n.output[0]] = elem
         try:
             # ONNX's data propagation follows Shape -> Gather -> Concat -> Reshape chains in one
             # pass, but it also materialises index arithmetic built on Range (an `as_strided`
@@ -258,7 +305,14 @@ class _Extraction:
                 types[vi.name] = (tt.elem_type or types.get(vi.name, (0,))[0], shape)
         for t in self.g.initializer:
             types[t.name] = (t.data_type, tuple(t.dims))
+        for name, elem in retyped.items():
+            if name in types:
+                types[name] = (elem, types[name][1])
         return types
+
+    def _declared(self, node: onnx.NodeProto) -> bool:
+        names = {vi.name for vi in self.declared_custom}
+        return all(o in names for o in node.output if o)
 
     def _bind_declared(self, vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
         out = onnx.ValueInfoProto()
@@ -269,8 +323,9 @@ class _Extraction:
                 d.Clear()
                 d.dim_value = BATCH_SENTINEL
             elif d.dim_param in self.dims:
+                value = int(self.dims[d.dim_param])  # read before Clear() empties dim_param
                 d.Clear()
-                d.dim_value = int(self.dims[d.dim_param])
+                d.dim_value = value
         return out
 
     def run(self) -> Graph:
@@ -279,6 +334,9 @@ class _Extraction:
         original = onnx.ModelProto()
         original.CopyFrom(self.model)  # the skeleton is small: weights were never read
         static_first = self.default_batch_static()
+        if self.meta.get(META_FIXED_BATCH):  # exported at a fixed batch (detectors): never re-bound
+            self.bind_inputs(static_batch_as_sentinel=False)
+            return self._run_bound()
         try:
             self.bind_inputs()
             return self._run_bound()
@@ -325,6 +383,8 @@ class _Extraction:
             if not missing:
                 break
             if self._rewrite_sequences(types, values):
+                continue
+            if self._bound_data_dependent(missing, types, values):
                 continue
             # Values we computed that ONNX could not: feed them back as initializers and retry.
             feeding = self._shape_feeding(device, folded)
@@ -478,6 +538,48 @@ class _Extraction:
         self.g.node.extend(out)
         return True
 
+    def _bound_data_dependent(self, missing, types, values) -> bool:
+        """Give ``NonMaxSuppression`` outputs their stated size: no box suppressed.
+
+        ONNX leaves the number of selected boxes unknown.  perfseer assumes the worst case, every
+        box kept up to ``max_output_boxes_per_class``: ``batch * classes * min(boxes, max)`` rows
+        (:mod:`perfseer.features.ops.detection` documents the cost under the same assumption).
+        """
+        added = False
+        for node, tensor in missing:
+            if node.op_type != "NonMaxSuppression" or node.domain not in STANDARD_DOMAINS or tensor in self.bounded:
+                continue
+            boxes = types.get(node.input[0], (0, None))[1]
+            scores = types.get(node.input[1], (0, None))[1] if len(node.input) > 1 else None
+            if boxes is None or scores is None or len(boxes) != 3 or len(scores) != 3:
+                continue
+            n = boxes[1]
+            limit = values.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+            per_class = n if limit is None else min(n, max(int(np.asarray(limit).ravel()[0]), 0))
+            self.bounded[tensor] = helper.make_tensor_value_info(
+                tensor, onnx.TensorProto.INT64, [scores[0] * scores[1] * per_class, 3])
+            added = True
+        return added
+
+    def check_channels(self, tensors: dict[str, Tensor], device) -> None:
+        """A convolution whose input channels contradict its weight is an input-shape error."""
+        inputs = set(self.g.input[i].name for i in range(len(self.g.input)))
+        for n in device:
+            if n.op_type != "Conv" or n.domain not in STANDARD_DOMAINS or len(n.input) < 2:
+                continue
+            x, w = tensors.get(n.input[0]), tensors.get(n.input[1])
+            if x is None or w is None or x.rank < 3 or w.rank < 3:
+                continue
+            group = int(_attrs(n).get("group", 1) or 1)
+            expected = w.shape[1] * group
+            if x.shape[1] == expected:
+                continue
+            where = f"Conv node '{n.name or n.output[0]}' (weight {list(w.shape)}, group {group})"
+            if n.input[0] in inputs:
+                raise input_channel_error(x.shape[1:], expected, x.shape[1], where)
+            raise ShapeError(f"tensor '{n.input[0]}' has {x.shape[1]} channels but {where} expects {expected}",
+                             "check --input-shape against the model's input")
+
     def _inject(self, new: dict[str, np.ndarray]) -> None:
         """Replace the producers of ``new`` tensors by initializers holding the computed values."""
         keep, gone = [], []
@@ -496,6 +598,7 @@ class _Extraction:
         sentinel = BATCH_SENTINEL if self.batch_bound else None
         buffers = set(json.loads(self.meta[META_BUFFERS])) if META_BUFFERS in self.meta else None
         bn_stats = {n.input[i] for n in self.g.node for i in _BUFFER_INPUTS.get(n.op_type, ()) if i < len(n.input)}
+        bn_stats |= {n.input[i] for n in self.g.node for i in _QUANT_PARAM_INPUTS.get(n.op_type, ()) if i < len(n.input)}
         constant_outputs = {o for n in folded for o in n.output} | self.injected
         input_names = {vi.name for vi in self.real_inputs}
         used = {i for n in (*device, *folded) for i in n.input if i} | {o for n in device for o in n.output if o}
@@ -510,14 +613,24 @@ class _Extraction:
             n.output[0]: n.input[0] for n in folded
             if n.op_type == "Identity" and n.input[0] in self.init_names and n.input[0] not in self.injected
             and n.output[0] not in folded_inputs}
+        # QDQ models store weights as integers and de-quantise them with a DequantizeLinear that
+        # folds away: the operator reading it reads the stored integer weight (what a runtime runs).
+        for n in folded:
+            if (n.op_type == "DequantizeLinear" and n.input[0] in self.init_names and n.input[0] not in self.injected
+                    and n.output[0] not in folded_inputs):
+                alias[n.output[0]] = n.input[0]
+        quant_weights = {n.input[i] for n in (*device, *folded) for i in _QUANT_WEIGHT_INPUTS.get(n.op_type, ())
+                         if i < len(n.input) and n.input[i] in self.init_names}
         for name in used:
             elem, shape = types.get(name, (1, None))
             if shape is None:
                 continue  # only folded values can lack a shape here; no device node reads them
             stored = alias.get(name, name)
+            if stored != name and stored in types:
+                elem = types[stored][0]
             if stored in self.init_names and stored not in constant_outputs:
                 dtype = DTYPE_NAMES.get(elem, "float32")
-                is_buffer = (not dtype.startswith(("float", "bfloat"))) or (
+                is_buffer = (not dtype.startswith(("float", "bfloat")) and stored not in quant_weights) or (
                     stored in buffers if buffers is not None else (stored in bn_stats or name in bn_stats))
                 kind = TensorKind.BUFFER if is_buffer else TensorKind.PARAMETER
             elif name in input_names:
@@ -531,6 +644,7 @@ class _Extraction:
             if value is not None and value.size > SMALL_VALUE_ELEMENTS:
                 value = None
             tensors[name] = Tensor(name, DTYPE_NAMES.get(elem, "float32"), shape, scale, kind, value)
+        self.check_channels(tensors, device)
         # Empty pieces are legitimate inside a model (a slice of zero prefix tokens later
         # concatenated) and cost nothing; a model whose *output* is empty does no work at all,
         # usually because the input is too small: name the first empty tensor on the way.

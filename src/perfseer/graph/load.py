@@ -45,7 +45,8 @@ def split_reference(model: str) -> tuple[str, str] | None:
     return None
 
 
-def load_skeleton(model, input_shape=None, input_dtypes=None, seq_len: int | None = None) -> Skeleton:
+def load_skeleton(model, input_shape=None, input_dtypes=None, seq_len: int | None = None,
+                  boxes: int | None = None) -> Skeleton:
     """Resolve ``model`` to a :class:`Skeleton`.
 
     Args:
@@ -54,6 +55,8 @@ def load_skeleton(model, input_shape=None, input_dtypes=None, seq_len: int | Non
             batch (zoo models default to their configured resolution).
         input_dtypes: for modules, the torch dtype name of each input.
         seq_len: for ``hf:`` references, tokens per sample (:mod:`perfseer.graph.hf`).
+        boxes: for torchvision detectors, the number of boxes each data-dependent selection keeps
+            (:mod:`perfseer.graph.detection`).
     """
     import onnx
 
@@ -81,7 +84,7 @@ def load_skeleton(model, input_shape=None, input_dtypes=None, seq_len: int | Non
             return export_space_model(kind, name, input_shape)
         from perfseer.graph.zoo import export_zoo_model
 
-        return export_zoo_model(kind, name, input_shape)[0]
+        return export_zoo_model(kind, name, input_shape, boxes=boxes)[0]
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a core dependency
@@ -89,7 +92,7 @@ def load_skeleton(model, input_shape=None, input_dtypes=None, seq_len: int | Non
     if torch is not None and isinstance(model, torch.nn.Module):
         from perfseer.graph.torch_export import skeleton_from_module
 
-        return skeleton_from_module(model, input_shape, input_dtypes)
+        return skeleton_from_module(model, input_shape, input_dtypes, boxes=boxes)
     raise ModelLoadError(
         f"cannot read a model from a {type(model).__name__}",
         "pass an .onnx path, an onnx.ModelProto, a torch.nn.Module with input_shape, "
