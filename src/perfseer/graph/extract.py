@@ -27,6 +27,7 @@ from perfseer.errors import ShapeError, UnsupportedModelError
 from perfseer.graph import fold
 from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
+from perfseer.graph.validate import validate_model
 from perfseer.graph.torch_export import BATCH_SENTINEL, META_BUFFERS, META_SENTINEL, META_SOURCE
 
 CONTROL_FLOW = frozenset({"Loop", "If", "Scan"})
@@ -70,7 +71,7 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     out = {}
     for a in node.attribute:
         if a.type == onnx.AttributeProto.TENSOR:
-            out[a.name] = numpy_helper.to_array(a.t) if math.prod(a.t.dims) <= SMALL_VALUE_ELEMENTS else None
+            out[a.name] = fold.tensor_value(a.t, SMALL_VALUE_ELEMENTS)
         elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
             out[a.name] = None
         else:
@@ -110,6 +111,7 @@ class _Extraction:
                     "whose cost depends on run-time data",
                     "export with static control flow (trace the model at fixed shapes, unroll loops) and retry",
                 )
+        self.opset = validate_model(self.model, self.source, self.skel.stripped)
         declared = {o.domain for o in self.model.opset_import}
         for domain in sorted({n.domain for n in self.g.node} - declared - {"", "ai.onnx"}):
             self.model.opset_import.add(domain=domain, version=1)  # lets shape inference reach the op
@@ -394,10 +396,16 @@ class _Extraction:
                 continue
             if any(v is None for v, i in zip(ins, node.input) if i):
                 continue
-            out = fold.evaluate(node, attrs or _attrs(node), ins)
+            out_shape = types.get(node.output[0], (0, None))[1] if node.output else None
+            try:
+                out = fold.evaluate(node, attrs or _attrs(node), ins,
+                                    None if out_shape is None else math.prod(out_shape))
+            except fold.FoldError as e:
+                raise ShapeError(f"{op} node '{node.name or node.output[0]}' of {self.source} is invalid: {e}",
+                                 "fix the model (a valid export does not produce this)") from e
             if out is not None:
                 for name, v in zip(node.output, out):
-                    if name and v is not None and v.size <= fold.MAX_FOLD_ELEMENTS:
+                    if name and isinstance(v, np.ndarray) and v.size <= fold.MAX_FOLD_ELEMENTS:
                         values[name] = v
         return static, values, folded, device
 
