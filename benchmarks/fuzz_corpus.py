@@ -151,6 +151,8 @@ def legacy_model(opset: int) -> onnx.ModelProto:
     bn_attrs = {"epsilon": 1e-5}
     if old:
         bn_attrs.update(is_test=1, spatial=1)
+    if opset < 6:
+        bn_attrs["consumed_inputs"] = [0, 0, 0, 1, 1]
     scale_attrs = {"broadcast": 1, "axis": 1} if old else {}
     drop_attrs = {"ratio": 0.5, **({"is_test": 1} if old else {})}
     nodes = [

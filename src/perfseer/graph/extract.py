@@ -27,6 +27,8 @@ from perfseer.errors import ShapeError, UnsupportedModelError
 from perfseer.graph import fold
 from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
+from perfseer.graph.legacy import upgrade_legacy
+from perfseer.graph.sequences import SEQUENCE_OPS, expand_sequences, unsupported_sequence
 from perfseer.graph.validate import validate_model
 from perfseer.graph.torch_export import BATCH_SENTINEL, META_BUFFERS, META_SENTINEL, META_SOURCE
 
@@ -47,6 +49,13 @@ SAME_SHAPE_OPS = frozenset({
     "Mish", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
     "Clip", "Floor", "Ceil", "Round", "Sign",
 })
+# Operators whose output shape depends on their input's values.
+_DATA_DEPENDENT = frozenset({"NonZero", "Unique", "StringNormalizer", "Compress", "NonMaxSuppression",
+                             "TfIdfVectorizer", "StringSplit", "RegexFullMatch"})
+# Operators that read a shape (or sizes) from an input's values.
+_SHAPE_INPUT_OPS = frozenset({"Expand", "Reshape", "ConstantOfShape", "Tile", "Range", "Resize", "Upsample", "Pad",
+                              "Slice", "TopK", "Split", "OneHot", "Squeeze", "Unsqueeze", "ReduceSum", "ReduceMean",
+                              "ReduceMax", "ReduceMin", "ReduceProd", "CenterCropPad", "Col2Im"})
 # Operators whose third input is a bias.
 _BIAS_OPS = frozenset({"Conv", "ConvTranspose", "Gemm"})
 # Shape-preserving standard ops whose ONNX schema has no shape inference (custom-domain ops in
@@ -111,7 +120,7 @@ class _Extraction:
                     "whose cost depends on run-time data",
                     "export with static control flow (trace the model at fixed shapes, unroll loops) and retry",
                 )
-        self.opset = validate_model(self.model, self.source, self.skel.stripped)
+        self.opset = upgrade_legacy(self.model, validate_model(self.model, self.source, self.skel.stripped))
         declared = {o.domain for o in self.model.opset_import}
         for domain in sorted({n.domain for n in self.g.node} - declared - {"", "ai.onnx"}):
             self.model.opset_import.add(domain=domain, version=1)  # lets shape inference reach the op
@@ -260,6 +269,10 @@ class _Extraction:
                 types[vi.name] = (tt.elem_type or types.get(vi.name, (0,))[0], shape)
         for t in self.g.initializer:
             types[t.name] = (t.data_type, tuple(t.dims))
+        for n in self.g.node:  # Dropout-7..11 has no inference for its mask: the input's shape, bool
+            if n.op_type == "Dropout" and len(n.output) > 1 and n.output[1] and types.get(n.output[1], (0, None))[1] \
+                    is None and types.get(n.input[0], (0, None))[1] is not None:
+                types[n.output[1]] = (onnx.TensorProto.BOOL, types[n.input[0]][1])
         return types
 
     def _bind_declared(self, vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
@@ -308,6 +321,12 @@ class _Extraction:
                     init_values[t.name] = numpy_helper.to_array(t)
                 except Exception:  # unreadable small tensor: its value is just unknown
                     pass
+        changed, added = expand_sequences(self.g, init_values, self.opset, self.source, self._output_names)
+        for t in self.g.initializer if changed else ():
+            if t.name in added:
+                self.init_names.add(t.name)
+                self.injected.add(t.name)
+                init_values[t.name] = numpy_helper.to_array(t)
         # Constant sub-graphs that ONNX's data propagation cannot follow (a Reshape of constants
         # feeding ReduceMean's axes) are computed first, so one inference pass usually suffices.
         types0 = {t.name: (t.data_type, tuple(t.dims)) for t in self.g.initializer}
@@ -338,18 +357,40 @@ class _Extraction:
             init_values.update(new)
         if missing:
             node, tensor = missing[0]
+            if node.op_type in SEQUENCE_OPS and node.domain in STANDARD_DOMAINS:
+                raise unsupported_sequence(node, self.source)
             if node.domain not in STANDARD_DOMAINS:
                 raise UnsupportedModelError(
                     f"operator {node.domain}::{node.op_type} (node '{node.name}') is a custom-domain op "
                     "whose output shape perfseer cannot infer",
                     "export with standard ONNX operators, or add the output shapes to the model's value_info",
                 )
+            self._explain_missing(node, tensor)
             raise ShapeError(
                 f"the shape of tensor '{tensor}' (output of {node.op_type} node '{node.name}') cannot be "
                 "determined",
                 "export with static shapes (or a dynamic batch only) and pass --dim for other symbolic dims",
             )
         return self.build(types, static, values, folded, device)
+
+    def _explain_missing(self, node: onnx.NodeProto, tensor: str) -> None:
+        """Raise the real cause of a missing shape where one can be named."""
+        where = f"{node.op_type} node '{node.name or tensor}' of {self.source}"
+        if node.op_type in _DATA_DEPENDENT:
+            raise UnsupportedModelError(
+                f"the output shape of {where} depends on the values of its input, known only at run time",
+                "export the model with this step outside the graph, or with a static size")
+        runtime = [i for i in node.input if i in {vi.name for vi in self.real_inputs}
+                   and self.g.input[0].name != i and node.op_type in _SHAPE_INPUT_OPS]
+        if runtime:
+            raise UnsupportedModelError(
+                f"the output shape of {where} depends on the values of graph input '{runtime[0]}', known only "
+                "at run time", f"make '{runtime[0]}' an initializer (a constant) of the model")
+        try:  # strict inference names the node and the rule a permissive pass skipped
+            onnx.shape_inference.infer_shapes(self.model, check_type=True, strict_mode=True, data_prop=False)
+        except Exception as e:  # InferenceError / RuntimeError / ValidationError
+            raise ShapeError(f"{where}: {str(e).splitlines()[0][:400]}",
+                             "check --input-shape and --batch, or fix the model") from e
 
     def classify(self, types, init_values):
         static: set[str] = set(self.init_names) | {""}
@@ -444,29 +485,55 @@ class _Extraction:
             seq = node.output[0]
             readers = [nodes[j] for j in users.get(seq, [])]
             shape = types.get(node.input[0], (0, None))[1]
-            if not readers or shape is None or any(u.op_type != "SequenceAt" for u in readers):
+            if not readers or shape is None or any(u.op_type not in ("SequenceAt", "SequenceLength")
+                                                   for u in readers):
                 continue
-            positions = [values.get(u.input[1]) for u in readers]
+            lengths = [u for u in readers if u.op_type == "SequenceLength"]
+            readers = [u for u in readers if u.op_type == "SequenceAt"]
+            positions = [values.get(u.input[1]) if len(u.input) > 1 else None for u in readers]
             attrs = _attrs(node)
             split = values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+            if len(node.input) > 1 and node.input[1] and split is None:
+                continue  # sizes known only at run time
             if any(p is None for p in positions) or (split is None and attrs.get("keepdims", 1) == 0):
                 continue
+            where = f"SplitToSequence node '{node.name or seq}' of {self.source}"
+            if not -len(shape) <= attrs.get("axis", 0) < len(shape):
+                raise ShapeError(f"{where}: axis {attrs.get('axis', 0)} is outside a rank-{len(shape)} input",
+                                 "fix the model")
             axis = attrs.get("axis", 0) % len(shape)
             dim = shape[axis]
             if split is None:
                 sizes = [1] * dim
             elif np.asarray(split).ndim == 0:
                 step = int(split)
+                if step < 1:
+                    raise ShapeError(f"{where}: split size {step} is not positive", "fix the model")
                 sizes = [step] * (dim // step) + ([dim % step] if dim % step else [])
             else:
                 sizes = [int(v) for v in np.asarray(split).ravel()]
+                if any(v < 0 for v in sizes) or sum(sizes) != dim:
+                    raise ShapeError(f"{where}: split sizes {sizes[:8]} do not add up to the axis length {dim}",
+                                     "fix the model")
+            if len(sizes) > fold.MAX_FOLD_ELEMENTS:
+                raise UnsupportedModelError(f"{where} splits into {len(sizes)} tensors",
+                                            "export with torch.split into fewer, larger pieces")
             parts = [f"{seq}__part{k}" for k in range(len(sizes))]
             sizes_name = f"{seq}__sizes"
             self.g.initializer.append(numpy_helper.from_array(np.asarray(sizes, np.int64), sizes_name))
             self.init_names.add(sizes_name)
             self.injected.add(sizes_name)
             for u, p in zip(readers, positions):
-                rename[u.output[0]] = parts[int(np.asarray(p).ravel()[0]) % len(sizes)]
+                k = int(np.asarray(p).ravel()[0])
+                if not -len(sizes) <= k < len(sizes):
+                    raise ShapeError(f"SequenceAt node '{u.name or u.output[0]}' of {self.source} reads position {k} "
+                                     f"of a sequence of {len(sizes)} tensors",
+                                     f"use a position from {-len(sizes)} to {len(sizes) - 1}")
+                rename[u.output[0]] = parts[k % len(sizes)]
+            for u in lengths:
+                self.g.initializer.append(numpy_helper.from_array(np.asarray(len(sizes), np.int64), u.output[0]))
+                self.init_names.add(u.output[0])
+                self.injected.add(u.output[0])
             replace[i] = helper.make_node("Split", [node.input[0], sizes_name], parts, name=node.name or seq, axis=axis)
             drop.update(users[seq])
         if not replace:
