@@ -24,7 +24,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from perfseer.errors import ShapeError, UnsupportedModelError
-from perfseer.graph import fold
+from perfseer.graph import fold, safe_infer
 from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
 from perfseer.graph.legacy import upgrade_legacy
@@ -245,9 +245,9 @@ class _Extraction:
             # pass, but it also materialises index arithmetic built on Range (an `as_strided`
             # lowered to Range/Add/Gather at the batch size) and then takes seconds; with Range in
             # the graph, perfseer's own folding (one level per pass) does the job instead.
-            inferred = onnx.shape_inference.infer_shapes(self.model, check_type=False, strict_mode=False,
-                                                         data_prop=not self.has_range)
-        except Exception as e:  # onnx raises InferenceError or RuntimeError with a long message
+            inferred = safe_infer.infer_shapes(self.model, self.source, check_type=False, strict_mode=False,
+                                               data_prop=not self.has_range)
+        except safe_infer.InferenceFailed as e:  # onnx raises InferenceError or RuntimeError with a long message
             raise ShapeError(f"shape inference failed for {self.source}: {str(e).splitlines()[0][:300]}",
                              "check --input-shape and --batch against what the model accepts") from e
         finally:
@@ -376,6 +376,9 @@ class _Extraction:
     def _explain_missing(self, node: onnx.NodeProto, tensor: str) -> None:
         """Raise the real cause of a missing shape where one can be named."""
         where = f"{node.op_type} node '{node.name or tensor}' of {self.source}"
+        if node.domain == "ai.onnx.preview.training":
+            raise UnsupportedModelError(f"{where} is a training-graph operator (ai.onnx.preview.training)",
+                                        "pass the inference graph; perfseer models a training step from it")
         if node.op_type in _DATA_DEPENDENT:
             raise UnsupportedModelError(
                 f"the output shape of {where} depends on the values of its input, known only at run time",
@@ -387,8 +390,8 @@ class _Extraction:
                 f"the output shape of {where} depends on the values of graph input '{runtime[0]}', known only "
                 "at run time", f"make '{runtime[0]}' an initializer (a constant) of the model")
         try:  # strict inference names the node and the rule a permissive pass skipped
-            onnx.shape_inference.infer_shapes(self.model, check_type=True, strict_mode=True, data_prop=False)
-        except Exception as e:  # InferenceError / RuntimeError / ValidationError
+            safe_infer.infer_shapes(self.model, self.source, check_type=True, strict_mode=True, data_prop=False)
+        except safe_infer.InferenceFailed as e:
             raise ShapeError(f"{where}: {str(e).splitlines()[0][:400]}",
                              "check --input-shape and --batch, or fix the model") from e
 
@@ -620,6 +623,14 @@ class _Extraction:
                         f"{list(shown)}: the model does no work there",
                         "check --input-shape and --batch (an input too small for the model's strides?)",
                     )
+        for node in device:  # ONNX's inference of Reshape to a constant shape does not check the count
+            if node.op_type == "Reshape" and len(node.input) > 1:
+                src, dst = tensors.get(node.input[0]), tensors.get(node.output[0])
+                if src is not None and dst is not None and math.prod(src.shape) != math.prod(dst.shape):
+                    raise ShapeError(
+                        f"Reshape node '{node.name or node.output[0]}' of {self.source} turns {math.prod(src.shape)} "
+                        f"elements {list(src.shape)} into {list(dst.shape)}, {math.prod(dst.shape)} elements",
+                        "fix the model's target shape, or check --input-shape")
         nodes = []
         for i, n in enumerate(device):
             name = n.name or f"{n.op_type}_{i}"

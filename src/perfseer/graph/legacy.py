@@ -27,6 +27,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from perfseer.graph import safe_infer
+
 LEGACY_BELOW = 7
 _LEGACY_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less"})
 _DROP_ALWAYS = ("consumed_inputs", "is_test")
@@ -96,8 +98,8 @@ def _align_axis_broadcasts(model: onnx.ModelProto, pending: list[tuple[onnx.Node
         if not pending:
             return
         try:
-            inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-        except Exception:  # the extractor's own inference reports it
+            inferred = safe_infer.infer_shapes(model, "the model", check_type=False, strict_mode=False)
+        except safe_infer.InferenceFailed:  # the extractor's own inference reports it
             return
         ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in (*inferred.graph.input,
                                                                         *inferred.graph.value_info)

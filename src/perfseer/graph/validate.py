@@ -21,6 +21,7 @@ Every failure is a :class:`~perfseer.errors.ShapeError` or
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 
@@ -30,6 +31,7 @@ from onnx import defs
 from perfseer.errors import ModelLoadError, ShapeError, UnsupportedModelError
 
 STANDARD = frozenset({"", "ai.onnx"})
+_ONNX_OTHER = frozenset({"ai.onnx.ml", "ai.onnx.preview.training"})
 MAX_DIM = 1 << 24  # an input dimension above 16.7 M is taken for a corrupt file
 MAX_INPUT_ELEMENTS = 1 << 31  # elements of one input sample (without the batch)
 MAX_GEOMETRY = 1 << 20  # kernel / stride / dilation / pad / group values above this are corrupt
@@ -39,8 +41,19 @@ _GEOMETRY_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"
 _GEOMETRY_MIN = {"strides": 1, "dilations": 1, "kernel_shape": 1, "group": 1, "pads": 0, "output_padding": 0}
 _POSITIVE_INT_ATTRS = {"DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",), "LRN": ("size",),
                        "Split": ("num_outputs",), "TopK": ("k",)}
+# operators with value checks beyond their schema
+_SPECIAL = _GEOMETRY_OPS | frozenset(_POSITIVE_INT_ATTRS) | frozenset({
+    "Cast", "EyeLike", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Dropout"})
 _VALID_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED)
 _ATTR_TYPE_NAMES = {v: k for k, v in onnx.AttributeProto.AttributeType.items()}
+
+
+def _has_schema(op: str, domain: str) -> bool:
+    try:
+        defs.get_schema(op, domain)
+    except defs.SchemaError:
+        return False
+    return True
 
 
 def _name(node: onnx.NodeProto) -> str:
@@ -65,36 +78,51 @@ def default_opset(model: onnx.ModelProto, source: str) -> int:
     return v
 
 
+@functools.lru_cache(maxsize=4096)
+def _schema(op: str, opset: int):
+    """``(since_version, min_in, max_in, min_out, max_out, {attr: (type, required)})``; ``None`` for no
+    such operator; ``()`` for a deprecated one (runtimes still run e.g. Upsample after opset 9)."""
+    try:
+        s = defs.get_schema(op, opset, "")
+    except defs.SchemaError:
+        return None
+    if s.deprecated:
+        return ()
+    return (s.since_version, s.min_input, s.max_input, s.min_output, s.max_output,
+            {name: (spec.type.value, spec.type.name, spec.required) for name, spec in s.attributes.items()})
+
+
 def _check_node(node: onnx.NodeProto, opset: int, source: str) -> None:
     op = node.op_type
-    where = f"{op} node '{_name(node)}' of {source}"
-    try:
-        schema = defs.get_schema(op, opset, "")
-    except defs.SchemaError:
-        schema = None
-    if schema is not None and schema.deprecated:
-        return  # e.g. Upsample after opset 9: runtimes still run it, and its cost is known
+    schema = _schema(op, opset)
+    if schema == ():
+        return
     if schema is None:
-        raise UnsupportedModelError(f"{where}: there is no operator '{op}' in ONNX opset {opset}",
-                                    "export with standard ONNX operators of the model's opset")
-    n_in = len(node.input)
-    if n_in < schema.min_input or n_in > schema.max_input:
-        raise ShapeError(f"{where} has {n_in} inputs; {op}-{schema.since_version} takes "
-                         f"{schema.min_input} to {schema.max_input}", "fix the model: re-export it")
-    n_out = len(node.output)
-    if n_out < max(schema.min_output, 1) or n_out > schema.max_output:
-        raise ShapeError(f"{where} has {n_out} outputs; {op}-{schema.since_version} gives "
-                         f"{schema.min_output} to {schema.max_output}", "fix the model: re-export it")
+        raise UnsupportedModelError(f"{op} node '{_name(node)}' of {source}: there is no operator '{op}' in ONNX "
+                                    f"opset {opset}", "export with standard ONNX operators of the model's opset")
+    since, min_in, max_in, min_out, max_out, attr_specs = schema
+    n_in, n_out = len(node.input), len(node.output)
     given = {a.name: a for a in node.attribute}
-    for name, spec in schema.attributes.items():
+    if min_in <= n_in <= max_in and max(min_out, 1) <= n_out <= max_out and all(
+            (a := given.get(k)) is None and not req or a is not None and a.type == t
+            for k, (t, _, req) in attr_specs.items()) and op not in _SPECIAL:
+        return  # the common case, checked in one pass
+    where = f"{op} node '{_name(node)}' of {source}"
+    if n_in < min_in or n_in > max_in:
+        raise ShapeError(f"{where} has {n_in} inputs; {op}-{since} takes {min_in} to {max_in}",
+                         "fix the model: re-export it")
+    if n_out < max(min_out, 1) or n_out > max_out:
+        raise ShapeError(f"{where} has {n_out} outputs; {op}-{since} gives {min_out} to {max_out}",
+                         "fix the model: re-export it")
+    for name, (t, tname, required) in attr_specs.items():
         a = given.get(name)
         if a is None:
-            if spec.required:
+            if required:
                 raise ShapeError(f"{where} lacks its required attribute '{name}'", "fix the model: re-export it")
             continue
-        if a.type != spec.type.value:
+        if a.type != t:
             raise ShapeError(f"{where}: attribute '{name}' is of type {_ATTR_TYPE_NAMES.get(a.type, a.type)}, "
-                             f"expected {spec.type.name}", "fix the model: re-export it")
+                             f"expected {tname}", "fix the model: re-export it")
     if op in _GEOMETRY_OPS:
         for name, low in _GEOMETRY_MIN.items():
             a = given.get(name)
@@ -218,12 +246,22 @@ def validate_model(model: onnx.ModelProto, source: str, stripped: set[str] | Non
     Raises:
         ModelLoadError, ShapeError, UnsupportedModelError: naming the node and the cause.
     """
-    opset = default_opset(model, source)
     g = model.graph
+    names = [x for n in g.node for x in (n.op_type, n.domain, n.name, *n.input, *n.output)]
+    names += [o.domain for o in model.opset_import] + [t.name for t in g.initializer] + [v.name for v in g.input]
+    if not all(isinstance(x, str) for x in names):
+        raise ModelLoadError(f"{source} holds a node or tensor name that is not valid UTF-8: the file is corrupt",
+                             "re-export the model, or check that the download completed")
+    opset = default_opset(model, source)
     _check_tensors(g, source, stripped or set())
     _check_wiring(g, source)
-    if opset:
-        for node in g.node:
-            if node.domain in STANDARD:
-                _check_node(node, opset, source)
+    declared = {o.domain: o.version for o in model.opset_import}
+    for node in g.node:
+        if node.domain in STANDARD and opset:
+            _check_node(node, opset, source)
+        elif node.domain in _ONNX_OTHER and not _has_schema(node.op_type, node.domain):
+            raise UnsupportedModelError(
+                f"{node.op_type} node '{_name(node)}' of {source}: there is no operator '{node.op_type}' in ONNX's "
+                f"'{node.domain}' domain (opset {declared.get(node.domain, 'undeclared')})",
+                "export with operators of the domain the model declares")
     return opset
