@@ -128,6 +128,11 @@ def run_setting(setting, args, console, log_console, only=None):
         held = sorted(set(fam_test))
         tb.log(log_console, f"[bold]{setting.name} fold {k + 1}/{args.folds}[/bold]: {sel.describe()}; "
                         f"{len(held)} test families, {val_rows['family'].nunique()} val families")
+        fold = {"fold": k, "test_families": held, "sizes": {s: len(sel.split(s)) for s in ("train", "val", "test")},
+                "test_rows": {"model": mod_test, "family": fam_test,
+                              "batch_size": test_rows["batch_size"].astype(int).tolist(), "y": y_test.tolist()},
+                "val_y": y_val.tolist(), "results": []}
+        out["folds"].append(fold)
         rows = []
         for spec in args.methods:
             r = fit_method(spec, sel, args, log_console)
@@ -137,24 +142,12 @@ def run_setting(setting, args, console, log_console, only=None):
                 r["test"] = scores(y_test, r["pred_test"], fam_test, args.min_family_models, mod_test)
                 ep = f", {r['epochs']} epochs ({r['stopped']}, best {r['best_epoch']})" if r["epochs"] else ""
                 tb.log(log_console, f"  {escape(spec)}: {r['fit_time_s']:.0f} s{ep}; val {r['val_mape']:.2f} %, "
-                                f"test {r['test']['mape']:.2f} %, rho {r['test']['spearman']:.3f}, worst "
-                                f"{r['test']['worst_family']} {r['test']['worst_family_mape']:.1f} %")
-        by = {r["method"]: r for r in rows if "error" not in r}
-        for pair in args.ensemble:
-            a, b = pair.split("+", 1)
-            if a in by and b in by:
-                r = {"method": pair, "fit_time_s": by[a]["fit_time_s"] + by[b]["fit_time_s"],
-                     "epochs": None, "pred_val": np.sqrt(by[a]["pred_val"] * by[b]["pred_val"]),
-                     "pred_test": np.sqrt(by[a]["pred_test"] * by[b]["pred_test"])}
-                r["val_mape"] = float(mape(y_val, r["pred_val"]))
-                r["test"] = scores(y_test, r["pred_test"], fam_test, args.min_family_models, mod_test)
-                rows.append(r)
-        fold = {"fold": k, "test_families": held, "sizes": {s: len(sel.split(s)) for s in ("train", "val", "test")},
-                "test_rows": {"model": mod_test, "family": fam_test,
-                              "batch_size": test_rows["batch_size"].astype(int).tolist(), "y": y_test.tolist()},
-                "results": [{kk: (v.tolist() if isinstance(v, np.ndarray) else v) for kk, v in r.items()
-                             if kk != "pred_val"} for r in rows]}
-        out["folds"].append(fold)
+                                    f"test {r['test']['mape']:.2f} %, rho {r['test']['spearman']:.3f}, worst "
+                                    f"{r['test']['worst_family']} {r['test']['worst_family_mape']:.1f} %")
+            fold["results"] = _jsonable(rows)
+            yield out  # written after every method: a run stopped early keeps what it finished
+        fold["results"] = _jsonable(rows)
+        add_ensembles(fold, args.ensemble, args.min_family_models)
         console.print(fold_table(setting.name, fold, args))
         yield out
     out["pooled"] = pooled(out, args)
@@ -162,9 +155,15 @@ def run_setting(setting, args, console, log_console, only=None):
     yield out
 
 
+def _jsonable(rows: list[dict]) -> list[dict]:
+    """Result rows for the JSON: arrays as lists, validation predictions kept (ensembles and
+    merges need them)."""
+    return [{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()} for r in rows]
+
+
 def pooled(out: dict, args) -> dict:
     """Every fold's test predictions together (each measurement once), per method."""
-    methods = [r["method"] for r in out["folds"][0]["results"]]
+    methods = list(dict.fromkeys(r["method"] for f in out["folds"] for r in f["results"]))
     res = {}
     for m in methods:
         y, p, fam, mod, ok = [], [], [], [], True
@@ -188,6 +187,48 @@ def pooled(out: dict, args) -> dict:
             s["folds_not_worse_than_gbm"] = wins
             res[m] = s
     return res
+
+
+def add_ensembles(fold: dict, pairs, min_models: int) -> None:
+    """Append to ``fold["results"]`` the geometric mean of each pair ``A+B`` of its methods."""
+    from perfseer.training.metrics import mape
+
+    by = {r["method"]: r for r in fold["results"] if "error" not in r}
+    tr = fold["test_rows"]
+    for pair in pairs:
+        a, b = pair.split("+", 1)
+        if a not in by or b not in by or pair in by:
+            continue
+        r = {"method": pair, "fit_time_s": by[a]["fit_time_s"] + by[b]["fit_time_s"], "epochs": None,
+             "pred_val": np.sqrt(np.asarray(by[a]["pred_val"]) * np.asarray(by[b]["pred_val"])),
+             "pred_test": np.sqrt(np.asarray(by[a]["pred_test"]) * np.asarray(by[b]["pred_test"]))}
+        r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
+        r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
+        fold["results"] += _jsonable([r])
+
+
+def merge(paths, args, console) -> dict:
+    """Folds run as separate processes (``--only-folds``), one report: per setting, the folds of
+    every file (a fold found twice keeps the first file's), ensembles, pooled scores."""
+    import json
+
+    report = {"benchmark": "leave_families_out", "merged_from": [str(p) for p in paths], "settings": {}}
+    for path in paths:
+        rep = json.loads(Path(path).read_text())
+        report.setdefault("args", rep["args"])
+        for name, S in rep["settings"].items():
+            dst = report["settings"].setdefault(name, {k: v for k, v in S.items() if k not in ("folds", "pooled")}
+                                                 | {"folds": []})
+            have = {f["fold"] for f in dst["folds"]}
+            dst["folds"] += [f for f in S["folds"] if f["fold"] not in have]
+    for name, S in report["settings"].items():
+        S["folds"].sort(key=lambda f: f["fold"])
+        for f in S["folds"]:
+            add_ensembles(f, args.ensemble, args.min_family_models)
+            console.print(fold_table(name, f, args))
+        S["pooled"] = pooled(S, args)
+        console.print(pooled_table(name, S, args))
+    return report
 
 
 def fold_table(name: str, fold: dict, args):
@@ -235,6 +276,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only-folds", type=tb.parse_list, default=None, metavar="K,...",
                     help="run only these folds (0-based); the pooled row then covers them only")
     ap.add_argument("--fold-seed", type=int, default=0, help="seed of the family-to-fold hash (default 0)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="train nothing: merge the folds of these reports (runs of --only-folds) into one "
+                         "report, with --ensemble pairs and pooled scores")
     ap.add_argument("--min-family-models", type=int, default=2,
                     help="worst-family MAPE over families with at least this many models (default 2)")
     tb.add_set_arg(ap)
@@ -243,10 +287,15 @@ def main(argv=None) -> int:
     if args.folds < 3:
         ap.error("--folds must be >= 3 (one fold tests, one validates, the rest train)")
     for pair in args.ensemble:
-        if "+" not in pair or any(p not in args.methods for p in pair.split("+", 1)):
+        if "+" not in pair or (args.merge is None and any(p not in args.methods for p in pair.split("+", 1))):
             ap.error(f"--ensemble {pair!r}: write A+B with A and B among --methods")
 
     from rich.console import Console
+
+    if args.merge:
+        report = merge(args.merge, args, Console(width=200))
+        tb.write_json(args.json, report)
+        return 0
 
     tb.set_threads(args.threads)
     console, err = Console(width=200), Console(stderr=True, width=200)
