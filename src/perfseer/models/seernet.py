@@ -198,14 +198,16 @@ class SeerNetTrunk(nn.Module):
                       activation=act, dropout=p)
             for i in range(cfg.num_blocks))
 
-    def forward(self, data, batch: Tensor, u: Tensor, num_graphs: int) -> Tensor:
+    def forward(self, data, batch: Tensor, u: Tensor, num_graphs: int, return_nodes: bool = False):
+        """``u'`` [G, hidden]; with ``return_nodes`` also the final node states: ``(x' [N, hidden], u')``
+        (what the graph auto-encoder of :mod:`perfseer.models.gae` decodes)."""
         x = self.node_encoder(self.node_input(data.x, getattr(data, "op_type", None)))
         e = self.edge_encoder(data.edge_attr) if self.edge_encoder is not None else None
         u = self.global_encoder(u) if self.global_encoder is not None else None
         z = self.z_init(x, batch, dim_size=num_graphs) if self.z_init is not None else None
         for block in self.blocks:
             x, e, u, z = block(x, data.edge_index, e, u, z, batch, num_graphs)
-        return u
+        return (x, u) if return_nodes else u
 
 
 class SeerNet(GraphRegressor):
