@@ -22,19 +22,20 @@ Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``do
     meta-learned by Reptile over the source devices (each a task of K rows, on the source trunk's
     frozen embeddings, see :func:`meta_init`), then adapted to the K rows like ``head``.
 
-**Interval.**  Each method's leave-one-model-out residuals ``r_i = log y_i - log yhat_{-i}`` on
-the K rows (models, not rows, are left out: a model measured at several batch sizes is one
-exchangeable unit) give the half-width ``q`` of a log-space interval
-``[yhat e^-q, yhat e^q]`` at level ``1 - alpha`` (default 90 %):
+**Interval.**  Each method's out-of-fold residuals ``r_i = log y_i - log yhat_{-i}`` on the K
+rows, whole models left out (leave-one-model-out for ``loglinear``, and for ``head`` / ``meta`` up
+to 10 models, 10 model folds above; 5 folds for ``full``, whose every refit trains the whole
+network), give the half-width ``q`` of a log-space interval ``[yhat / e^q, yhat e^q]`` at level
+``1 - alpha`` (default 90 %):
 
-- split-conformal: the ``ceil((n + 1)(1 - alpha))``-th smallest ``|r_i|`` of the ``n`` models,
-  which exists only for ``n >= 9`` at 90 % (it is infinite below);
-- the small-K widening: the Student-t prediction bound ``t_{n-1, 1-alpha/2} s sqrt(1 + 1/n)``
-  (``s`` the RMS of the residuals), which grows fast as ``n`` falls (``t_{4, 0.95}`` = 2.13,
-  ``t_{9, 0.95}`` = 1.83, normal 1.64);
+- split-conformal (jackknife form): the ``ceil((n + 1)(1 - alpha))``-th smallest ``|r_i|`` of the
+  ``n`` rows, which exists only for ``n >= 9`` at 90 % (the conformal bound is infinite below);
+- the small-K widening, used where that rank does not exist: the Student-t prediction bound
+  ``t_{n-1, 1-alpha/2} s sqrt(1 + 1/n)`` (``s`` the RMS residual), which grows fast as ``n``
+  falls (``t_{4, 0.95} = 2.13``, ``t_{7, 0.95} = 1.89``; a normal 90 % bound is 1.64 s).
 
-``q`` is the larger of the two (the t bound alone when the conformal rank does not exist).  The
-calibrated card stores ``q``, the residuals and which bound set it (``calibration.interval``).
+The calibrated card stores ``q``, the residuals and which rule set it (``calibration.interval``);
+prediction rows carry ``interval`` and ``interval_level``.
 
 **Domain.**  A model whose log global features (FLOPs, memory access, weights, batch, nodes) fall
 outside the calibration rows' range, widened by a quarter of that range, is flagged
@@ -85,6 +86,7 @@ class CalibrationConfig:
     lr_full: float = 3e-4  # full fine-tuning learning rate (the trunk moves 10x slower)
     l2sp: float = 1e-3  # pull towards the starting weights, sum of squares (L2-SP, Li et al. 2018)
     cv_folds: int = 5  # full: model folds for the residuals (a refit of the whole network per fold)
+    head_folds: int = 10  # head / meta: model folds for the residuals (leave-one-model-out up to 10 models)
     seed: int = 0
 
     def __post_init__(self):
@@ -373,8 +375,8 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
             return adapt_head(start_head, emb[idx], z[idx], cfg.steps, cfg.lr_head, cfg.l2sp, cfg.seed)
 
         res = np.empty(len(y))
-        for g in np.unique(groups):
-            out = groups == g
+        for fold in _folds(groups, cfg.head_folds, cfg.seed):
+            out = np.isin(groups, fold)
             h = fit(np.flatnonzero(~out))
             with torch.no_grad():
                 res[out] = logy[out] - (h(emb[out]).reshape(-1).numpy() * s + m)
@@ -385,9 +387,7 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
             return _finetune_full(source.net, start_head, [graphs[i] for i in idx], z[idx], cfg)
 
         res = np.empty(len(y))
-        uniq = np.unique(groups)
-        folds = np.array_split(np.random.default_rng(cfg.seed).permutation(uniq), min(cfg.cv_folds, len(uniq)))
-        for fold in folds:
+        for fold in _folds(groups, cfg.cv_folds, cfg.seed):
             out = np.isin(groups, fold)
             trunk_model = fit_full(np.flatnonzero(~out))
             pred = _single(source.net, None, trunk_model, metric, m, s).predict([graphs[i] for i in np.flatnonzero(out)])
@@ -395,6 +395,12 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         net = _single(source.net, None, fit_full(np.arange(len(y))), metric, m, s)
     return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage), domain, res,
                        cols[base])
+
+
+def _folds(groups: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
+    """At most ``n`` folds of whole models (one model per fold when there are ``n`` or fewer)."""
+    uniq = np.unique(groups)
+    return np.array_split(np.random.default_rng(seed).permutation(uniq), min(n, len(uniq)))
 
 
 def _single(source_net, head, model, metric: str, mean: float, std: float):
