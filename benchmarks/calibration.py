@@ -27,6 +27,7 @@ target's GPU, on the source trunk's embeddings of their training-split graphs.
 Example::
 
     python benchmarks/calibration.py --setting timm --k 10,20,50 --draws 3 --json out.json
+    python benchmarks/calibration.py report out.json       # the markdown tables of docs/calibration.md
 """
 
 from __future__ import annotations
@@ -283,7 +284,57 @@ def summarise(results, console) -> None:
     console.print(s.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 
+def report(paths: list[str]) -> str:
+    """Markdown tables (docs/calibration.md) from the JSON files of earlier runs."""
+    import json
+
+    import pandas as pd
+
+    df = pd.concat([pd.DataFrame(json.loads(Path(p).read_text())["results"]) for p in paths], ignore_index=True)
+    out = []
+    # 1. the default method, chosen on the validation devices only (random draws, mean MAPE)
+    val = df[(df["role"] == "val") & (df["selection"] == "random")]
+    if not val.empty:
+        v = val.groupby(["target", "method"])["mape"].mean().unstack()
+        out.append("Validation devices, random draws, mean MAPE % (chooses the default):\n")
+        out.append(_md(v.reset_index(), "target"))
+        out.append(f"\nmean over the validation devices: " + ", ".join(
+            f"{m} {x:.2f}" for m, x in v.mean().sort_values().items()) + "\n")
+    test = df[df["role"] == "test"]
+    for sel in ("random", "spanning"):
+        t = test[test["selection"] == sel]
+        if t.empty:
+            continue
+        g = t.groupby(["target", "k", "method"]).agg(mape=("mape", "mean"), rho=("spearman", "mean"),
+                                                      cover=("coverage", "mean"), n=("draw", "count"))
+        g["cell"] = [f"{a:.2f} / {b:.3f}" for a, b in zip(g["mape"], g["rho"])]
+        w = g["cell"].unstack("method").reset_index()
+        if "titan_rtx@256" in set(t["target"]):
+            w["HELP Spearman"] = w["target"].map(HELP_PUBLISHED).map(lambda x: f"{x:.3f}" if x == x else "")
+        out.append(f"\nTest devices, {sel} calibration models, MAPE % / Spearman (mean of "
+                   f"{int(g['n'].max())} draw(s)):\n")
+        out.append(_md(w, "target"))
+        mean = t.groupby(["k", "method"]).agg(mape=("mape", "mean"), rho=("spearman", "mean"),
+                                               cover=("coverage", "mean"), factor=("factor", "mean"),
+                                               in_domain=("in_domain", "mean")).reset_index()
+        out.append(f"\nMean over the test devices ({sel}): MAPE %, Spearman, 90 % interval coverage, "
+                   f"interval factor, share of test rows in the calibration domain:\n")
+        out.append(_md(mean, "k"))
+    return "\n".join(out)
+
+
+def _md(df, first) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + " --- |" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "report":
+        print(report(sys.argv[2:]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--setting", choices=("nb201", "timm"), required=True)

@@ -98,6 +98,8 @@ def cmd_finetune(args, console) -> list[dict]:
                             "best_epoch": res.best_epoch, "stopped": res.stopped,
                             "fit_s": round(time.perf_counter() - t0, 1)})
                 tb.log(console, str(out[-1]))
+                tb.write_json(args.json, {"benchmark": "pretraining", "partial": True, "args": vars(args),
+                                          "results": out})  # kept if the run is cut short
     return out
 
 

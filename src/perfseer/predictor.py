@@ -356,7 +356,8 @@ class _CardOnly:
 def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] | None = None,
                     phase: str | None = None, metrics: str | Sequence[str] = "latency_ms",
                     split_column: str = "split", name: str | None = None, model_config: dict | None = None,
-                    train_config=None, max_train_models: int | None = None) -> tuple[Predictor, object]:
+                    train_config=None, max_train_models: int | None = None,
+                    pretrained: str | None = None) -> tuple[Predictor, object]:
     """Train ``method`` on a graph dataset and wrap it as a :class:`Predictor` with its card.
 
     Args:
@@ -373,6 +374,8 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
         train_config: a :class:`~perfseer.training.trainer.TrainConfig`.
         max_train_models: train on at most this many of the training split's models (all their
             rows), chosen by a hash of the name: a cheaper predictor, same validation and test sets.
+        pretrained: a pre-trained encoder card (``benchmarks/pretraining.py``): SeerNet's trunk starts
+            from it (:func:`perfseer.training.pretrain.init_from_pretrained`).
 
     Returns:
         ``(predictor, fitted)``: ``fitted`` is the :class:`~perfseer.training.run.FittedMethod`
@@ -400,7 +403,7 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     if max_train_models is not None:
         sel.train = _subsample(sel, max_train_models)
     fitted = train_method(method, sel.train, sel.val, model_config, train_config=train_config,
-                          targets=sel.targets, test_set=sel.test)
+                          targets=sel.targets, test_set=sel.test, pretrained=pretrained)
     keys = dict(zip(sel.targets, (t.key for t in targets)))
     scores = {}
     for split in ("val", "test"):
@@ -416,6 +419,7 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
         "split_column": split_column, "split_seed": manifest.get("splits", {}).get("seed"),
         "rows": {s: len(sel.split(s)) for s in ("train", "val", "test")}, "dropped": sel.dropped,
         "max_train_models": max_train_models,
+        **({"pretrained": str(pretrained)} if pretrained is not None else {}),
         "batch_sizes": [batches[0], batches[-1]] if batches else None,
         "method_config": fitted.config,
         "train_config": result.config.to_dict() if result is not None and result.config is not None else None,

@@ -51,3 +51,20 @@ def test_negative_edges_stay_in_their_graph():
     rng = np.random.default_rng(2)
     b = Batch.from_data_list([_model_input(chain_graph(rng)) for _ in range(3)])
     assert set(g.losses(b, torch.Generator().manual_seed(0))) == {"edge", "node", "global"}
+
+
+def test_train_method_starts_from_the_pretrained_trunk(tmp_path):
+    from perfseer.training.run import train_method
+    from perfseer.training.trainer import TrainConfig
+    from train_helpers import flops_dataset
+
+    rng = np.random.default_rng(3)
+    gae, fs, hist = pretrain([chain_graph(rng) for _ in range(8)], {"hidden_dim": 8}, PretrainConfig(epochs=1))
+    path = save_pretrained(tmp_path, "g", gae, fs, {}, hist)
+    data = flops_dataset(12)
+    fitted = train_method("seernet", data[:8], data[8:], {"head_hidden_dim": 8}, pretrained=str(path),
+                          train_config=TrainConfig(max_epochs=1, progress=False))
+    assert fitted.config["hidden_dim"] == 8  # from the card
+    assert fitted.estimator.feature_scaler.to_dict() == fs.to_dict()
+    with pytest.raises(PerfseerError, match="needs seernet"):
+        train_method("gcn", data[:8], data[8:], pretrained=str(path))

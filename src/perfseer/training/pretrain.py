@@ -123,6 +123,29 @@ def save_pretrained(directory, name: str, gae, feature_scaler, data: dict, histo
     return path
 
 
+def pretrained_config(card_path) -> dict:
+    """The SeerNet trunk fields of a pre-trained card's config (``hidden_dim`` and the switches),
+    without ``num_targets`` and the head's width."""
+    card = _card(Path(card_path))
+    return {k: v for k, v in card["model"]["config"].items() if k not in ("num_targets", "head_hidden_dim", "loss",
+                                                                          "head_globals", "dropout")}
+
+
+def _card(card_path: Path) -> dict:
+    from perfseer.features import schema
+
+    try:
+        card = json.loads(card_path.read_text())
+    except (OSError, ValueError) as e:
+        raise PerfseerError(f"pre-trained card {card_path} is unreadable ({e})", "pass a card from save_pretrained") from e
+    if not isinstance(card, dict) or card.get("format") != FORMAT:
+        raise PerfseerError(f"{card_path} is not a pre-trained encoder card", "pass a card from save_pretrained")
+    if card.get("schema_version") != schema.SCHEMA_VERSION:
+        raise PerfseerError(f"{card_path} was pre-trained on feature schema {card.get('schema_version')}",
+                            f"pre-train again with this perfseer (schema {schema.SCHEMA_VERSION})")
+    return card
+
+
 def init_from_pretrained(model, card_path) -> object:
     """Load a pre-trained trunk into ``model`` (a SeerNet or SeerNet-Multi of the same trunk
     shape); returns the :class:`~perfseer.training.scaling.FeatureScaler` to train it with.
@@ -132,19 +155,10 @@ def init_from_pretrained(model, card_path) -> object:
     """
     from safetensors.torch import load_file
 
-    from perfseer.features import schema
     from perfseer.training.scaling import FeatureScaler
 
     card_path = Path(card_path)
-    try:
-        card = json.loads(card_path.read_text())
-    except (OSError, ValueError) as e:
-        raise PerfseerError(f"pre-trained card {card_path} is unreadable ({e})", "pass a card from save_pretrained") from e
-    if card.get("format") != FORMAT:
-        raise PerfseerError(f"{card_path} is not a pre-trained encoder card", "pass a card from save_pretrained")
-    if card.get("schema_version") != schema.SCHEMA_VERSION:
-        raise PerfseerError(f"{card_path} was pre-trained on feature schema {card.get('schema_version')}",
-                            f"pre-train again with this perfseer (schema {schema.SCHEMA_VERSION})")
+    card = _card(card_path)
     weights = card_path.with_suffix(".safetensors")
     if not weights.is_file():
         raise PerfseerError(f"pre-trained weights {weights} are missing", "keep them next to the card")
