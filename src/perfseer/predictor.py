@@ -199,10 +199,14 @@ class Predictor:
                           f"prediction with care", UnseenOperatorWarning, stacklevel=2)
         values = self.predict_graphs(graphs)
         name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
-        return [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
+        rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": float(values[i, c]),
                  "unseen_ops": unseen}
                 for i, b in enumerate(batches) for c in cols]
+        annotate = getattr(self.net, "annotate", None)  # calibrated cards: interval and domain per row
+        if annotate is not None:
+            annotate(rows, [graphs[i] for i, _ in enumerate(batches) for _ in cols])
+        return rows
 
     def describe(self) -> dict:
         """Name, network, coverage and test scores (what ``perfseer predictors`` shows)."""
@@ -267,8 +271,13 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
         raise PredictorError(f"{card_path} was trained on feature schema {card.get('schema_version')}, this "
                              f"perfseer computes schema {schema.SCHEMA_VERSION}",
                              "use a perfseer version with that schema, or re-train the predictor")
+    # a calibrated card (perfseer calibrate) whose correction reads the source network's outputs
+    outputs = card.get("calibration", {}).get("source_targets") if card.get("calibration", {}).get("correction") \
+        else None
+    outputs = outputs or card["targets"]
     if card.get("model", {}).get("kind") == "estimator":
-        return Predictor(card, _load_estimator(card, card_path), card.get("name") or card_path.stem)
+        return Predictor(card, _calibrated(card, _load_estimator(card, card_path, len(outputs))),
+                         card.get("name") or card_path.stem)
     try:
         state = load_file(str(weights_path))
     except FileNotFoundError:
@@ -284,12 +293,21 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
     except (KeyError, RuntimeError, TypeError) as e:
         raise PredictorError(f"predictor {card_path} does not fit its network ({str(e).splitlines()[0]})",
                              "re-train it with this perfseer version") from e
-    if len(ts.targets) != len(card["targets"]):
-        raise PredictorError(f"predictor {card_path} lists {len(card['targets'])} targets but scales "
+    if len(ts.targets) != len(outputs):
+        raise PredictorError(f"predictor {card_path} lists {len(outputs)} targets but scales "
                              f"{len(ts.targets)}", "re-train it")
     model.eval()
     net = NeuralPredictor(model, fs, ts, device=torch.device(device))
-    return Predictor(card, net, card.get("name") or card_path.stem)
+    return Predictor(card, _calibrated(card, net), card.get("name") or card_path.stem)
+
+
+def _calibrated(card: dict, net):
+    """The network of a calibrated card (interval, domain and, for ``loglinear``, its correction)."""
+    if "calibration" not in card:
+        return net
+    from perfseer.training.calibrate import wrap_loaded
+
+    return wrap_loaded(card, net)
 
 
 class EstimatorNet:
@@ -302,7 +320,7 @@ class EstimatorNet:
         return np.asarray(self.estimator.predict(graphs), dtype=np.float64).reshape(len(graphs), self.n_targets)
 
 
-def _load_estimator(card: dict, card_path: Path) -> EstimatorNet:
+def _load_estimator(card: dict, card_path: Path, n_targets: int | None = None) -> EstimatorNet:
     from perfseer.models.registry import MODELS
 
     try:
@@ -312,7 +330,7 @@ def _load_estimator(card: dict, card_path: Path) -> EstimatorNet:
         raise PredictorError(f"predictor {card_path} holds no usable estimator ({e})", "re-train it") from e
     except PerfseerError as e:
         raise PredictorError(f"predictor {card_path}: {e.problem}", e.fix) from e
-    return EstimatorNet(est, len(card["targets"]))
+    return EstimatorNet(est, n_targets or len(card["targets"]))
 
 
 def list_predictors(directory: str | os.PathLike | None = None) -> list[dict]:
@@ -338,7 +356,8 @@ class _CardOnly:
 def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] | None = None,
                     phase: str | None = None, metrics: str | Sequence[str] = "latency_ms",
                     split_column: str = "split", name: str | None = None, model_config: dict | None = None,
-                    train_config=None, max_train_models: int | None = None) -> tuple[Predictor, object]:
+                    train_config=None, max_train_models: int | None = None,
+                    pretrained: str | None = None) -> tuple[Predictor, object]:
     """Train ``method`` on a graph dataset and wrap it as a :class:`Predictor` with its card.
 
     Args:
@@ -355,6 +374,8 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
         train_config: a :class:`~perfseer.training.trainer.TrainConfig`.
         max_train_models: train on at most this many of the training split's models (all their
             rows), chosen by a hash of the name: a cheaper predictor, same validation and test sets.
+        pretrained: a pre-trained encoder card (``benchmarks/pretraining.py``): SeerNet's trunk starts
+            from it (:func:`perfseer.training.pretrain.init_from_pretrained`).
 
     Returns:
         ``(predictor, fitted)``: ``fitted`` is the :class:`~perfseer.training.run.FittedMethod`
@@ -382,7 +403,7 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     if max_train_models is not None:
         sel.train = _subsample(sel, max_train_models)
     fitted = train_method(method, sel.train, sel.val, model_config, train_config=train_config,
-                          targets=sel.targets, test_set=sel.test)
+                          targets=sel.targets, test_set=sel.test, pretrained=pretrained)
     keys = dict(zip(sel.targets, (t.key for t in targets)))
     scores = {}
     for split in ("val", "test"):
@@ -398,6 +419,7 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
         "split_column": split_column, "split_seed": manifest.get("splits", {}).get("seed"),
         "rows": {s: len(sel.split(s)) for s in ("train", "val", "test")}, "dropped": sel.dropped,
         "max_train_models": max_train_models,
+        **({"pretrained": str(pretrained)} if pretrained is not None else {}),
         "batch_sizes": [batches[0], batches[-1]] if batches else None,
         "method_config": fitted.config,
         "train_config": result.config.to_dict() if result is not None and result.config is not None else None,

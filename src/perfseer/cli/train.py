@@ -66,6 +66,8 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=positive(float), default=d.lr, help=f"default {d.lr}")
     p.add_argument("--max-train-models", type=positive(int), default=None, metavar="N",
                    help="train on at most N of the training split's models (hash-chosen; cheaper)")
+    p.add_argument("--pretrained", default=None, metavar="CARD",
+                   help="start SeerNet's trunk from a pre-trained graph auto-encoder card (docs/calibration.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=positive(int), default=None, help="torch CPU threads while training")
     p.add_argument("--no-pcgrad", action="store_true", help="SeerNet-Multi: plain summed losses")
@@ -108,7 +110,7 @@ def run_train(args: argparse.Namespace) -> int:
     predictor, fitted = train_predictor(args.data, args.model, devices=args.device, phase=args.phase,
                                         metrics=args.metric or "latency_ms", split_column=args.split, name=args.name,
                                         model_config=model_config or None, train_config=cfg,
-                                        max_train_models=args.max_train_models)
+                                        max_train_models=args.max_train_models, pretrained=args.pretrained)
     card = predictor.save(out)
     import shutil
 

@@ -223,8 +223,11 @@ class SeerNetTrunk(nn.Module):
                       activation=act, dropout=p)
             for i in range(cfg.num_blocks))
 
-    def forward(self, data, batch: Tensor, u: Tensor, num_graphs: int) -> Tensor:
-        return self.states(data, batch, u, num_graphs)[1]
+    def forward(self, data, batch: Tensor, u: Tensor, num_graphs: int, return_nodes: bool = False):
+        """``u'`` [G, hidden]; with ``return_nodes`` also the final node states: ``(x' [N, hidden], u')``
+        (what the graph auto-encoder of :mod:`perfseer.models.gae` decodes)."""
+        x, u = self.states(data, batch, u, num_graphs)
+        return (x, u) if return_nodes else u
 
     def states(self, data, batch: Tensor, u: Tensor, num_graphs: int) -> tuple[Tensor, Tensor]:
         """The last block's node states ``x'`` [N, hidden] and graph states ``u'`` [G, hidden]."""
