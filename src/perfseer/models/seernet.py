@@ -239,9 +239,14 @@ class SeerNet(GraphRegressor):
         self.head = mlp([_head_in(config), config.head_hidden_dim, config.num_targets],
                         config.activation, config.dropout)
 
-    def forward(self, data) -> Tensor:
+    def embed(self, data) -> Tensor:
+        """The graph embedding the head reads: [G, hidden_dim] (``u`` appended with ``head_globals``);
+        predictors measure how far a graph lies from the training graphs in this space."""
         batch, u, num_graphs = self._inputs(data)
-        return self.head(_readout(self.config, self.trunk(data, batch, u, num_graphs), u))
+        return _readout(self.config, self.trunk(data, batch, u, num_graphs), u)
+
+    def forward(self, data) -> Tensor:
+        return self.head(self.embed(data))
 
 
 class SeerNetMulti(GraphRegressor):
