@@ -8,6 +8,7 @@ import sys
 from perfseer import __version__
 from perfseer.cli import collect as collect_cmd
 from perfseer.cli import data as data_cmd
+from perfseer.cli import devices as devices_cmd
 from perfseer.cli import graph as graph_cmd
 from perfseer.cli import ops as ops_cmd
 from perfseer.cli import predict as predict_cmd
@@ -15,7 +16,7 @@ from perfseer.cli import train as train_cmd
 from perfseer.errors import PerfseerError
 
 SUBCOMMANDS = {"graph": graph_cmd, "ops": ops_cmd, "data": data_cmd, "collect": collect_cmd, "train": train_cmd,
-               "predict": predict_cmd}
+               "predict": predict_cmd, "devices": devices_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:
