@@ -67,11 +67,19 @@ def run_predict(args: argparse.Namespace) -> int:
 
         t = Table(title=f"{args.model} with predictor {predictor.name}", title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False)
-        for c in ("batch", "device", "phase", "metric", "predicted"):
-            t.add_column(c, justify="right" if c in ("batch", "predicted") else "left")
+        for c in ("batch", "device", "phase", "metric", "predicted", "90 % interval", "domain"):
+            t.add_column(c, justify="right" if c in ("batch", "predicted", "90 % interval") else "left")
+        notes: dict[str, list[int]] = {}  # each reason or flag once, numbered, below the table
         for r in rows:
-            t.add_row(str(r["batch_size"]), r["device"], r["phase"], r["metric"], f"{r['value']:.4g} {r['unit']}")
+            marks = [notes.setdefault(n, [len(notes) + 1])[0] for n in r["domain_reasons"] + r["flags"]]
+            iv = r["interval"]
+            t.add_row(str(r["batch_size"]), r["device"], r["phase"], r["metric"],
+                      f"{r['value']:.4g} {r['unit']}" + ("*" if r["flags"] else ""),
+                      f"{iv[0]:.3g}-{iv[1]:.3g}" if iv else "-",
+                      ("in" if r["in_domain"] else "OUT") + (f" [{','.join(map(str, marks))}]" if marks else ""))
         Console().print(t)
+        for n, (k,) in notes.items():
+            print(f"  [{k}] {n}")
     for w in caught:
         print(f"warning: {w.message}", file=__import__("sys").stderr)
     return 0
@@ -88,19 +96,27 @@ def run_predictors(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="predictors (one row per target; scores on the held-out test split)", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False)
-    for c in ("name", "model", "device", "phase", "metric", "train", "test MAPE %", "Spearman"):
-        t.add_column(c, justify="right" if c in ("train", "test MAPE %", "Spearman") else "left")
+    t = Table(title="predictors (one row per target; test: the held-out test split, or † the previous predictor's, "
+                    "trained without it; k-fold: cross-validation by architecture over the fitted rows)",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    num = ("fitted", "test MAPE %", "Spearman", "k-fold MAPE %", "q90")
+    for c in ("name", "model", "device", "phase", "metric") + num + ("domain",):
+        t.add_column(c, justify="right" if c in num else "left")
     for it in items:
-        test = it["scores"].get("test", {})
+        sc = it["scores"]
+        test, prev = sc.get("test", {}), sc.get("previous_test", {})
         rows = (it["training"].get("rows") or {}).get("train", "-")
+        d = it.get("domain")
+        dom = (f"batch {d['batch_sizes'][0]}-{d['batch_sizes'][1]}, {d['op_types']} op types" if d and d["batch_sizes"]
+               else "none (uncalibrated)")
         for i, key in enumerate(it["targets"]):
             metric, _, rest = key.partition("@")
             device, _, phase = rest.rpartition(":")
-            m = test.get(key)
+            m, mark = (test.get(key), "") if key in test else (prev.get(key), "†")
+            k, q = sc.get("kfold", {}).get(key), it["intervals"].get(key)
             t.add_row(it["name"] if i == 0 else "", it["model"] if i == 0 else "", device, phase, metric,
                       f"{rows:,}" if i == 0 and isinstance(rows, int) else "",
-                      f"{m['mape']:.2f}" if m else "-", f"{m['spearman']:.3f}" if m else "-")
+                      f"{m['mape']:.2f}{mark}" if m else "-", f"{m['spearman']:.3f}" if m else "-",
+                      f"{k['mape']:.2f}" if k else "-", f"±{q:.3f}" if q is not None else "-", dom if i == 0 else "")
     Console().print(t if items else "no predictors found")
     return 0

@@ -349,12 +349,18 @@ class SeerNet(GraphRegressor):
         if isinstance(self.head, SumReadout):
             self.head.set_target_scaling(mean, std)
 
-    def forward(self, data) -> Tensor:
+    def embed(self, data) -> Tensor:
+        """The graph embedding the head reads: [G, hidden_dim] (``u`` appended with ``head_globals``);
+        predictors measure how far a graph lies from the training graphs in this space."""
         batch, u, num_graphs = self._inputs(data)
+        return _readout(self.config, self.trunk(data, batch, u, num_graphs), u)
+
+    def forward(self, data) -> Tensor:
         if isinstance(self.head, SumReadout):
+            batch, u, num_graphs = self._inputs(data)
             x, emb = self.trunk.states(data, batch, u, num_graphs)
             return self.head(_cat(x, data.x), _readout(self.config, emb, u), batch)
-        return self.head(_readout(self.config, self.trunk(data, batch, u, num_graphs), u))
+        return self.head(self.embed(data))
 
 
 class SeerNetMulti(GraphRegressor):
