@@ -20,7 +20,7 @@ def client(tmp_path_factory):
     models = tmp_path_factory.mktemp("served")
     (models / "nets").mkdir()
     (models / "nets" / "tiny.onnx").write_bytes(_tiny_conv())
-    app = create_app(ServeConfig(jobs=1, job_time_s=60, cache_size=4, max_upload_mb=1, models_dir=str(models),
+    app = create_app(ServeConfig(jobs=1, job_time_s=300, cache_size=4, max_upload_mb=1, models_dir=str(models),
                                  upload_dir=str(tmp_path_factory.mktemp("uploads"))))
     with TestClient(app) as c:
         yield c
@@ -108,8 +108,9 @@ def test_an_upload_over_the_limit_is_413(client):
 def test_listing_endpoints_and_the_page(client):
     names = [p["name"] for p in client.get("/v1/predictors").json()]
     assert P3090 in names and P4090 in names
-    devices = {d["name"] for d in client.get("/v1/devices").json()}
-    assert "rtx3090/amp-nchw-pt240" in devices
+    devices = {d["name"]: d for d in client.get("/v1/devices").json()}
+    assert "rtx3090/amp-nchw-pt240" in devices["rtx3090"]["settings"] and P3090 in devices["rtx3090"]["predictors"]
+    assert devices["h100-sxm"]["memory_gib"] == 80 and devices["h100-sxm"]["predictors"] == []
     assert client.get("/v1/models", params={"q": "example:res"}).json()[:2] == ["example:resnet18", "example:resnet50"]
     health = client.get("/v1/health").json()
     assert health["status"] == "ok" and health["cache"]["entries"] >= 1
@@ -132,3 +133,30 @@ def test_without_a_served_folder_no_path_is_read(tmp_path):
         store.resolve("upload:" + "0" * 64)
     with pytest.raises(ModelLoadError, match="no uploaded model"):
         store.resolve("upload:../../etc/passwd")
+
+
+NB201 = "nb201:|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
+
+
+def test_memory_of_a_training_step_with_the_largest_batch(client):
+    r = client.post("/v1/memory", json={"model": NB201, "batch": [1, 64], "phase": "train", "optimizer": "sgd",
+                                        "device": "a100-40gb-sxm", "max_batch": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    small, big = body["estimates"]
+    assert small["method"] == "simulation" and small["fits"] is True
+    assert big["breakdown"]["activations"] > small["breakdown"]["activations"] > 0
+    assert sum(big["breakdown"].values()) == big["total"]
+    assert body["max_batch"]["batch"] > 64
+    again = client.post("/v1/memory", json={"model": NB201, "batch": [1, 64], "phase": "train", "optimizer": "sgd",
+                                            "device": "a100-40gb-sxm", "max_batch": True})
+    assert again.json()["cached"] is True and again.json()["estimates"] == body["estimates"]
+
+
+def test_memory_errors_are_json(client):
+    r = client.post("/v1/memory", json={"model": "example:resnet18", "batch": [4], "phase": "train"})
+    assert r.status_code == 422 and "ONNX graph has no backward pass" in r.json()["error"]["message"]
+    r = client.post("/v1/memory", json={"model": NB201, "batch": [4], "device": "no-such-gpu"})
+    assert r.status_code == 422 and r.json()["error"]["type"] == "UnknownDeviceError"
+    r = client.post("/v1/memory", json={"model": NB201, "batch": [4], "max_batch": True})
+    assert r.status_code == 422 and "needs a device" in r.json()["error"]["message"]

@@ -4,12 +4,14 @@ Endpoints (OpenAPI docs at ``/docs``, schema at ``/openapi.json``):
 
 - ``GET /v1/health``: liveness, cache and sandbox counters.
 - ``GET /v1/predictors``: the predictors served, with coverage and scores.
-- ``GET /v1/devices``: the devices predictions can be asked for.
+- ``GET /v1/devices``: the device registry's specs, each with the served predictors measured on it.
 - ``GET /v1/models?q=res&limit=20``: model references for completion (timm, torchvision, examples).
 - ``POST /v1/models``: upload an ONNX file (multipart field ``file``); answers its ``upload:SHA256``
   reference and its summary.
 - ``POST /v1/predict``: a model reference, batch sizes, optional input shape / sequence length /
   symbolic dims, predictors or devices, phase -> the rows ``perfseer predict --json`` prints.
+- ``POST /v1/memory``: simulated peak GPU memory per batch size with its breakdown, the largest
+  batch that fits a device and the smallest MIG slice (what ``perfseer memory --json`` gives).
 - ``GET /``: the web page.
 
 Errors are JSON ``{"error": {"type", "message", "fix"}}`` with a 4xx code (422 for a model or
@@ -68,11 +70,25 @@ class PredictRequest(BaseModel):
                        examples=["timm:resnet50"])
     batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 256]])
     input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224")
-    seq_len: int | None = Field(default=None, description="sequence length (transformers): binds the dim 'seq'")
+    seq_len: int | None = Field(default=None, description="tokens per sample (hf: models, or an ONNX model's "
+                                                          "symbolic sequence dimensions)")
     dims: dict[str, int] = Field(default_factory=dict, description="values of other symbolic input dimensions")
     predictors: list[str] = Field(default_factory=list, description="predictor names (default: every served one)")
     devices: list[str] = Field(default_factory=list, description="only targets on these devices")
     phase: str | None = Field(default=None, description="infer or train (default: both where covered)")
+
+
+class MemoryRequest(BaseModel):
+    model: str = Field(..., description="timm:NAME, torchvision:NAME, nb201:..., example:NAME, upload:SHA256 (ONNX: "
+                                        "inference only)", examples=["timm:resnet50"])
+    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 128]])
+    phase: str = Field(default="train", description="train or infer")
+    optimizer: str | None = Field(default="adamw", description="sgd, sgd-momentum, adam, adamw (train)")
+    precision: str = Field(default="fp32", description="fp32, amp-fp16, amp-bf16, fp16, bf16")
+    device: str | None = Field(default=None, description="a registry device (capacity, fit); GET /v1/devices")
+    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224")
+    mig: bool = Field(default=False, description="also the smallest MIG slice that fits (largest batch)")
+    max_batch: bool = Field(default=False, description="also the largest batch that fits the device")
 
 
 class ApiError(PerfseerError):
@@ -105,6 +121,7 @@ class Service:
         self._predictors: dict = {}
         self._lock = threading.Lock()
         self._names: list[str] | None = None
+        self._memory_cache: dict = {}
         self.started = time.time()
 
     # -- predictors ------------------------------------------------------------------------------
@@ -130,13 +147,66 @@ class Service:
         return [self.predictor(n).describe() for n in self.predictor_names()]
 
     def devices(self) -> list[dict]:
-        out: dict[str, dict] = {}
+        """The registry's devices with their specs, each with the served predictors measured on it."""
+        from perfseer.devices import UnknownDeviceError, get_device, list_devices
+
+        covered: dict[str, dict] = {}
         for p in self.describe_predictors():
             for d in p["devices"]:
-                entry = out.setdefault(d, {"name": d, "predictors": [], "phases": set()})
+                try:
+                    name = get_device(d).name
+                except (UnknownDeviceError, PerfseerError):
+                    name = d
+                entry = covered.setdefault(name, {"predictors": [], "settings": set(), "phases": set()})
                 entry["predictors"].append(p["name"])
+                entry["settings"].add(d)
                 entry["phases"].update(p["phases"])
-        return [{**v, "phases": sorted(v["phases"])} for v in out.values()]
+        out = []
+        for spec in list_devices():
+            c = covered.pop(spec.name, None)
+            out.append({**spec.to_dict(), "predictors": c["predictors"] if c else [],
+                        "settings": sorted(c["settings"]) if c else [], "phases": sorted(c["phases"]) if c else []})
+        for name, c in covered.items():  # measured settings the registry has no spec sheet for
+            out.append({"name": name, "kind": None, "predictors": c["predictors"], "settings": sorted(c["settings"]),
+                        "phases": sorted(c["phases"])})
+        return out
+
+    def memory(self, req: MemoryRequest) -> dict:
+        from perfseer.cli.graph import parse_shape
+        from perfseer.serve.jobs import memory_job
+
+        c = self.config
+        if not req.batch or len(req.batch) > c.max_batches or any(not 1 <= b <= c.max_batch for b in req.batch):
+            raise ApiError(422, f"batch sizes must be 1 to {c.max_batches} values in 1..{c.max_batch}, got {req.batch}",
+                           "pass e.g. [1, 32, 128]")
+        if req.max_batch and not req.device:
+            raise ApiError(422, "the largest batch needs a device", "pass \"device\": \"a100-40gb\" (GET /v1/devices)")
+        shape = parse_shape(req.input_shape) if req.input_shape else None
+        target = self.store.resolve(req.model)
+        key = (target, tuple(req.batch), req.phase, req.optimizer, req.precision, req.device, shape, req.mig,
+               req.max_batch)
+        with self._lock:
+            hit = self._memory_cache.get(key)
+        if hit is not None:
+            return {**hit, "cached": True}
+        t0 = time.perf_counter()
+        try:
+            result = self.sandbox.run(memory_job, target, list(req.batch), req.phase, req.optimizer, req.precision,
+                                      req.device, shape, req.mig, req.max_batch, wait_s=c.queue_wait_s)
+        except PerfseerError as e:
+            if target != req.model:
+                e.problem = e.problem.replace(target, req.model)
+                e.args = (e.problem,)
+            raise
+        for est in result["estimates"]:
+            est["model"] = req.model
+        result = {"api": API_VERSION, "model": req.model, **result,
+                  "timing_ms": {"simulate": round((time.perf_counter() - t0) * 1e3, 2)}}
+        with self._lock:
+            self._memory_cache[key] = result
+            while len(self._memory_cache) > c.cache_size:
+                self._memory_cache.pop(next(iter(self._memory_cache)))
+        return {**result, "cached": False}
 
     # -- completion ----------------------------------------------------------------------------
     def model_names(self) -> list[str]:
@@ -175,12 +245,10 @@ class Service:
             raise ApiError(422, f"phase '{req.phase}' is neither infer nor train", "use infer or train, or omit it")
         shape = parse_shape(req.input_shape) if req.input_shape else None
         dims = dict(req.dims)
-        if req.seq_len is not None:
-            if req.seq_len < 1:
-                raise ApiError(422, f"seq_len must be >= 1, got {req.seq_len}", "pass e.g. 128")
-            dims["seq"] = req.seq_len
+        if req.seq_len is not None and not 1 <= req.seq_len <= 1 << 20:
+            raise ApiError(422, f"seq_len must lie in 1..{1 << 20}, got {req.seq_len}", "pass e.g. 128")
         t0 = time.perf_counter()
-        pg, cached = self.graphs.get(req.model, shape, dims, wait_s=c.queue_wait_s)
+        pg, cached = self.graphs.get(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len)
         t1 = time.perf_counter()
         names = req.predictors or self.predictor_names()
         rows, notes = [], []
@@ -297,6 +365,10 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     @app.post("/v1/predict")
     def predict(req: PredictRequest) -> dict:
         return svc.predict(req)
+
+    @app.post("/v1/memory")
+    def memory(req: MemoryRequest) -> dict:
+        return svc.memory(req)
 
     @app.get("/", include_in_schema=False)
     def index():

@@ -10,16 +10,10 @@ from collections import OrderedDict
 from pathlib import Path
 
 from perfseer.errors import ModelLoadError, PerfseerError
+from perfseer.serve.jobs import extract_job
 from perfseer.serve.sandbox import Sandbox
 
 UPLOAD_PREFIX = "upload:"
-
-
-def extract_job(model: str, input_shape, dims):
-    """What a sandboxed child runs: the PerfGraph of ``model`` at batch 1."""
-    from perfseer.api import extract
-
-    return extract(model, batch=1, input_shape=input_shape, dims=dims or None)
 
 
 class ModelStore:
@@ -93,7 +87,7 @@ class ModelStore:
 
 
 class GraphCache:
-    """``get(model, input_shape, dims)`` -> PerfGraph at batch 1, extracted at most once per key.
+    """``get(model, input_shape, dims, seq_len=)`` -> PerfGraph at batch 1, extracted at most once per key.
 
     Args:
         sandbox: where extraction runs.
@@ -108,10 +102,10 @@ class GraphCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, model: str, input_shape=None, dims=None, wait_s: float | None = None):
+    def get(self, model: str, input_shape=None, dims=None, wait_s: float | None = None, seq_len=None):
         """The PerfGraph and whether it came from the cache."""
         target = self.store.resolve(model)
-        key = (target, tuple(input_shape) if input_shape else None, tuple(sorted((dims or {}).items())))
+        key = (target, tuple(input_shape) if input_shape else None, tuple(sorted((dims or {}).items())), seq_len)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -128,7 +122,7 @@ class GraphCache:
                 raise waiter["error"]
             return waiter["value"], True
         try:
-            pg = self.sandbox.run(extract_job, target, tuple(input_shape) if input_shape else None, dims,
+            pg = self.sandbox.run(extract_job, target, tuple(input_shape) if input_shape else None, dims, seq_len,
                                   wait_s=wait_s)
             waiter["value"] = pg
             with self._lock:

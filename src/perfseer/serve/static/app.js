@@ -33,6 +33,55 @@ async function loadPredictors() {
   } catch (e) { box.textContent = "could not list predictors: " + e.message; }
 }
 
+let DEVICES = {};
+async function loadDevices() {
+  try {
+    const items = await api("/v1/devices");
+    const sel = $("mem-device");
+    for (const d of items.filter(d => d.kind === "gpu" && d.memory_gib)) {
+      DEVICES[d.name] = d;
+      const o = document.createElement("option");
+      o.value = d.name; o.textContent = `${d.name} (${d.memory_gib} GiB)`;
+      sel.appendChild(o);
+    }
+  } catch (e) { /* memory then runs without a device */ }
+}
+
+function fillTable(table, cols, rows) {
+  const thead = table.querySelector("thead"), tbody = table.querySelector("tbody");
+  thead.textContent = ""; tbody.textContent = "";
+  const hr = document.createElement("tr");
+  for (const c of cols) { const th = document.createElement("th"); th.textContent = c; hr.appendChild(th); }
+  thead.appendChild(hr);
+  for (const cells of rows) {
+    const tr = document.createElement("tr");
+    for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
+    tbody.appendChild(tr);
+  }
+}
+
+const MiB = 1048576;
+function renderMemory(res, device) {
+  $("memory").hidden = false;
+  const est = res.estimates;
+  const rows = est.map(e => [e.batch, e.phase, e.method, (e.total / MiB).toFixed(0), (e.peak_allocated / MiB).toFixed(0),
+                             ((e.breakdown.activations || 0) / MiB).toFixed(0), e.fits === null ? "" : (e.fits ? "yes" : "NO")]);
+  fillTable($("memory-table"), ["batch", "phase", "method", "total MiB", "allocated MiB", "activations MiB", "fits"], rows);
+  const notes = [];
+  if (res.max_batch) notes.push(`largest batch that fits ${device}: ${res.max_batch.batch}`);
+  const last = est[est.length - 1];
+  if (last && last.mig && last.mig.length) notes.push(`smallest MIG slice for batch ${last.batch}: ` + last.mig.map(m => `${m.device} ${m.smallest || "none"}`).join(", "));
+  $("memory-note").textContent = notes.join(" · ");
+  const hlines = [];
+  const d = DEVICES[device];
+  if (d) {
+    hlines.push({y: d.memory_gib * 1024, label: `${device} ${d.memory_gib} GiB`});
+    for (const m of d.mig_profiles || []) hlines.push({y: m.memory_gib * 1024, label: m.name});
+  }
+  $("plots").appendChild(linePlot({title: "Peak GPU memory (simulated)", xlabel: "batch size", ylabel: "MiB",
+    series: [{name: `${est[0].phase} · ${est[0].precision}`, points: est.map(e => [e.batch, e.total / MiB])}], hlines}));
+}
+
 let completionTimer = null;
 function complete() {
   clearTimeout(completionTimer);
@@ -132,10 +181,21 @@ async function submit(ev) {
   if ($("seq").value) body.seq_len = Number($("seq").value);
   if ($("phase").value) body.phase = $("phase").value;
   $("go").disabled = true; setStatus("predicting… (a model seen for the first time is exported first)");
+  $("memory").hidden = true;
   const t0 = performance.now();
   try {
     const res = await api("/v1/predict", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
     render(res);
+    if ($("mem-on").checked) {
+      setStatus("simulating memory…");
+      const device = $("mem-device").value;
+      const mreq = {model: body.model, batch, phase: body.phase || "train", optimizer: $("mem-opt").value,
+                    precision: $("mem-prec").value, mig: !!device && (DEVICES[device] || {}).mig_profiles?.length > 0,
+                    max_batch: !!device};
+      if (device) mreq.device = device;
+      if (body.input_shape) mreq.input_shape = body.input_shape;
+      renderMemory(await api("/v1/memory", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(mreq)}), device);
+    }
     setStatus(`done in ${((performance.now() - t0) / 1000).toFixed(2)} s`);
   } catch (e) {
     $("result").hidden = true; setStatus(""); showError(e.message);
@@ -146,3 +206,4 @@ $("form").addEventListener("submit", submit);
 $("model").addEventListener("input", complete);
 $("upload").addEventListener("change", upload);
 loadPredictors();
+loadDevices();
