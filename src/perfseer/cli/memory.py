@@ -100,7 +100,8 @@ def format_report(rep: dict) -> str:
         if mb["batch"] == 0:
             lines.append(f"largest batch on {where}: none (one sample does not fit)")
         else:
-            lines.append(f"largest batch on {where}: {mb['batch']}" + (" (search ceiling reached)" if mb["capped"] else ""))
+            capped = " (search ceiling reached)" if mb["capped"] else ""
+            lines.append(f"largest batch on {where}: {mb['batch']}{capped}")
     return "\n".join(lines)
 
 
