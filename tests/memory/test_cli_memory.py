@@ -35,3 +35,15 @@ def test_memory_rows_beside_predictions():
     assert [(r["device"], r["metric"], r["unit"], r["precision"]) for r in extra] == \
         [("rtx3090/amp-nchw-pt240", "memory_sim", "MiB", "amp-fp16")]
     assert extra[0]["value"] > 500 and not warns  # the 500 MiB context at least
+
+
+def test_table_rows_are_a_valid_measurement_table(tmp_path):
+    from perfseer.data.table import read_table
+
+    out = tmp_path / "mem.csv"
+    for batch in ("1", "2"):
+        assert main(["memory", "example:resnet18", "--batch", batch, "--phase", "infer", "--input-shape", "3x224x224",
+                     "--device", "h100-sxm", "--table", str(out)]) == 0
+    df = read_table(out)
+    assert list(df["batch_size"]) == [1, 2] and set(df["device"]) == {"h100-sxm/fp32-sim"}
+    assert (df["memory_mb"] > 500).all() and set(df["phase"]) == {"infer"}

@@ -85,3 +85,16 @@ def test_perfseer_memory_is_callable():
 
     est = perfseer.memory(net(), batch=2, phase="infer", input_shape=(3, 32, 32))
     assert est.method == "simulation" and est.breakdown["weights"] > 0
+
+
+def test_onnx_views_share_their_input_buffer():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 1024])
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [-1, 1024])
+    nodes = [helper.make_node("Relu", ["x"], ["y1"]), helper.make_node("Flatten", ["y1"], ["v"]),
+             helper.make_node("Reshape", ["v", "s"], ["w"]), helper.make_node("Relu", ["w"], ["z"])]
+    g = helper.make_graph(nodes, "views", [x], [z], initializer=[shape])
+    t = liveness_trace(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), batch=2)
+    # x, y1 (= v = w) and z: three 8 KiB buffers at the last Relu, the views add nothing;
+    # the shape initializer s is 2 int64 = 16 B
+    assert t.peak()[0] == 3 * 2 * 1024 * 4 + 16

@@ -41,6 +41,9 @@ def add_parser(sub) -> None:
                    help="also give the smallest MIG profile each batch fits (of --device, or of A100 40/80 GB, "
                         "H100 80/94 GB and H200)")
     p.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON to PATH ('-': stdout)")
+    p.add_argument("--table", metavar="PATH", default=None,
+                   help="add the totals as memory_mb rows to a measurement table (CSV/Parquet; created or "
+                        "extended): simulator labels for training a memory predictor")
     p.set_defaults(func=run)
 
 
@@ -50,7 +53,8 @@ def memory_report(model, batches, phase="train", optimizer="adamw", precision="f
     from perfseer.memory.api import max_batch_for, memory, resolve_model
 
     src = resolve_model(model, input_shape)
-    out = {"model": src.label, "estimates": [], "max_batch": None}
+    out = {"model": src.label, "input_shape": list(src.input_shape) if src.input_shape else None,
+           "estimates": [], "max_batch": None}
     for b in batches:
         est = memory(model, batch=b, phase=phase, optimizer=optimizer, precision=precision, device=device,
                      context_mib=context_mib, capacity_gib=capacity_gib, mig=mig, _src=src)
@@ -100,8 +104,35 @@ def format_report(rep: dict) -> str:
         if mb["batch"] == 0:
             lines.append(f"largest batch on {where}: none (one sample does not fit)")
         else:
-            lines.append(f"largest batch on {where}: {mb['batch']}" + (" (search ceiling reached)" if mb["capped"] else ""))
+            capped = " (search ceiling reached)" if mb["capped"] else ""
+            lines.append(f"largest batch on {where}: {mb['batch']}{capped}")
     return "\n".join(lines)
+
+
+def table_rows(rep: dict) -> list[dict]:
+    """Measurement-table rows (README, Measurement tables) of a report: ``memory_mb`` is the total
+    in MiB; ``device`` is ``GPU/PRECISION-sim`` (``cuda`` when no device was named)."""
+    from perfseer.errors import MemoryConfigError
+
+    if not rep.get("input_shape"):
+        raise MemoryConfigError("a measurement table needs the input shape", "pass --input-shape CxHxW")
+    shape = "x".join(str(d) for d in rep["input_shape"])
+    return [{"model": rep["model"], "input_shape": shape, "batch_size": e["batch"], "phase": e["phase"],
+             "device": f"{e['device'] or 'cuda'}/{e['precision']}-sim", "memory_mb": e["total"] / MIB,
+             "precision": e["precision"], "source": f"perfseer memory ({e['method']})",
+             "optimizer": e["optimizer"] or ""} for e in rep["estimates"]]
+
+
+def write_memory_table(rep: dict, path: str) -> None:
+    """Add ``rep``'s rows to the table at ``path`` (validated, written atomically by write_table)."""
+    import pandas as pd
+
+    from perfseer.data.table import read_table, write_table
+
+    rows = pd.DataFrame(table_rows(rep))
+    if Path(path).exists():
+        rows = pd.concat([read_table(path), rows], ignore_index=True)
+    write_table(rows, path)
 
 
 def _write_json(path: str, obj: dict) -> None:
@@ -124,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
                         input_shape=shape, max_batch=args.max_batch, mig=args.mig)
     if args.json:
         _write_json(args.json, rep)
+    if args.table:
+        write_memory_table(rep, args.table)
     if args.json != "-":
         print(format_report(rep))
     return 0

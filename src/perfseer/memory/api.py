@@ -159,8 +159,8 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
     est = estimate_from_trace(trace, src.label, batch, config, device_name, capacity, over, notes, method)
     if mig:
         spec = device_spec(device) if device is not None else None
-        est.mig = mig_advice(trace, [spec.parent or spec.name] if spec is not None and (spec.mig_profiles or spec.parent)
-                             else None, context_mib)
+        own = spec is not None and (spec.mig_profiles or spec.parent)
+        est.mig = mig_advice(trace, [spec.parent or spec.name] if own else None, context_mib)
     return est
 
 

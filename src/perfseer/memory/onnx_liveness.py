@@ -6,9 +6,13 @@ allocates its outputs, then frees every activation whose last reader it was (an 
 reads is freed at once; graph outputs stay).  The result is a :class:`~perfseer.memory.trace.Trace`
 replayed through the same allocator model as a simulation.
 
+Shape-only operators (:data:`VIEW_OPS`: Reshape, Flatten, Squeeze, Unsqueeze, Identity, and
+Dropout, which is the identity at inference) alias their data input, as PyTorch views and ONNX
+Runtime's buffer reuse do: their output takes no memory and keeps the input's buffer alive
+until the last reader of either.
+
 What it cannot see, and so overestimates: operators a framework runs in place (ReLU after a
-convolution in PyTorch) or fuses (Conv+BN+ReLU in ONNX Runtime), and views (Reshape, Flatten,
-Squeeze... are copies here).  Shapes come from the PerfGraph extraction (ONNX shape inference at
+convolution in PyTorch) or fuses (Conv+BN+ReLU in ONNX Runtime).  Shapes come from the PerfGraph extraction (ONNX shape inference at
 the bound batch size).
 """
 
@@ -17,6 +21,8 @@ from __future__ import annotations
 import math
 
 from perfseer.memory.trace import Allocation, Trace
+
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
 
 def liveness_trace(model, batch: int, input_shape=None) -> Trace:
@@ -43,12 +49,22 @@ def graph_trace(graph) -> Trace:
         trace.events.append((1, aid))
         ids[name] = aid
 
+    # alias[name]: the tensor whose buffer ``name`` shares (itself if it owns one)
+    alias: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op_type in VIEW_OPS and node.inputs and node.inputs[0] and node.outputs:
+            src = node.inputs[0]
+            alias[node.outputs[0]] = alias.get(src, src)
+
+    def root(name: str) -> str:
+        return alias.get(name, name)
+
     last_use: dict[str, int] = {}
     for i, node in enumerate(graph.nodes):
         for name in node.inputs:
             if name:
-                last_use[name] = i
-    outputs = set(graph.outputs)
+                last_use[root(name)] = i
+    outputs = {root(n) for n in graph.outputs}
     for name, t in graph.tensors.items():
         if t.kind.is_static and name in last_use:
             alloc(name, "setup", "weights", "<initializer>")
@@ -58,11 +74,10 @@ def graph_trace(graph) -> Trace:
     trace.marks["step0.forward"] = len(trace.events)
     for i, node in enumerate(graph.nodes):
         for name in node.outputs:
-            if name:
+            if name and root(name) == name:
                 alloc(name, "forward", None, node.op_type)
-        for name in {*node.inputs, *node.outputs}:
-            if (name and name in ids and name not in static and name not in outputs
-                    and last_use.get(name, -1) <= i):
+        for name in {root(n) for n in (*node.inputs, *node.outputs) if n}:
+            if name in ids and name not in static and name not in outputs and last_use.get(name, -1) <= i:
                 trace.events.append((-1, ids[name]))
                 static.add(name)  # freed once
     return trace

@@ -52,7 +52,8 @@ class StepConfig:
 
     def validate(self) -> "StepConfig":
         for name, value, choices in (("phase", self.phase, PHASES), ("optimizer", self.optimizer, OPTIMIZERS),
-                                     ("precision", self.precision, PRECISIONS), ("target", self.target, ("cuda", "cpu"))):
+                                     ("precision", self.precision, PRECISIONS),
+                                     ("target", self.target, ("cuda", "cpu"))):
             if value not in choices:
                 raise MemoryConfigError(f"unknown {name} {value!r}", f"use one of: {', '.join(choices)}")
         if self.steps < 1:
