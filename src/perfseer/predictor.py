@@ -179,7 +179,7 @@ class Predictor:
 
         Returns:
             One dict per (batch size, target): ``model``, ``batch_size``, ``metric``, ``unit``,
-            ``device``, ``phase``, ``value``; plus ``unseen_ops`` (operator types no training graph
+            ``device``, ``phase``, ``value``, ``basis`` (what the value comes from); plus ``unseen_ops`` (operator types no training graph
             had; a warning names them too).
         """
         from perfseer.api import extract
@@ -201,7 +201,7 @@ class Predictor:
         name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
         return [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": float(values[i, c]),
-                 "unseen_ops": unseen}
+                 "unseen_ops": unseen, "basis": f"measured-device predictor {self.name}"}
                 for i, b in enumerate(batches) for c in cols]
 
     def describe(self) -> dict:

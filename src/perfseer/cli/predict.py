@@ -14,15 +14,22 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "predict", help="predict a model's latency (and other metrics) with a trained predictor",
         description="Extract MODEL's PerfGraph once, re-bind it to each batch size and predict every target of "
-                    "the predictor (or those of --device/--phase).")
+                    "the predictor (or those of --device/--phase).  With --device and no --predictor: a bundled "
+                    "measured predictor of that device if there is one, else the spec model (any GPU of "
+                    "perfseer devices, from its spec sheet); each row says its basis.")
     p.add_argument("model", metavar="MODEL", help="an .onnx file or a reference (timm:NAME, nb201:..., example:NAME...)")
-    p.add_argument("--predictor", required=True, metavar="NAME|PATH", help="see perfseer predictors")
+    p.add_argument("--predictor", default=None, metavar="NAME|PATH", help="see perfseer predictors")
     p.add_argument("--batch", type=_ints, default=[1], metavar="B[,B...]", help="batch sizes (default 1)")
     p.add_argument("--input-shape", default=None, metavar="CxHxW", help="one sample's shape")
     p.add_argument("--dim", action="append", default=None, metavar="NAME=V",
                    help="value of a symbolic input dimension (repeatable)")
-    p.add_argument("--device", default=None, help="only this device's targets")
+    p.add_argument("--device", default=None,
+                   help="with --predictor: only this device's targets; alone: any device of perfseer devices")
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="only this phase's targets")
+    p.add_argument("--precision", default=None, choices=("fp32", "tf32", "fp16", "bf16"),
+                   help="with --device alone: the precision (default: a measured predictor's own, else fp32)")
+    p.add_argument("--basis", default="auto", choices=("auto", "spec", "measured"),
+                   help="with --device alone: auto (measured where available), or force one")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_predict)
 
@@ -38,27 +45,42 @@ def run_predict(args: argparse.Namespace) -> int:
 
     from perfseer.cli.graph import parse_dims, parse_shape
 
-    predictor = load_predictor(args.predictor)
+    from perfseer.errors import PerfseerError
+
     dims = parse_dims(args.dim) or None
     shape = parse_shape(args.input_shape) if args.input_shape else None
+    if args.predictor is None and args.device is None:
+        raise PerfseerError("predict needs --predictor NAME or --device DEVICE",
+                            "pass --device h100-sxm (perfseer devices lists them) or --predictor NAME")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnseenOperatorWarning)
-        rows = predictor.predict(args.model, batch=args.batch, input_shape=shape, dims=dims,
-                                 device=args.device, phase=args.phase)
+        if args.predictor is None:
+            from perfseer.specmodel.route import predict_on_device
+
+            rows = predict_on_device(args.model, args.device, batch=args.batch, phase=args.phase or "infer",
+                                     precision=args.precision, input_shape=shape, dims=dims, prefer=args.basis)
+            label = rows[0]["basis"] if rows else args.device
+        else:
+            predictor = load_predictor(args.predictor)
+            rows = predictor.predict(args.model, batch=args.batch, input_shape=shape, dims=dims,
+                                     device=args.device, phase=args.phase)
+            label = predictor.name
     if args.json:
-        print(json.dumps({"predictor": predictor.name, "predictions": rows}, indent=1))
+        print(json.dumps({"predictor": label, "predictions": rows}, indent=1))
     else:
         from rich import box
         from rich.console import Console
         from rich.table import Table
 
-        t = Table(title=f"{args.model} with predictor {predictor.name}", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+        t = Table(title=f"{args.model} on {args.device}" if args.predictor is None else
+                  f"{args.model} with predictor {label}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for c in ("batch", "device", "phase", "metric", "predicted"):
             t.add_column(c, justify="right" if c in ("batch", "predicted") else "left")
         for r in rows:
             t.add_row(str(r["batch_size"]), r["device"], r["phase"], r["metric"], f"{r['value']:.4g} {r['unit']}")
         Console().print(t)
+        for b in dict.fromkeys(r.get("basis", "") for r in rows):
+            print(f"basis: {b}")
     for w in caught:
         print(f"warning: {w.message}", file=__import__("sys").stderr)
     return 0
