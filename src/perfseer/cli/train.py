@@ -66,6 +66,14 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=positive(float), default=d.lr, help=f"default {d.lr}")
     p.add_argument("--max-train-models", type=positive(int), default=None, metavar="N",
                    help="train on at most N of the training split's models (hash-chosen; cheaper)")
+    p.add_argument("--pretrained", default=None, metavar="CARD",
+                   help="start SeerNet's trunk from a pre-trained graph auto-encoder card (docs/calibration.md)")
+    p.add_argument("--fit", choices=("train", "train+test"), default="train",
+                   help="splits the network is fitted on: train (default; test is scored) or train+test (all "
+                        "measured data but validation, which early stopping reads: a predictor to ship)")
+    p.add_argument("--kfold", type=positive(int), default=None, metavar="K",
+                   help="also score the recipe by K-fold cross-validation by architecture over the fitted rows "
+                        "(K more trainings; each stage is saved in OUT/.stages/NAME, so --resume continues)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=positive(int), default=None, help="torch CPU threads while training")
     p.add_argument("--no-pcgrad", action="store_true", help="SeerNet-Multi: plain summed losses")
@@ -78,7 +86,7 @@ def add_parser(sub) -> None:
     e = sub.add_parser(
         "evaluate", help="score a predictor on measurements",
         description="Predict every row of a measurement table (or a built dataset folder) that the predictor "
-                    "covers and report MAPE, RMSE, the share within 5/10/20 %% and rank correlations per "
+                    "covers and report MAPE, RMSE, the share within 5/10/20 % and rank correlations per "
                     "target. Rows of devices or phases it does not cover are counted, never guessed.")
     e.add_argument("--predictor", required=True, metavar="NAME|PATH")
     e.add_argument("--measurements", required=True, metavar="TABLE|DATASET")
@@ -105,10 +113,14 @@ def run_train(args: argparse.Namespace) -> int:
     model_config = (({"hidden_dim": args.hidden} if args.hidden else {})
                     | parse_overrides(ALIASES.get(args.model, args.model), args.set))
     start = time.perf_counter()
+    staged = args.kfold is not None or args.fit != "train"
+    stage_dir = out / ".stages" / (args.name or "run") if staged else None
     predictor, fitted = train_predictor(args.data, args.model, devices=args.device, phase=args.phase,
                                         metrics=args.metric or "latency_ms", split_column=args.split, name=args.name,
                                         model_config=model_config or None, train_config=cfg,
-                                        max_train_models=args.max_train_models)
+                                        max_train_models=args.max_train_models, pretrained=args.pretrained,
+                                        fit=args.fit.split("+"), kfold=args.kfold, stage_dir=stage_dir,
+                                        on_stage=lambda p: p.save(out))
     card = predictor.save(out)
     import shutil
 
@@ -149,6 +161,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     _print_scores({"scores": {"measured": report["scores"]}}, f"{predictor.name} on {args.measurements}")
     c = Console()
+    for key, m in report["scores"].items():
+        c.print(f"{key}: 90 % intervals hold {m['coverage90']:.1f} % of the measurements; " if "coverage90" in m
+                else f"{key}: no intervals (uncalibrated card); ", end="")
+        c.print(f"{m['out_of_domain_pct']:.1f} % of rows out of the predictor's domain; "
+                f"{m['clipped_pct']:.1f} % clipped to physical bounds")
     c.print(f"rows scored {report['rows_scored']:,}; not covered (device/phase) {report['rows_not_covered']:,}"
             + (f" ({', '.join(f'{k}: {v}' for k, v in report['not_covered'].items())})" if report["not_covered"] else "")
             + f"; models that could not be built {len(report['failures'])}")
