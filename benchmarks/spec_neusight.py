@@ -35,12 +35,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "neusight"))
     ap.add_argument("--gpus", default=None, help="comma-separated registry names to hold out (default: all five)")
-    ap.add_argument("--epochs", type=int, default=40)
-    ap.add_argument("--time-limit", type=float, default=90.0, help="seconds per kernel family and fold")
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--time-limit", type=float, default=20.0, help="CPU seconds per kernel family and fold")
     ap.add_argument("--device-features", default="0", choices=("0", "power", "all"))
     ap.add_argument("--max-rows", type=int, default=8000,
                     help="kernel rows per family and training GPU (a seeded sample; 0: all)")
-    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         tr = kernels[kernels["device"] != hold].reset_index(drop=True)
         cfg = KernelModelConfig(epochs=args.epochs, time_limit_s=args.time_limit, device_features=dfeat,
-                                hidden=args.hidden)
+                                hidden=args.hidden, layers=args.layers)
         model = KernelModel(cfg).fit(tr, dev(tr), tr["latency_us"])
         te = kernels[kernels["device"] == hold].reset_index(drop=True)
         pk = model.predict(te, dev(te))

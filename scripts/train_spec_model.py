@@ -25,10 +25,11 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(ROOT.parent.parent / "shared" / "datasets" / "neusight"))
     ap.add_argument("--out", default=str(ROOT / "src" / "perfseer" / "predictors"))
     ap.add_argument("--name", default="spec-kernels")
-    ap.add_argument("--max-rows", type=int, default=12000, help="kernel rows per family and GPU (0: all)")
-    ap.add_argument("--epochs", type=int, default=40)
-    ap.add_argument("--time-limit", type=float, default=150.0, help="seconds per family")
-    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--max-rows", type=int, default=8000, help="kernel rows per family and GPU (0: all)")
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--time-limit", type=float, default=20.0, help="CPU seconds per family")
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--device-features", default="0", choices=("0", "power", "all"))
     ap.add_argument("--calibration", default=None)
     args = ap.parse_args(argv)
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
     if args.max_rows:
         k = k.sample(frac=1.0, random_state=0).groupby(["family", "device"]).head(args.max_rows).reset_index(drop=True)
     dev = kt.device_frame([_spec(d) for d in k["device"]], ["fp32"] * len(k), k["family"])
-    cfg = KernelModelConfig(epochs=args.epochs, time_limit_s=args.time_limit, hidden=args.hidden,
+    cfg = KernelModelConfig(epochs=args.epochs, time_limit_s=args.time_limit, hidden=args.hidden, layers=args.layers,
                             device_features={"0": False, "power": "power", "all": "all"}[args.device_features])
     t0 = time.time()
     model = KernelModel(cfg).fit(k, dev, k["latency_us"], verbose=True)

@@ -186,7 +186,7 @@ class Predictor:
 
         Returns:
             One dict per (batch size, target): ``model``, ``batch_size``, ``metric``, ``unit``,
-            ``device``, ``phase``, ``value``; plus ``unseen_ops`` (operator types no training graph
+            ``device``, ``phase``, ``value``, ``basis`` (what the value comes from); plus ``unseen_ops`` (operator types no training graph
             had; a warning names them too).
         """
         from perfseer.api import extract
@@ -211,7 +211,8 @@ class Predictor:
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": checked[i][c]["value"],
                  "interval": checked[i][c]["interval"], "in_domain": verdicts[i][0],
-                 "domain_reasons": verdicts[i][1], "flags": checked[i][c]["flags"], "unseen_ops": unseen}
+                 "domain_reasons": verdicts[i][1], "flags": checked[i][c]["flags"], "unseen_ops": unseen,
+                 "basis": f"measured-device predictor {self.name}"}
                 for i, b in enumerate(batches) for c in cols]
         annotate = getattr(self.net, "annotate", None)  # calibrated cards: interval and domain per row
         if annotate is not None:

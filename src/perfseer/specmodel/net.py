@@ -33,8 +33,8 @@ class SpecModelError(PerfseerError):
 
 @dataclass
 class KernelModelConfig:
-    hidden: int = 128  # width of each hidden layer
-    layers: int = 3  # hidden layers
+    hidden: int = 64  # width of each hidden layer
+    layers: int = 2  # hidden layers
     epochs: int = 40  # passes over each family's rows (early stop on a 10 % hold-out of rows)
     batch_size: int = 512
     lr: float = 2e-3  # Adam, halved when the hold-out loss stalls for 3 epochs
@@ -84,7 +84,9 @@ class KernelModel:
             y = np.log10(y_all[idx] / t_roof).astype(np.float32)
             mu, sd = x.mean(0), x.std(0) + 1e-6
             ym, ys = float(y.mean()), float(y.std() + 1e-6)
-            self.scalers_[fam] = {"x_mean": mu, "x_std": sd, "y_mean": ym, "y_std": ys}
+            self.scalers_[fam] = {"x_mean": mu, "x_std": sd, "x_min": x.min(0), "x_max": x.max(0),
+                                  "y_mean": ym, "y_std": ys,
+                                  "y_min": float(y.min()), "y_max": float(y.max())}
             net, hist = self._train(torch.from_numpy((x - mu) / sd), torch.from_numpy((y - ym) / ys), x.shape[1])
             self.nets_[fam] = net
             self.history_[fam] = hist
@@ -145,9 +147,14 @@ class KernelModel:
                 raise SpecModelError(f"no model for kernel family {fam!r}", "train with data of that family")
             x, t_roof = kt.features(use, table.iloc[idx], dev.iloc[idx], self.config.device_features)
             s = self.scalers_[use]
+            if "x_min" in s:  # inputs outside the training range are held at its edge
+                x = np.clip(x, s["x_min"], s["x_max"])
             with torch.no_grad():
                 z = self.nets_[use](torch.from_numpy(((x - s["x_mean"]) / s["x_std"]).astype(np.float32)))
-            out[idx] = t_roof * 10 ** (z.squeeze(1).numpy().astype(float) * s["y_std"] + s["y_mean"])
+            logr = z.squeeze(1).numpy().astype(float) * s["y_std"] + s["y_mean"]
+            # never beyond what training saw, +-0.5 decades: an MLP extrapolates without bound
+            logr = np.clip(logr, s.get("y_min", -1.0) - 0.5, s.get("y_max", 4.0) + 0.5)
+            out[idx] = t_roof * 10 ** logr
         return out
 
     # -- files ---------------------------------------------------------------------------------
@@ -162,7 +169,7 @@ class KernelModel:
         for fam, net in self.nets_.items():
             for k, v in net.state_dict().items():
                 state[f"{fam}.net.{k}"] = v.detach().contiguous()
-            for k in ("x_mean", "x_std"):
+            for k in ("x_mean", "x_std", "x_min", "x_max"):
                 state[f"{fam}.{k}"] = torch.from_numpy(np.asarray(self.scalers_[fam][k], dtype=np.float32))
         w = directory / f"{name}.safetensors"
         tmp = w.with_name(w.name + ".tmp")
@@ -171,7 +178,8 @@ class KernelModel:
         os.replace(tmp, w)
         card = {"format": CARD_FORMAT, "format_version": CARD_VERSION, "name": name,
                 "config": self.config.to_dict(), "families": sorted(self.nets_),
-                "target_scaling": {f: {"y_mean": s["y_mean"], "y_std": s["y_std"]} for f, s in self.scalers_.items()},
+                "target_scaling": {f: {k: s[k] for k in ("y_mean", "y_std", "y_min", "y_max")}
+                                   for f, s in self.scalers_.items()},
                 "history": self.history_, **(extra or {})}
         c = directory / f"{name}.json"
         tmp = c.with_name(c.name + ".tmp")
@@ -208,11 +216,12 @@ class KernelModel:
             for fam in card["families"]:
                 sd = {k[len(fam) + 5:]: v for k, v in state.items() if k.startswith(f"{fam}.net.")}
                 mu, sdv = state[f"{fam}.x_mean"].numpy(), state[f"{fam}.x_std"].numpy()
+                lo, hi = state[f"{fam}.x_min"].numpy(), state[f"{fam}.x_max"].numpy()
                 net = _mlp(len(mu), m.config)
                 net.load_state_dict(sd, strict=True)
                 net.eval()
                 m.nets_[fam] = net
-                m.scalers_[fam] = {"x_mean": mu, "x_std": sdv, **card["target_scaling"][fam]}
+                m.scalers_[fam] = {"x_mean": mu, "x_std": sdv, "x_min": lo, "x_max": hi, **card["target_scaling"][fam]}
         except (KeyError, RuntimeError) as e:
             raise SpecModelError(f"spec-model weights do not fit card {card_path} ({str(e).splitlines()[0]})",
                                  "retrain the spec model") from e
