@@ -287,3 +287,13 @@ def test_export_failure_names_the_cause_without_colour_codes(tmp_path):
     msg = str(e.value)
     assert "\x1b[" not in msg
     assert "Couldn't swap Linear.weight" in msg and "modeling_switch_transformers.py" in msg
+
+
+@pytest.mark.parametrize("name,published", [
+    # parameter counts of the released checkpoints (each tied tensor once)
+    ("t5-small", 60_506_624), ("meta-llama/Llama-2-7b-hf", 6_738_415_616), ("mistral-7b", 7_241_732_096),
+    ("openai/whisper-tiny", 37_760_640), ("Qwen/Qwen2.5-0.5B", 494_032_768), ("bert-base-uncased", 109_514_298),
+    ("facebook/opt-125m", 125_239_296), ("bloom-560m", 559_214_592),
+])
+def test_shipped_configs_give_the_released_parameter_counts(name, published):
+    assert meta_params(name) == published
