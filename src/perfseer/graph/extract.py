@@ -401,7 +401,10 @@ class _Extraction:
             types = self.infer()
             static, values, folded, device = self.classify(types, init_values)
             missing = self.missing_shapes(types, device)
-            if not missing:
+            # A folded tensor a device node reads (an attention mask built from the input's
+            # shape) needs its shape too, for the bytes that node reads.
+            unshaped = [i for n in device for i in n.input if i in static and i and types.get(i, (0, None))[1] is None]
+            if not missing and not unshaped:
                 break
             if self._rewrite_sequences(types, values):
                 continue
