@@ -11,7 +11,7 @@ import pytest
 from helpers import run_cli
 from perfseer.data.dataset import build_dataset, load_dataset
 from perfseer.data.table import write_table
-from perfseer.predictor import PredictorError, kfold_of, load_predictor, train_predictor
+from perfseer.predictor import PredictorError, UnseenOperatorWarning, kfold_of, load_predictor, train_predictor
 from perfseer.training.trainer import TrainConfig
 
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
@@ -79,7 +79,8 @@ def test_prediction_rows_carry_trust(kfolded, data):
     wide = np.log(rows[1]["interval"][1] / rows[1]["value"])
     assert wide == pytest.approx(2 * back.card["intervals"]["targets"][rows[1]["metric"] + "@" + rows[1]["device"]
                                                                       + ":infer"]["q"], rel=1e-6) or rows[1]["flags"]
-    resnet = back.predict("example:resnet50", batch=1)[0]
+    with pytest.warns(UnseenOperatorWarning, match="MaxPool"):
+        resnet = back.predict("example:resnet50", batch=1)[0]
     assert not resnet["in_domain"] and any("input of 150,528 values" in t for t in resnet["domain_reasons"])
 
 
