@@ -26,8 +26,27 @@ def main(argv=None) -> int:
     ap.add_argument("cards", nargs="*", help="predictor cards (default: the bundled ones)")
     ap.add_argument("--ood-factor", type=float, default=None, help="q's multiplier out of domain (default: keep)")
     ap.add_argument("--ood-source", default=None, help="where --ood-factor was measured")
+    ap.add_argument("--factor-only", action="store_true",
+                    help="only set --ood-factor / --ood-source on cards already calibrated (no data is read)")
     args = ap.parse_args(argv)
     cards = [Path(c) for c in args.cards] or sorted(BUNDLED.glob("*.json"))
+    if args.factor_only:
+        import json
+        import os
+
+        if args.ood_factor is None:
+            ap.error("--factor-only needs --ood-factor")
+        for card in cards:
+            c = json.loads(card.read_text())
+            if not c.get("intervals"):
+                print(f"{card}: not calibrated, skipped", file=sys.stderr)
+                continue
+            c["intervals"]["ood_factor"] = args.ood_factor
+            c["intervals"]["ood_factor_source"] = args.ood_source or "set by scripts/calibrate_predictors.py"
+            tmp = card.with_name(card.name + ".tmp")
+            tmp.write_text(json.dumps(c, indent=1) + "\n")
+            os.replace(tmp, card)
+        return 0
     for card in cards:
         t0 = time.perf_counter()
         p = load_predictor(card)

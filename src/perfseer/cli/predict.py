@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import warnings
 
 
@@ -124,7 +125,7 @@ def run_predictors(args: argparse.Namespace) -> int:
     t = Table(title="predictors (one row per target; test: the held-out test split, or † the previous predictor's, "
                     "trained without it; k-fold: cross-validation by architecture over the fitted rows)",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    num = ("fitted", "test MAPE %", "Spearman", "k-fold MAPE %", "q90")
+    num = ("fitted", "test MAPE %", "Spearman", "k-fold MAPE %", "90 % interval")
     for c in ("name", "model", "device", "phase", "metric") + num + ("domain",):
         t.add_column(c, justify="right" if c in num else "left")
     for it in items:
@@ -142,6 +143,6 @@ def run_predictors(args: argparse.Namespace) -> int:
             t.add_row(it["name"] if i == 0 else "", it["model"] if i == 0 else "", device, phase, metric,
                       f"{rows:,}" if i == 0 and isinstance(rows, int) else "",
                       f"{m['mape']:.2f}{mark}" if m else "-", f"{m['spearman']:.3f}" if m else "-",
-                      f"{k['mape']:.2f}" if k else "-", f"±{q:.3f}" if q is not None else "-", dom if i == 0 else "")
+                      f"{k['mape']:.2f}" if k else "-", f"×/÷{math.exp(q):.3f}" if q is not None else "-", dom if i == 0 else "")
     Console().print(t if items else "no predictors found")
     return 0

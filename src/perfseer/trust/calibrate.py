@@ -55,6 +55,16 @@ def selection_for(card: dict, data=None):
     return sel
 
 
+MAX_CALIBRATION = 3000  # validation rows used at most (a seeded random subset beyond): ample for a 90 % quantile
+
+
+def _subset(graphs: list, n: int) -> list:
+    if len(graphs) <= n:
+        return list(graphs)
+    keep = np.sort(np.random.default_rng(0).choice(len(graphs), n, replace=False))
+    return [graphs[i] for i in keep]
+
+
 def embeddings(net, graphs) -> np.ndarray | None:
     """Encoder embeddings ``[N, D]`` (what the head reads) of raw PyG graphs, or ``None`` for a
     network without an ``embed`` method (baselines)."""
@@ -94,17 +104,18 @@ def calibrate(predictor, sel) -> None:
     batches = labels["batch_size"].to_numpy()[rows]
     ops = {OP_VOCAB[int(i)] for g in sel.train for i in g.op_type.unique().tolist()}
     net = predictor.net
-    e_train, e_val = embeddings(net, sel.train), embeddings(net, sel.val)
+    val = _subset(sel.val, MAX_CALIBRATION)
+    e_train, e_val = embeddings(net, _subset(sel.train, dom.MAX_EMBEDDINGS)), embeddings(net, val)
     t = predictor.card.get("training") or {}
     fit = "+".join(t.get("fit_splits") or ["train"])
     source = (f"{len(sel.train)} rows fitted ({fit} of {t.get('dataset', 'its dataset')}, by {sel.split_column}); "
-              f"embedding threshold from {len(sel.val)} validation rows")
+              f"embedding threshold from {len(val)} validation rows")
     domain, stored = dom.build_domain(sel.train, ops, batches, shapes, e_train, e_val, source=source)
     y = targets_of(sel.train)
     keys = [x for x in predictor.targets]
     domain["targets"] = {k.key: [float(np.nanmin(y[:, c])), float(np.nanmax(y[:, c]))] for c, k in enumerate(keys)}
-    yv = targets_of(sel.val)
-    pv = predictor.predict_graphs(sel.val)
+    yv = targets_of(val)
+    pv = predictor.predict_graphs(val)
     q = {}
     for c, k in enumerate(keys):
         q[k.key] = itv.calibrate(yv[:, c], pv[:, c])
@@ -112,7 +123,7 @@ def calibrate(predictor, sel) -> None:
     predictor.card["domain"] = domain
     predictor.card["intervals"] = {
         "level": itv.LEVEL, "method": "split-conformal", "space": "log",
-        "calibration": f"{len(sel.val)} validation rows (by {sel.split_column})",
+        "calibration": f"{len(val)} validation rows (by {sel.split_column})",
         "targets": q, "ood_factor": old.get("ood_factor", itv.DEFAULT_OOD_FACTOR),
         "ood_factor_source": old.get("ood_factor_source", "default (docs/trust.md)"),
     }
