@@ -411,6 +411,46 @@ def _range_blowup(rng, m):
     return True
 
 
+def _constant_blowup(rng, m):
+    """Append a constant-only sub-graph whose *output* is huge though its inputs are small (an
+    outer MatMul, Pad, OneHot, Resize, Expand), reduced and added onto a graph output."""
+    if not m.graph.output or not m.graph.node:
+        return False
+    out = m.graph.output[0].name
+    n = rng.choice((20000, 40000, 65536))
+    kind = rng.choice(("matmul", "pad", "onehot", "resize", "expand", "concat_expand"))
+    f32 = lambda v: np.asarray(v, np.float32)  # noqa: E731
+    inits: dict[str, np.ndarray] = {}
+    nodes = []
+    if kind == "matmul":
+        inits = {"fzb_a": np.ones((n, 1), np.float32), "fzb_b": np.ones((1, n), np.float32)}
+        nodes = [helper.make_node("MatMul", ["fzb_a", "fzb_b"], ["fzb_o"], name="fzb_matmul")]
+    elif kind == "pad":
+        inits = {"fzb_a": f32([1, 2, 3, 4]), "fzb_p": np.asarray([0, rng.choice((2 ** 31, n * n))], np.int64)}
+        nodes = [helper.make_node("Pad", ["fzb_a", "fzb_p"], ["fzb_o"], name="fzb_pad")]
+    elif kind == "onehot":
+        inits = {"fzb_i": np.arange(64, dtype=np.int64), "fzb_d": np.asarray(n * n, np.int64),
+                 "fzb_v": f32([0, 1])}
+        nodes = [helper.make_node("OneHot", ["fzb_i", "fzb_d", "fzb_v"], ["fzb_o"], name="fzb_onehot")]
+    elif kind == "resize":
+        inits = {"fzb_a": np.ones((1, 1, 4, 4), np.float32), "fzb_s": f32([1, 1, n / 4, n / 4])}
+        nodes = [helper.make_node("Resize", ["fzb_a", "", "fzb_s"], ["fzb_o"], name="fzb_resize")]
+    elif kind == "expand":
+        inits = {"fzb_a": f32([1.0]), "fzb_s": np.asarray([n, n], np.int64)}
+        nodes = [helper.make_node("Expand", ["fzb_a", "fzb_s"], ["fzb_o"], name="fzb_expand")]
+    else:
+        inits = {"fzb_a": np.ones((n, 1), np.float32), "fzb_b": np.ones((1, n), np.float32)}
+        nodes = [helper.make_node("Mul", ["fzb_a", "fzb_b"], ["fzb_o"], name="fzb_outer")]
+    for k, v in inits.items():
+        m.graph.initializer.append(numpy_helper.from_array(v, k))
+    m.graph.node.extend(nodes + [
+        helper.make_node("ReduceMax", ["fzb_o"], ["fzb_m"], name="fzb_max", keepdims=0),
+        helper.make_node("Cast", ["fzb_m"], ["fzb_f"], name="fzb_cast", to=TensorProto.FLOAT),
+        helper.make_node("Add", [out, "fzb_f"], ["fzb_y"], name="fzb_add")])
+    m.graph.output[0].name = "fzb_y"
+    return True
+
+
 def _sequence_edit(rng, m):
     seq_ops = [n for n in m.graph.node if n.op_type.startswith("Sequence") or "Sequence" in n.op_type]
     if not seq_ops:
@@ -432,7 +472,7 @@ PROTO_MUTATIONS = {
     "unknown_domain": _unknown_domain, "opset": _opset, "bad_constant": _bad_constant,
     "huge_shape_value": _huge_shape_value, "input_dims": _input_dims, "remove_node": _remove_node,
     "swap_op": _swap_op, "clear_inputs": _clear_inputs, "range_blowup": _range_blowup,
-    "sequence_edit": _sequence_edit,
+    "sequence_edit": _sequence_edit, "constant_blowup": _constant_blowup,
 }
 BYTE_MUTATIONS = {"byte_flip": _byte_flip, "truncate": _truncate}
 

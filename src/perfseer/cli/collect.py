@@ -317,11 +317,13 @@ def _short(model: str, batch: int, phase: str) -> str:
 
 
 def _print_summary(console, summary, db: str) -> None:
+    taken = (f"; {summary.taken} jobs measured or being measured by another collector on '{db}'"
+             if summary.taken else "")
     if not summary.done:
-        console.print(f"nothing measured; '{db}' is up to date")
+        console.print(f"nothing measured; '{db}' is up to date" if not taken else f"nothing measured{taken}")
         return
     parts = ", ".join(f"{n} {s}" for s, n in sorted(summary.statuses.items()))
-    line = f"measured {summary.done} jobs: {parts}"
+    line = f"measured {summary.done} jobs: {parts}{taken}"
     if summary.seconds:
         line += (f"; per measurement: median {statistics.median(summary.seconds):.2f} s, "
                  f"mean {statistics.fmean(summary.seconds):.2f} s")
