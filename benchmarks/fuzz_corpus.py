@@ -418,13 +418,19 @@ def _constant_blowup(rng, m):
         return False
     out = m.graph.output[0].name
     n = rng.choice((20000, 40000, 65536))
-    kind = rng.choice(("matmul", "pad", "onehot", "resize", "expand", "concat_expand"))
+    kind = rng.choice(("matmul", "outer", "pad", "onehot", "resize", "expand"))
     f32 = lambda v: np.asarray(v, np.float32)  # noqa: E731
     inits: dict[str, np.ndarray] = {}
     nodes = []
-    if kind == "matmul":
-        inits = {"fzb_a": np.ones((n, 1), np.float32), "fzb_b": np.ones((1, n), np.float32)}
-        nodes = [helper.make_node("MatMul", ["fzb_a", "fzb_b"], ["fzb_o"], name="fzb_matmul")]
+    if kind in ("matmul", "outer"):  # vectors computed from scalars: a file of a few hundred bytes
+        inits = {"fzb_s": np.asarray(0.0, np.float32), "fzb_l": np.asarray(float(n), np.float32),
+                 "fzb_d": np.asarray(1.0, np.float32), "fzb_a1": np.asarray([1], np.int64),
+                 "fzb_a0": np.asarray([0], np.int64)}
+        nodes = [helper.make_node("Range", ["fzb_s", "fzb_l", "fzb_d"], ["fzb_r"], name="fzb_range"),
+                 helper.make_node("Unsqueeze", ["fzb_r", "fzb_a1"], ["fzb_a"], name="fzb_col"),
+                 helper.make_node("Unsqueeze", ["fzb_r", "fzb_a0"], ["fzb_b"], name="fzb_row"),
+                 helper.make_node("MatMul" if kind == "matmul" else "Mul", ["fzb_a", "fzb_b"], ["fzb_o"],
+                                  name="fzb_outer")]
     elif kind == "pad":
         inits = {"fzb_a": f32([1, 2, 3, 4]), "fzb_p": np.asarray([0, rng.choice((2 ** 31, n * n))], np.int64)}
         nodes = [helper.make_node("Pad", ["fzb_a", "fzb_p"], ["fzb_o"], name="fzb_pad")]
@@ -435,12 +441,9 @@ def _constant_blowup(rng, m):
     elif kind == "resize":
         inits = {"fzb_a": np.ones((1, 1, 4, 4), np.float32), "fzb_s": f32([1, 1, n / 4, n / 4])}
         nodes = [helper.make_node("Resize", ["fzb_a", "", "fzb_s"], ["fzb_o"], name="fzb_resize")]
-    elif kind == "expand":
+    else:
         inits = {"fzb_a": f32([1.0]), "fzb_s": np.asarray([n, n], np.int64)}
         nodes = [helper.make_node("Expand", ["fzb_a", "fzb_s"], ["fzb_o"], name="fzb_expand")]
-    else:
-        inits = {"fzb_a": np.ones((n, 1), np.float32), "fzb_b": np.ones((1, n), np.float32)}
-        nodes = [helper.make_node("Mul", ["fzb_a", "fzb_b"], ["fzb_o"], name="fzb_outer")]
     for k, v in inits.items():
         m.graph.initializer.append(numpy_helper.from_array(v, k))
     m.graph.node.extend(nodes + [
@@ -532,9 +535,38 @@ def _worker() -> None:  # pragma: no cover - runs in the child
     predictor = perfseer.load_predictor(os.environ.get("PERFSEER_FUZZ_PREDICTOR", PREDICTOR))
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write to the result channel
+    # A MemoryError that the code under test catches still means it tried to go over the limit:
+    # exception events are traced (not lines) so that a swallowed one is counted too.
+    memory_errors = []
+
+    def local(frame, event, arg):
+        if event == "exception" and issubclass(arg[0], MemoryError):
+            memory_errors.append(frame.f_code.co_name)
+        return local
+
+    def tracer(frame, event, arg):
+        frame.f_trace_lines = False
+        return local
+
+    def peak_rss_reset() -> None:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets VmHWM, the peak resident set
+        except OSError:
+            pass
+
+    def peak_rss() -> int:
+        try:
+            with open("/proc/self/status") as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+        except (OSError, StopIteration):
+            return 0
     print(json.dumps({"ready": True}), file=out, flush=True)
     for line in sys.stdin:
         path = line.strip()
+        memory_errors.clear()
+        peak_rss_reset()
+        sys.settrace(tracer)
         t0 = time.perf_counter()
         try:
             rows = predictor.predict(path, batch=[1, 8])
@@ -554,7 +586,12 @@ def _worker() -> None:  # pragma: no cover - runs in the child
             tb = traceback.extract_tb(e.__traceback__)[-1]
             res = {"outcome": "uncaught", "type": type(e).__name__,
                    "detail": f"{str(e)[:300]} ({Path(tb.filename).name}:{tb.lineno})"}
+        sys.settrace(None)
         res["seconds"] = round(time.perf_counter() - t0, 3)
+        res["peak_rss_mb"] = round(peak_rss() / 2 ** 20)
+        if memory_errors and res["outcome"] != "memory":
+            res = {**res, "outcome": "memory", "detail": f"MemoryError caught inside {memory_errors[0]}() after "
+                                                          f"{res['outcome']}: {res.get('detail', '')[:200]}"}
         print(json.dumps(res), file=out, flush=True)
 
 
