@@ -4,7 +4,6 @@ available, with what they cover and how well they scored."""
 from __future__ import annotations
 
 import argparse
-import json
 import warnings
 
 
@@ -46,7 +45,9 @@ def run_predict(args: argparse.Namespace) -> int:
         rows = predictor.predict(args.model, batch=args.batch, input_shape=shape, dims=dims,
                                  device=args.device, phase=args.phase)
     if args.json:
-        print(json.dumps({"predictor": predictor.name, "predictions": rows}, indent=1))
+        from perfseer.cli.bounds import dumps
+
+        print(dumps({"predictor": predictor.name, "predictions": rows}, indent=1))
     else:
         from rich import box
         from rich.console import Console
@@ -69,7 +70,9 @@ def run_predictors(args: argparse.Namespace) -> int:
 
     items = list_predictors(args.dir)
     if args.json:
-        print(json.dumps(items, indent=1))
+        from perfseer.cli.bounds import dumps
+
+        print(dumps(items, indent=1))
         return 0
     from rich import box
     from rich.console import Console

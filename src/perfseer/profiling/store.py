@@ -342,5 +342,7 @@ class Store:
         if failures is not None:
             cols = ["model", "input_shape", "batch_size", "phase", "precision", "device", "optimizer", "status",
                     "error", "seconds", "attempts", "finished"]
-            others[cols].to_csv(failures, index=False)
+            from perfseer.atomic import atomic_write_text
+
+            atomic_write_text(failures, others[cols].to_csv(index=False))
         return written, excluded
