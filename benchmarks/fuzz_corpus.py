@@ -411,6 +411,49 @@ def _range_blowup(rng, m):
     return True
 
 
+def _constant_blowup(rng, m):
+    """Append a constant-only sub-graph whose *output* is huge though its inputs are small (an
+    outer MatMul, Pad, OneHot, Resize, Expand), reduced and added onto a graph output."""
+    if not m.graph.output or not m.graph.node:
+        return False
+    out = m.graph.output[0].name
+    n = rng.choice((20000, 40000, 65536))
+    kind = rng.choice(("matmul", "outer", "pad", "onehot", "resize", "expand"))
+    f32 = lambda v: np.asarray(v, np.float32)  # noqa: E731
+    inits: dict[str, np.ndarray] = {}
+    nodes = []
+    if kind in ("matmul", "outer"):  # vectors computed from scalars: a file of a few hundred bytes
+        inits = {"fzb_s": np.asarray(0.0, np.float32), "fzb_l": np.asarray(float(n), np.float32),
+                 "fzb_d": np.asarray(1.0, np.float32), "fzb_a1": np.asarray([1], np.int64),
+                 "fzb_a0": np.asarray([0], np.int64)}
+        nodes = [helper.make_node("Range", ["fzb_s", "fzb_l", "fzb_d"], ["fzb_r"], name="fzb_range"),
+                 helper.make_node("Unsqueeze", ["fzb_r", "fzb_a1"], ["fzb_a"], name="fzb_col"),
+                 helper.make_node("Unsqueeze", ["fzb_r", "fzb_a0"], ["fzb_b"], name="fzb_row"),
+                 helper.make_node("MatMul" if kind == "matmul" else "Mul", ["fzb_a", "fzb_b"], ["fzb_o"],
+                                  name="fzb_outer")]
+    elif kind == "pad":
+        inits = {"fzb_a": f32([1, 2, 3, 4]), "fzb_p": np.asarray([0, rng.choice((2 ** 31, n * n))], np.int64)}
+        nodes = [helper.make_node("Pad", ["fzb_a", "fzb_p"], ["fzb_o"], name="fzb_pad")]
+    elif kind == "onehot":
+        inits = {"fzb_i": np.arange(64, dtype=np.int64), "fzb_d": np.asarray(n * n, np.int64),
+                 "fzb_v": f32([0, 1])}
+        nodes = [helper.make_node("OneHot", ["fzb_i", "fzb_d", "fzb_v"], ["fzb_o"], name="fzb_onehot")]
+    elif kind == "resize":
+        inits = {"fzb_a": np.ones((1, 1, 4, 4), np.float32), "fzb_s": f32([1, 1, n / 4, n / 4])}
+        nodes = [helper.make_node("Resize", ["fzb_a", "", "fzb_s"], ["fzb_o"], name="fzb_resize")]
+    else:
+        inits = {"fzb_a": f32([1.0]), "fzb_s": np.asarray([n, n], np.int64)}
+        nodes = [helper.make_node("Expand", ["fzb_a", "fzb_s"], ["fzb_o"], name="fzb_expand")]
+    for k, v in inits.items():
+        m.graph.initializer.append(numpy_helper.from_array(v, k))
+    m.graph.node.extend(nodes + [
+        helper.make_node("ReduceMax", ["fzb_o"], ["fzb_m"], name="fzb_max", keepdims=0),
+        helper.make_node("Cast", ["fzb_m"], ["fzb_f"], name="fzb_cast", to=TensorProto.FLOAT),
+        helper.make_node("Add", [out, "fzb_f"], ["fzb_y"], name="fzb_add")])
+    m.graph.output[0].name = "fzb_y"
+    return True
+
+
 def _sequence_edit(rng, m):
     seq_ops = [n for n in m.graph.node if n.op_type.startswith("Sequence") or "Sequence" in n.op_type]
     if not seq_ops:
@@ -432,7 +475,7 @@ PROTO_MUTATIONS = {
     "unknown_domain": _unknown_domain, "opset": _opset, "bad_constant": _bad_constant,
     "huge_shape_value": _huge_shape_value, "input_dims": _input_dims, "remove_node": _remove_node,
     "swap_op": _swap_op, "clear_inputs": _clear_inputs, "range_blowup": _range_blowup,
-    "sequence_edit": _sequence_edit,
+    "sequence_edit": _sequence_edit, "constant_blowup": _constant_blowup,
 }
 BYTE_MUTATIONS = {"byte_flip": _byte_flip, "truncate": _truncate}
 
@@ -492,9 +535,38 @@ def _worker() -> None:  # pragma: no cover - runs in the child
     predictor = perfseer.load_predictor(os.environ.get("PERFSEER_FUZZ_PREDICTOR", PREDICTOR))
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write to the result channel
+    # A MemoryError that the code under test catches still means it tried to go over the limit:
+    # exception events are traced (not lines) so that a swallowed one is counted too.
+    memory_errors = []
+
+    def local(frame, event, arg):
+        if event == "exception" and issubclass(arg[0], MemoryError):
+            memory_errors.append(frame.f_code.co_name)
+        return local
+
+    def tracer(frame, event, arg):
+        frame.f_trace_lines = False
+        return local
+
+    def peak_rss_reset() -> None:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets VmHWM, the peak resident set
+        except OSError:
+            pass
+
+    def peak_rss() -> int:
+        try:
+            with open("/proc/self/status") as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+        except (OSError, StopIteration):
+            return 0
     print(json.dumps({"ready": True}), file=out, flush=True)
     for line in sys.stdin:
         path = line.strip()
+        memory_errors.clear()
+        peak_rss_reset()
+        sys.settrace(tracer)
         t0 = time.perf_counter()
         try:
             rows = predictor.predict(path, batch=[1, 8])
@@ -514,7 +586,12 @@ def _worker() -> None:  # pragma: no cover - runs in the child
             tb = traceback.extract_tb(e.__traceback__)[-1]
             res = {"outcome": "uncaught", "type": type(e).__name__,
                    "detail": f"{str(e)[:300]} ({Path(tb.filename).name}:{tb.lineno})"}
+        sys.settrace(None)
         res["seconds"] = round(time.perf_counter() - t0, 3)
+        res["peak_rss_mb"] = round(peak_rss() / 2 ** 20)
+        if memory_errors and res["outcome"] != "memory":
+            res = {**res, "outcome": "memory", "detail": f"MemoryError caught inside {memory_errors[0]}() after "
+                                                          f"{res['outcome']}: {res.get('detail', '')[:200]}"}
         print(json.dumps(res), file=out, flush=True)
 
 

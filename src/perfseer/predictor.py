@@ -27,7 +27,9 @@ Example::
 from __future__ import annotations
 
 import json
+import math
 import os
+import secrets
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -131,7 +133,7 @@ class Predictor:
         directory.mkdir(parents=True, exist_ok=True)
         if self.card["model"].get("kind", "neural") == "neural":
             weights = directory / f"{name}.safetensors"
-            tmp = weights.with_name(weights.name + ".tmp")
+            tmp = weights.with_name(f".{weights.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
             state = {k: v.detach().cpu().contiguous() for k, v in self.net.model.state_dict().items()}
             if self.domain_embeddings is not None:
                 import torch
@@ -143,7 +145,7 @@ class Predictor:
             os.chmod(tmp, 0o666 & ~umask)  # safetensors writes 0600; predictors are shared files
             os.replace(tmp, weights)
         card = directory / f"{name}.json"
-        tmp = card.with_name(card.name + ".tmp")
+        tmp = card.with_name(f".{card.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         tmp.write_text(json.dumps(dict(self.card, name=name), indent=1) + "\n")
         os.replace(tmp, card)
         return card
@@ -336,6 +338,16 @@ def _paths(name_or_path: str | os.PathLike) -> tuple[Path, Path]:
     return Path(text + ".json"), Path(text + ".safetensors")
 
 
+def _all_finite(obj) -> bool:
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    if isinstance(obj, dict):
+        return all(_all_finite(v) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_all_finite(v) for v in obj)
+    return True
+
+
 def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Predictor:
     """Load a predictor: a bundled one by name (:func:`list_predictors`), or a card path.
 
@@ -362,6 +374,17 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
         raise PredictorError(f"predictor card {card_path} is unreadable ({e})", "re-train or re-download it") from e
     if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
         raise PredictorError(f"{card_path} is not a perfseer predictor card", "pass a card written by perfseer train")
+    version = card.get("format_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise PredictorError(f"{card_path} has format_version {version!r}, not a version number",
+                             "the card is corrupt: re-train or re-download the predictor")
+    kind = card.get("model", {}).get("kind", "neural") if isinstance(card.get("model"), dict) else None
+    if kind not in ("neural", "estimator"):
+        raise PredictorError(f"{card_path} has model kind {kind!r} (expected 'neural' or 'estimator')",
+                             "the card is corrupt: re-train or re-download the predictor")
+    if not _all_finite(card.get("scaling")):
+        raise PredictorError(f"{card_path} holds a non-finite (NaN or infinite) scaling value",
+                             "the card is corrupt: re-train or re-download the predictor")
     if card.get("format_version", 0) > CARD_VERSION:
         raise PredictorError(f"{card_path} is predictor format {card.get('format_version')}, this perfseer reads "
                              f"up to {CARD_VERSION}", "upgrade perfseer")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 
 from perfseer.errors import PerfseerError, ShapeError
+from perfseer.graph.validate import MAX_DIM
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -19,15 +18,18 @@ def parse_shape(text: str) -> tuple[int, ...]:
     if not dims or any(d <= 0 for d in dims):
         raise ShapeError(f"cannot read input shape '{text}'",
                          "write the dimensions of one sample without the batch, e.g. 3x224x224")
-    return dims
+    from perfseer.cli.bounds import check_shape
+
+    return check_shape(dims)
 
 
 def parse_dims(items: list[str] | None) -> dict[str, int]:
     out = {}
     for item in items or []:
         name, sep, value = item.partition("=")
-        if not sep or not value.strip().isdigit() or int(value) <= 0:
-            raise ShapeError(f"cannot read --dim '{item}'", "write NAME=VALUE with a positive integer, e.g. seq=128")
+        if not sep or not value.strip().isdigit() or not 0 < int(value) <= MAX_DIM:
+            raise ShapeError(f"cannot read --dim '{item}'",
+                             f"write NAME=VALUE with an integer from 1 to {MAX_DIM}, e.g. seq=128")
         out[name.strip()] = int(value)
     return out
 
@@ -66,8 +68,10 @@ def graph_summary(model, batch=None, input_shape=None, dims=None, seq_len=None) 
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.batch is not None and args.batch < 1:
-        raise ShapeError(f"--batch must be at least 1, got {args.batch}", "pass --batch N with N >= 1")
+    from perfseer.cli.bounds import MAX_BATCH, dumps
+
+    if args.batch is not None and not 1 <= args.batch <= MAX_BATCH:
+        raise ShapeError(f"--batch must be from 1 to {MAX_BATCH}, got {args.batch}", "pass --batch N with N >= 1")
     shape = parse_shape(args.input_shape) if args.input_shape is not None else None
     check_seq_len(args.seq_len)
     summary, pg = graph_summary(args.model, args.batch, shape, parse_dims(args.dim), args.seq_len)
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         from perfseer.features.pyg import save_graphs
 
         save_graphs([pg], args.save, meta=[{"model": str(args.model), "batch_size": pg.batch_size}])
-    text = json.dumps(summary, indent=2)
+    text = dumps(summary, indent=2)
     for path in (args.out, args.json if args.json not in (None, "-") else None):
         if path:
             _write_atomic(Path(path), text + "\n")
@@ -88,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    from perfseer.cli.bounds import atomic_write_text
+
     try:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        atomic_write_text(path, text)
     except OSError as e:
         raise PerfseerError(f"cannot write {path}: {e.strerror}", "choose a writable path for --out") from e
 

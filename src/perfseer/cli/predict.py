@@ -4,7 +4,6 @@ available, with what they cover and how well they scored."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import warnings
 
@@ -81,7 +80,9 @@ def run_predict(args: argparse.Namespace) -> int:
         for n in notes:
             print(f"warning: {n}", file=__import__("sys").stderr)
     if args.json:
-        print(json.dumps({"predictor": label, "predictions": rows}, indent=1))
+        from perfseer.cli.bounds import dumps
+
+        print(dumps({"predictor": label, "predictions": rows}, indent=1))
     else:
         from rich import box
         from rich.console import Console
@@ -116,7 +117,9 @@ def run_predictors(args: argparse.Namespace) -> int:
 
     items = list_predictors(args.dir)
     if args.json:
-        print(json.dumps(items, indent=1))
+        from perfseer.cli.bounds import dumps
+
+        print(dumps(items, indent=1))
         return 0
     from rich import box
     from rich.console import Console

@@ -16,6 +16,7 @@ instead was measured slower (its page tables are copied at every pass once torch
 
 from __future__ import annotations
 
+import atexit
 import os
 import struct
 import subprocess
@@ -92,7 +93,21 @@ class _Helper:
         return reply
 
 
+    def close(self) -> None:
+        with self.lock:
+            if self.proc is not None:
+                self.proc.stdin.close()
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+                self.proc.stdout.close()
+                self.proc = None
+
+
 _helper = _Helper()
+atexit.register(lambda: _helper.close())
 
 
 def infer_shapes(model: onnx.ModelProto, source: str, check_type: bool = False, strict_mode: bool = False,
