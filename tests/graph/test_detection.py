@@ -134,3 +134,20 @@ def test_an_export_past_the_time_limit_is_a_clear_error(monkeypatch, capsys):
     assert time.monotonic() - start < 20
     assert_user_error(str(info.value), "Slow", "within 1 s", "PERFSEER_EXPORT_TIMEOUT")
     assert "perfseer: still exporting Slow" in capsys.readouterr().err  # progress while it ran
+
+
+def test_names_of_other_torchvision_families_are_a_clear_error():
+    from perfseer.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError) as info:
+        perfseer.extract("torchvision:raft_small")  # optical flow: not a supported family
+    assert_user_error(str(info.value), "raft_small", "classification, detection or segmentation")
+
+
+def test_detection_and_segmentation_names_resolve_to_their_default_inputs():
+    from perfseer.graph.zoo import build_zoo_model
+
+    sizes = {name: build_zoo_model("torchvision", name)[1]
+             for name in ("fasterrcnn_resnet50_fpn", "ssd300_vgg16", "ssdlite320_mobilenet_v3_large", "fcn_resnet50")}
+    assert sizes == {"fasterrcnn_resnet50_fpn": (3, 800, 800), "ssd300_vgg16": (3, 300, 300),
+                     "ssdlite320_mobilenet_v3_large": (3, 320, 320), "fcn_resnet50": (3, 520, 520)}

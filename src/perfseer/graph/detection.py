@@ -12,7 +12,10 @@ candidates go on.  A PerfGraph needs one number, so the export states it:
   output keeps every input box, and the model's own ``[:post_nms_top_n]`` / ``[:detections_per_img]``
   slices then bound what follows (1,000 proposals, 100 detections for the R-CNNs);
 * RoIAlign is ONNX ``RoiAlign``; a multi-scale RoIAlign (FPN) pools its RoIs in equal shares
-  from each level (the real share depends on the box sizes; the cost per RoI does not).
+  from each level (the real share depends on the box sizes; the cost per RoI does not);
+* Mask R-CNN pastes each mask into the image by resizing it to the whole image (an upper bound
+  of the per-box resize, with the real output size); Keypoint R-CNN takes each keypoint's best
+  heat-map position without first resizing the heat map to its box (a data-dependent size).
 
 The costs of ``NonMaxSuppression``, ``RoiAlign`` and ``TopK`` are in
 :mod:`perfseer.features.ops.detection`.  torchvision's own compiled ``nms``/``roi_align`` are
@@ -180,6 +183,28 @@ def _multiscale_roi_align(x_filtered, boxes, output_size, sampling_ratio, scales
     return torch.cat(parts, dim=0)
 
 
+def _paste_masks_in_image(masks, boxes, img_shape, padding=1):
+    import torch.nn.functional as F
+
+    # Each (M x M) mask is resized into its box and written into an image-size canvas: the output
+    # (N, 1, H, W) is real; resizing every mask to the whole image bounds the per-box resize.
+    return F.interpolate(masks, size=(int(img_shape[0]), int(img_shape[1])), mode="bilinear", align_corners=False)
+
+
+def _heatmaps_to_keypoints(maps, rois):
+    import torch
+
+    # The best heat-map position of each keypoint, mapped into its box (torchvision also resizes
+    # each heat map to its box first, a data-dependent size this stand-in leaves out).
+    n, k, h, w = maps.shape
+    score, pos = maps.reshape(n, k, h * w).max(dim=2)
+    widths = (rois[:, 2] - rois[:, 0]).clamp(min=1)[:, None]
+    heights = (rois[:, 3] - rois[:, 1]).clamp(min=1)[:, None]
+    x = (pos % w).to(maps.dtype) * (widths / w) + rois[:, 0:1]
+    y = torch.div(pos, w, rounding_mode="floor").to(maps.dtype) * (heights / h) + rois[:, 1:2]
+    return torch.stack([x, y, torch.ones_like(x)], dim=2), score
+
+
 @contextlib.contextmanager
 def static_detection(boxes: int = DEFAULT_BOXES):
     """Within this context, torchvision detectors trace at static shapes (see the module docstring)."""
@@ -192,8 +217,13 @@ def static_detection(boxes: int = DEFAULT_BOXES):
 
     roi_align_mod = sys.modules["torchvision.ops.roi_align"]
 
+    import torchvision.models.detection.roi_heads as roi_heads
+    import torchvision.models.detection.transform as transform
+
     _define_ops()
-    patches = [(box_ops, "batched_nms", _batched_nms), (box_ops, "nms", _nms),
+    patches = [(roi_heads, "paste_masks_in_image", _paste_masks_in_image),
+               (transform, "paste_masks_in_image", _paste_masks_in_image),
+               (roi_heads, "heatmaps_to_keypoints", _heatmaps_to_keypoints),(box_ops, "batched_nms", _batched_nms), (box_ops, "nms", _nms),
                (box_ops, "remove_small_boxes", _remove_small_boxes), (torchvision.ops, "nms", _nms),
                (torchvision.ops, "batched_nms", _batched_nms), (poolers, "_multiscale_roi_align", _multiscale_roi_align),
                (poolers, "roi_align", _roi_align), (roi_align_mod, "roi_align", _roi_align),

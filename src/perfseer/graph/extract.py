@@ -138,6 +138,7 @@ class _Extraction:
         self.removed: Counter = Counter()  # op types of folded nodes replaced by those initializers
         self.opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 0)
         self.bounded: dict[str, onnx.ValueInfoProto] = {}  # stated shapes of data-dependent outputs (NMS)
+        self.dequantized: dict[str, str] = {}  # injected DequantizeLinear output -> its integer weight
 
     # -- 1. what cannot be represented ------------------------------------------------------------
     def check_supported(self) -> None:
@@ -362,7 +363,7 @@ class _Extraction:
         self.model = original
         self.g = self.model.graph
         self.init_names = {t.name for t in self.g.initializer}
-        self.injected, self.removed = set(), Counter()
+        self.injected, self.removed, self.dequantized = set(), Counter(), {}
         self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
         self.bind_inputs(static_batch_as_sentinel=False)
         return self._run_bound()
@@ -512,6 +513,7 @@ class _Extraction:
                                  "fix the model (a valid export does not produce this)") from e
             if out is not None:
                 for name, v in zip(node.output, out):
+                    # (a sequence-valued output comes back as a list: not a foldable tensor)
                     if name and isinstance(v, np.ndarray) and v.size <= fold.MAX_FOLD_ELEMENTS:
                         values[name] = v
         return static, values, folded, device
@@ -667,6 +669,9 @@ class _Extraction:
         for n in self.g.node:
             (gone if n.output and all(o in new or not o for o in n.output) else keep).append(n)
         self.removed.update(n.op_type for n in gone)
+        for n in gone:  # a de-quantised weight stays the integer weight it was computed from
+            if n.op_type == "DequantizeLinear" and n.input[0] in self.init_names and n.input[0] not in self.injected:
+                self.dequantized[n.output[0]] = n.input[0]
         del self.g.node[:]
         self.g.node.extend(keep)
         for name, v in new.items():
@@ -700,7 +705,8 @@ class _Extraction:
             if (n.op_type == "DequantizeLinear" and n.input[0] in self.init_names and n.input[0] not in self.injected
                     and n.output[0] not in folded_inputs):
                 alias[n.output[0]] = n.input[0]
-        quant_weights = {n.input[i] for n in (*device, *folded) for i in _QUANT_WEIGHT_INPUTS.get(n.op_type, ())
+        alias.update(self.dequantized)
+        quant_weights = set(self.dequantized.values()) | {n.input[i] for n in (*device, *folded) for i in _QUANT_WEIGHT_INPUTS.get(n.op_type, ())
                          if i < len(n.input) and n.input[i] in self.init_names}
         for name in used:
             elem, shape = types.get(name, (1, None))
@@ -796,4 +802,6 @@ def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None
     """
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise ShapeError(f"batch size must be a positive integer, got {batch!r}", "pass --batch N with N >= 1")
-    return _Extraction(skeleton, batch, input_shape, dims).run()
+    from perfseer.graph.canonical import canonicalize
+
+    return canonicalize(_Extraction(skeleton, batch, input_shape, dims).run())
