@@ -24,9 +24,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from perfseer.errors import ShapeError, UnsupportedModelError
-from perfseer.graph import fold
+from perfseer.graph import fold, safe_infer
 from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
+from perfseer.graph.legacy import upgrade_legacy
+from perfseer.graph.sequences import SEQUENCE_OPS, expand_sequences, unsupported_sequence
+from perfseer.graph.validate import validate_model
 from perfseer.graph.torch_export import (
     BATCH_SENTINEL,
     META_BUFFERS,
@@ -53,6 +56,13 @@ SAME_SHAPE_OPS = frozenset({
     "Mish", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
     "Clip", "Floor", "Ceil", "Round", "Sign",
 })
+# Operators whose output shape depends on their input's values.
+_DATA_DEPENDENT = frozenset({"NonZero", "Unique", "StringNormalizer", "Compress", "NonMaxSuppression",
+                             "TfIdfVectorizer", "StringSplit", "RegexFullMatch"})
+# Operators that read a shape (or sizes) from an input's values.
+_SHAPE_INPUT_OPS = frozenset({"Expand", "Reshape", "ConstantOfShape", "Tile", "Range", "Resize", "Upsample", "Pad",
+                              "Slice", "TopK", "Split", "OneHot", "Squeeze", "Unsqueeze", "ReduceSum", "ReduceMean",
+                              "ReduceMax", "ReduceMin", "ReduceProd", "CenterCropPad", "Col2Im"})
 # Operators whose third input is a bias.
 _BIAS_OPS = frozenset({"Conv", "ConvTranspose", "Gemm"})
 # Shape-preserving standard ops whose ONNX schema has no shape inference (custom-domain ops in
@@ -102,7 +112,7 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     out = {}
     for a in node.attribute:
         if a.type == onnx.AttributeProto.TENSOR:
-            out[a.name] = numpy_helper.to_array(a.t) if math.prod(a.t.dims) <= SMALL_VALUE_ELEMENTS else None
+            out[a.name] = fold.tensor_value(a.t, SMALL_VALUE_ELEMENTS)
         elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
             out[a.name] = None
         else:
@@ -144,6 +154,7 @@ class _Extraction:
                     "whose cost depends on run-time data",
                     "export with static control flow (trace the model at fixed shapes, unroll loops) and retry",
                 )
+        self.opset = upgrade_legacy(self.model, validate_model(self.model, self.source, self.skel.stripped))
         declared = {o.domain for o in self.model.opset_import}
         for domain in sorted({n.domain for n in self.g.node} - declared - {"", "ai.onnx"}):
             self.model.opset_import.add(domain=domain, version=1)  # lets shape inference reach the op
@@ -282,9 +293,9 @@ class _Extraction:
             # pass, but it also materialises index arithmetic built on Range (an `as_strided`
             # lowered to Range/Add/Gather at the batch size) and then takes seconds; with Range in
             # the graph, perfseer's own folding (one level per pass) does the job instead.
-            inferred = onnx.shape_inference.infer_shapes(self.model, check_type=False, strict_mode=False,
-                                                         data_prop=not self.has_range)
-        except Exception as e:  # onnx raises InferenceError or RuntimeError with a long message
+            inferred = safe_infer.infer_shapes(self.model, self.source, check_type=False, strict_mode=False,
+                                               data_prop=not self.has_range)
+        except safe_infer.InferenceFailed as e:  # onnx raises InferenceError or RuntimeError with a long message
             raise ShapeError(f"shape inference failed for {self.source}: {str(e).splitlines()[0][:300]}",
                              "check --input-shape and --batch against what the model accepts") from e
         finally:
@@ -309,6 +320,10 @@ class _Extraction:
         for name, elem in retyped.items():
             if name in types:
                 types[name] = (elem, types[name][1])
+        for n in self.g.node:  # Dropout-7..11 has no inference for its mask: the input's shape, bool
+            if n.op_type == "Dropout" and len(n.output) > 1 and n.output[1] and types.get(n.output[1], (0, None))[1] \
+                    is None and types.get(n.input[0], (0, None))[1] is not None:
+                types[n.output[1]] = (onnx.TensorProto.BOOL, types[n.input[0]][1])
         return types
 
     def _declared(self, node: onnx.NodeProto) -> bool:
@@ -365,6 +380,12 @@ class _Extraction:
                     init_values[t.name] = numpy_helper.to_array(t)
                 except Exception:  # unreadable small tensor: its value is just unknown
                     pass
+        changed, added = expand_sequences(self.g, init_values, self.opset, self.source, self._output_names)
+        for t in self.g.initializer if changed else ():
+            if t.name in added:
+                self.init_names.add(t.name)
+                self.injected.add(t.name)
+                init_values[t.name] = numpy_helper.to_array(t)
         # Constant sub-graphs that ONNX's data propagation cannot follow (a Reshape of constants
         # feeding ReduceMean's axes) are computed first, so one inference pass usually suffices.
         types0 = {t.name: (t.data_type, tuple(t.dims)) for t in self.g.initializer}
@@ -381,7 +402,10 @@ class _Extraction:
             types = self.infer()
             static, values, folded, device = self.classify(types, init_values)
             missing = self.missing_shapes(types, device)
-            if not missing:
+            # A folded tensor a device node reads (an attention mask built from the input's
+            # shape) needs its shape too, for the bytes that node reads.
+            unshaped = [i for n in device for i in n.input if i in static and i and types.get(i, (0, None))[1] is None]
+            if not missing and not unshaped:
                 break
             if self._rewrite_sequences(types, values):
                 continue
@@ -397,18 +421,43 @@ class _Extraction:
             init_values.update(new)
         if missing:
             node, tensor = missing[0]
+            if node.op_type in SEQUENCE_OPS and node.domain in STANDARD_DOMAINS:
+                raise unsupported_sequence(node, self.source)
             if node.domain not in STANDARD_DOMAINS:
                 raise UnsupportedModelError(
                     f"operator {node.domain}::{node.op_type} (node '{node.name}') is a custom-domain op "
                     "whose output shape perfseer cannot infer",
                     "export with standard ONNX operators, or add the output shapes to the model's value_info",
                 )
+            self._explain_missing(node, tensor)
             raise ShapeError(
                 f"the shape of tensor '{tensor}' (output of {node.op_type} node '{node.name}') cannot be "
                 "determined",
                 "export with static shapes (or a dynamic batch only) and pass --dim for other symbolic dims",
             )
         return self.build(types, static, values, folded, device)
+
+    def _explain_missing(self, node: onnx.NodeProto, tensor: str) -> None:
+        """Raise the real cause of a missing shape where one can be named."""
+        where = f"{node.op_type} node '{node.name or tensor}' of {self.source}"
+        if node.domain == "ai.onnx.preview.training":
+            raise UnsupportedModelError(f"{where} is a training-graph operator (ai.onnx.preview.training)",
+                                        "pass the inference graph; perfseer models a training step from it")
+        if node.op_type in _DATA_DEPENDENT:
+            raise UnsupportedModelError(
+                f"the output shape of {where} depends on the values of its input, known only at run time",
+                "export the model with this step outside the graph, or with a static size")
+        runtime = [i for i in node.input if i in {vi.name for vi in self.real_inputs}
+                   and self.g.input[0].name != i and node.op_type in _SHAPE_INPUT_OPS]
+        if runtime:
+            raise UnsupportedModelError(
+                f"the output shape of {where} depends on the values of graph input '{runtime[0]}', known only "
+                "at run time", f"make '{runtime[0]}' an initializer (a constant) of the model")
+        try:  # strict inference names the node and the rule a permissive pass skipped
+            safe_infer.infer_shapes(self.model, self.source, check_type=True, strict_mode=True, data_prop=False)
+        except safe_infer.InferenceFailed as e:
+            raise ShapeError(f"{where}: {str(e).splitlines()[0][:400]}",
+                             "check --input-shape and --batch, or fix the model") from e
 
     def classify(self, types, init_values):
         static: set[str] = set(self.init_names) | {""}
@@ -455,7 +504,13 @@ class _Extraction:
                 continue
             if any(v is None for v, i in zip(ins, node.input) if i):
                 continue
-            out = fold.evaluate(node, attrs or _attrs(node), ins)
+            out_shape = types.get(node.output[0], (0, None))[1] if node.output else None
+            try:
+                out = fold.evaluate(node, attrs or _attrs(node), ins,
+                                    None if out_shape is None else math.prod(out_shape))
+            except fold.FoldError as e:
+                raise ShapeError(f"{op} node '{node.name or node.output[0]}' of {self.source} is invalid: {e}",
+                                 "fix the model (a valid export does not produce this)") from e
             if out is not None:
                 for name, v in zip(node.output, out):
                     # (a sequence-valued output comes back as a list: not a foldable tensor)
@@ -498,29 +553,55 @@ class _Extraction:
             seq = node.output[0]
             readers = [nodes[j] for j in users.get(seq, [])]
             shape = types.get(node.input[0], (0, None))[1]
-            if not readers or shape is None or any(u.op_type != "SequenceAt" for u in readers):
+            if not readers or shape is None or any(u.op_type not in ("SequenceAt", "SequenceLength")
+                                                   for u in readers):
                 continue
-            positions = [values.get(u.input[1]) for u in readers]
+            lengths = [u for u in readers if u.op_type == "SequenceLength"]
+            readers = [u for u in readers if u.op_type == "SequenceAt"]
+            positions = [values.get(u.input[1]) if len(u.input) > 1 else None for u in readers]
             attrs = _attrs(node)
             split = values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+            if len(node.input) > 1 and node.input[1] and split is None:
+                continue  # sizes known only at run time
             if any(p is None for p in positions) or (split is None and attrs.get("keepdims", 1) == 0):
                 continue
+            where = f"SplitToSequence node '{node.name or seq}' of {self.source}"
+            if not -len(shape) <= attrs.get("axis", 0) < len(shape):
+                raise ShapeError(f"{where}: axis {attrs.get('axis', 0)} is outside a rank-{len(shape)} input",
+                                 "fix the model")
             axis = attrs.get("axis", 0) % len(shape)
             dim = shape[axis]
             if split is None:
                 sizes = [1] * dim
             elif np.asarray(split).ndim == 0:
                 step = int(split)
+                if step < 1:
+                    raise ShapeError(f"{where}: split size {step} is not positive", "fix the model")
                 sizes = [step] * (dim // step) + ([dim % step] if dim % step else [])
             else:
                 sizes = [int(v) for v in np.asarray(split).ravel()]
+                if any(v < 0 for v in sizes) or sum(sizes) != dim:
+                    raise ShapeError(f"{where}: split sizes {sizes[:8]} do not add up to the axis length {dim}",
+                                     "fix the model")
+            if len(sizes) > fold.MAX_FOLD_ELEMENTS:
+                raise UnsupportedModelError(f"{where} splits into {len(sizes)} tensors",
+                                            "export with torch.split into fewer, larger pieces")
             parts = [f"{seq}__part{k}" for k in range(len(sizes))]
             sizes_name = f"{seq}__sizes"
             self.g.initializer.append(numpy_helper.from_array(np.asarray(sizes, np.int64), sizes_name))
             self.init_names.add(sizes_name)
             self.injected.add(sizes_name)
             for u, p in zip(readers, positions):
-                rename[u.output[0]] = parts[int(np.asarray(p).ravel()[0]) % len(sizes)]
+                k = int(np.asarray(p).ravel()[0])
+                if not -len(sizes) <= k < len(sizes):
+                    raise ShapeError(f"SequenceAt node '{u.name or u.output[0]}' of {self.source} reads position {k} "
+                                     f"of a sequence of {len(sizes)} tensors",
+                                     f"use a position from {-len(sizes)} to {len(sizes) - 1}")
+                rename[u.output[0]] = parts[k % len(sizes)]
+            for u in lengths:
+                self.g.initializer.append(numpy_helper.from_array(np.asarray(len(sizes), np.int64), u.output[0]))
+                self.init_names.add(u.output[0])
+                self.injected.add(u.output[0])
             replace[i] = helper.make_node("Split", [node.input[0], sizes_name], parts, name=node.name or seq, axis=axis)
             drop.update(users[seq])
         if not replace:
@@ -665,6 +746,14 @@ class _Extraction:
                         f"{list(shown)}: the model does no work there",
                         "check --input-shape and --batch (an input too small for the model's strides?)",
                     )
+        for node in device:  # ONNX's inference of Reshape to a constant shape does not check the count
+            if node.op_type == "Reshape" and len(node.input) > 1:
+                src, dst = tensors.get(node.input[0]), tensors.get(node.output[0])
+                if src is not None and dst is not None and math.prod(src.shape) != math.prod(dst.shape):
+                    raise ShapeError(
+                        f"Reshape node '{node.name or node.output[0]}' of {self.source} turns {math.prod(src.shape)} "
+                        f"elements {list(src.shape)} into {list(dst.shape)}, {math.prod(dst.shape)} elements",
+                        "fix the model's target shape, or check --input-shape")
         nodes = []
         for i, n in enumerate(device):
             name = n.name or f"{n.op_type}_{i}"

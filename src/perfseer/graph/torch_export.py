@@ -146,6 +146,8 @@ def skeleton_from_module(
     input_dtypes: Sequence[str] | None = None,
     source: str | None = None,
     on_meta: bool = False,
+    input_names: Sequence[str] | None = None,
+    opset: int | None = None,
     boxes: int | None = None,
 ) -> Skeleton:
     """Export ``module`` to an ONNX :class:`Skeleton` with a sentinel batch dimension.
@@ -157,6 +159,8 @@ def skeleton_from_module(
         input_dtypes: torch dtype names per input (default ``float32``; e.g. ``int64`` for token ids).
         source: a name for messages and metadata.
         on_meta: the module already lives on the meta device.
+        input_names: names of the graph inputs (default: the exporter's, ``args_0``...).
+        opset: the ONNX opset to export at (default: the exporter's).
         boxes: for a torchvision detector, the number of boxes each data-dependent selection keeps
             (:mod:`perfseer.graph.detection`; default :data:`~perfseer.graph.detection.DEFAULT_BOXES`).
             Detectors loop over the images of a batch, so they are exported at batch 1, fixed.
@@ -182,8 +186,12 @@ def skeleton_from_module(
     batch = 1 if detector else BATCH_SENTINEL
     args = tuple(torch.empty((batch, *s), dtype=getattr(torch, d), device="meta")
                  for s, d in zip(shapes, dtypes))
-    param_names = {n for n, _ in twin.named_parameters()}
-    extra = {}
+    # Every name of a tied parameter (GPT-2's lm_head.weight is transformer.wte.weight): the
+    # exporter names the one initializer after any of them.
+    param_names = {n for n, _ in twin.named_parameters(remove_duplicate=False)}
+    extra = {"input_names": list(input_names)} if input_names else {}
+    if opset is not None:
+        extra["opset_version"] = opset
     static = contextlib.nullcontext()
     if detector:
         extra["custom_translation_table"] = detection.translation_table()
@@ -197,9 +205,8 @@ def skeleton_from_module(
         mismatch = _channel_mismatch(e, shapes)
         if mismatch is not None:
             raise mismatch from e
-        msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         raise UnsupportedModelError(
-            f"torch.onnx.export could not export {source}: {type(e).__name__}: {msg}",
+            f"torch.onnx.export could not export {source}: {root_cause(e)}",
             "export it to ONNX yourself (torch.onnx.export) and pass the .onnx file",
         ) from e
     graph = program.model.graph
@@ -228,6 +235,55 @@ def skeleton_from_module(
         entry.key, entry.value = key, val
     assert isinstance(proto, onnx.ModelProto)
     return Skeleton(proto, stripped, source, input_shape_applied=True)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def root_cause(e: BaseException) -> str:
+    """The real cause of an export failure, in one line without terminal colour codes.
+
+    The exporter wraps the cause (an unsupported operator, a data-dependent branch, a module
+    changed during the forward pass) in layers whose messages are generic and coloured for a
+    terminal.  This gives ``Type: message`` of the innermost exception, the message of the one
+    around it when that adds something, and the deepest line of model code on the way (outside
+    torch), where the model did what the exporter could not follow.
+    """
+    chain = [e]
+    while chain[-1].__cause__ is not None and len(chain) < 20:
+        chain.append(chain[-1].__cause__)
+    inner = chain[-1]
+    text = f"{type(inner).__name__}: {_first_line(inner)}"
+    if len(chain) > 2 and _first_line(chain[-2]) not in text:
+        text += f" (in: {_first_line(chain[-2])})"
+    where = _model_frame(chain)
+    return text + (f" at {where}" if where else "")
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else type(e).__name__
+
+
+_FRAMEWORK_DIRS = ("torch", "onnxscript", "onnx_ir", "onnx", "perfseer", "contextlib.py", "functools.py")
+
+
+def _model_frame(chain) -> str:
+    """``file.py:LINE `code``` of the deepest frame in model code (not torch, not perfseer)."""
+    import os
+    import traceback
+
+    for exc in reversed(chain):
+        frames = traceback.extract_tb(exc.__traceback__)
+        for fr in reversed(frames):
+            parts = fr.filename.replace(os.sep, "/").split("/")
+            if any(p in _FRAMEWORK_DIRS for p in parts) or parts[-1] in _FRAMEWORK_DIRS:
+                continue
+            if "transformers" in parts and parts[-1] in ("generic.py", "output_capturing.py", "import_utils.py"):
+                continue  # transformers' decorators around every forward
+            code = f" `{fr.line.strip()[:120]}`" if fr.line else ""
+            return f"{parts[-1]}:{fr.lineno}{code}"
+    return ""
 
 
 _CHANNELS = re.compile(r"weight of size \[([\d, ]+)\], expected input\[([\d, ]+)\] to have (\d+) channels, "

@@ -86,7 +86,7 @@ class FittedMethod:
 
 def train_method(name: str, train_set: Sequence, val_set: Sequence, config: dict | None = None, *,
                  train_config: TrainConfig | None = None, targets: Sequence[str] | None = None,
-                 test_set: Sequence | None = None) -> FittedMethod:
+                 test_set: Sequence | None = None, pretrained: str | None = None) -> FittedMethod:
     """Train method ``name`` on ``train_set`` (validation on ``val_set``).
 
     Args:
@@ -98,6 +98,8 @@ def train_method(name: str, train_set: Sequence, val_set: Sequence, config: dict
         train_config: how to train a neural model (default :class:`TrainConfig`); ignored by baselines.
         targets: target names (default ``target0, ...``).
         test_set: passed to the trainer so that its result carries test metrics (neural only).
+        pretrained: a pre-trained encoder card (:mod:`perfseer.training.pretrain`): SeerNet's trunk
+            starts from it, with its feature scaling; its config fills the fields ``config`` leaves out.
 
     Raises:
         PerfseerError: an unknown method (the message lists them), empty or mismatched data.
@@ -131,9 +133,21 @@ def train_method(name: str, train_set: Sequence, val_set: Sequence, config: dict
         raise PerfseerError(f"config sets num_targets={config['num_targets']} but the data has {T} targets",
                             "leave num_targets out: it is set from the data")
     config["num_targets"] = T
+    fs = None
+    if pretrained is not None:
+        from perfseer.training.pretrain import pretrained_config
+
+        if name not in ("seernet", "seernet-multi"):
+            raise PerfseerError(f"a pre-trained trunk needs seernet or seernet-multi, not {name}",
+                                "pass --model seernet, or leave --pretrained out")
+        config = {**pretrained_config(pretrained), **config}
     torch.manual_seed(train_config.seed)
     model = build_model(name, **config)
-    result = train(model, train_set, val_set, train_config, targets=targets, test_set=test_set)
+    if pretrained is not None:
+        from perfseer.training.pretrain import init_from_pretrained
+
+        fs = init_from_pretrained(model, pretrained)
+    result = train(model, train_set, val_set, train_config, targets=targets, test_set=test_set, feature_scaler=fs)
     cfg = model.config.to_dict() if hasattr(getattr(model, "config", None), "to_dict") else config
     return FittedMethod(name, targets, result.predictor, time.perf_counter() - start, result, cfg)
 

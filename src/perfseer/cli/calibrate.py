@@ -1,0 +1,158 @@
+"""``perfseer calibrate``: a predictor card for a new device from K measurements of it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from perfseer.errors import PerfseerError
+
+
+def add_parser(sub) -> None:
+    from perfseer.training.calibrate import DEFAULT_METHOD, METHODS
+
+    p = sub.add_parser(
+        "calibrate", help="calibrate a trained predictor to a new device from a few measurements",
+        description="Turn K measurements of a new device (K = 5-50 rows of a measurement table, e.g. the "
+                    "calibration set measured by perfseer collect; docs/calibration.md) and a source predictor "
+                    "into a predictor card for the new device, with a 90 %% interval from leave-one-model-out "
+                    "residuals and a domain (the calibration rows' feature ranges).  The card records the source "
+                    "predictor (name and file digests) and the calibration rows.")
+    p.add_argument("--predictor", required=True, metavar="NAME|PATH", help="the source predictor (perfseer predictors)")
+    p.add_argument("--measurements", required=True, metavar="TABLE", help="CSV or Parquet measurement table")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the calibrated card")
+    p.add_argument("--device", default=None, help="the table's device to calibrate to (default: its only one)")
+    p.add_argument("--phase", default=None, choices=("infer", "train"), help="default: the table's only phase")
+    p.add_argument("--metric", default="latency_ms", help="the measured metric (default latency_ms)")
+    p.add_argument("--method", default=DEFAULT_METHOD, choices=METHODS,
+                   help=f"default {DEFAULT_METHOD} (chosen on validation devices, docs/calibration.md)")
+    p.add_argument("--meta-data", default=None, metavar="DATASET",
+                   help="--method meta: a graph dataset of source devices to meta-learn the head's start over")
+    p.add_argument("--coverage", type=float, default=0.9, help="interval level (default 0.9)")
+    p.add_argument("--name", default=None, help="card name (default DEVICE.PHASE.calibrated)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the card's calibration section as JSON")
+    p.set_defaults(func=run_calibrate)
+
+
+def _rows(table, device, phase, metric):
+    import numpy as np
+
+    if metric not in table.columns:
+        raise PerfseerError(f"the measurements have no {metric} column", "measure it, or pass --metric")
+    rows = table[table[metric].notna()]
+    devices = sorted(rows["device"].astype(str).unique())
+    if device is None:
+        if len(devices) != 1:
+            raise PerfseerError(f"the measurements hold {len(devices)} devices ({', '.join(devices) or 'none'} with "
+                                f"{metric})", "pass --device, one of them")
+        device = devices[0]
+    elif device not in devices:
+        raise PerfseerError(f"no {metric} measurement of device {device!r}",
+                            f"the table has: {', '.join(devices) or 'none'}")
+    rows = rows[rows["device"].astype(str) == device]
+    phases = sorted(rows["phase"].astype(str).unique())
+    if phase is None:
+        if len(phases) != 1:
+            raise PerfseerError(f"{device} has rows of phases {', '.join(phases)}", "pass --phase")
+        phase = phases[0]
+    rows = rows[rows["phase"].astype(str) == phase]
+    if rows.empty:
+        raise PerfseerError(f"no {phase} row of {device}", f"phases measured: {', '.join(phases)}")
+    bad = ~(np.isfinite(rows[metric].to_numpy(dtype=float)) & (rows[metric].to_numpy(dtype=float) > 0))
+    if bad.any():
+        raise PerfseerError(f"{int(bad.sum())} {metric} values of {device} are <= 0", "drop or re-measure those rows")
+    return rows.reset_index(drop=True), device, phase
+
+
+def graphs_of(rows, base_dir=None) -> list:
+    """Each row's PyG graph: every ``(model, input_shape)`` extracted once, re-bound per batch size.
+
+    Raises:
+        PerfseerError: a model that cannot be extracted, named with its error.
+    """
+    import os
+
+    from perfseer.api import extract
+    from perfseer.data.dataset import parse_shape
+
+    cache, out = {}, []
+    for _, r in rows.iterrows():
+        key = (str(r["model"]), str(r["input_shape"]))
+        if key not in cache:
+            ref = key[0]
+            if ref.endswith(".onnx") and base_dir is not None and not os.path.isabs(ref) and (base_dir / ref).exists():
+                ref = str(base_dir / ref)
+            try:
+                cache[key] = extract(ref, batch=1, input_shape=parse_shape(key[1]))
+            except Exception as e:  # noqa: BLE001 - named in the error, with its cause
+                raise PerfseerError(f"calibration model {key[0]} ({key[1]}) could not be extracted "
+                                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
+                                    "fix the reference (perfseer graph MODEL shows the problem) or drop its rows") from e
+        pg, b = cache[key], int(r["batch_size"])
+        out.append((pg if b == pg.batch_size else pg.with_batch(b)).to_pyg())
+    return out
+
+
+def _meta_head(source, data, device, phase, metric):
+    import numpy as np
+    import torch
+
+    from perfseer.data.dataset import load_dataset, resolve_dataset
+    from perfseer.training import calibrate as C
+
+    ds = load_dataset(resolve_dataset(data))
+    L = ds.labels
+    rows = L[(L["phase"].astype(str) == phase) & L[metric].notna() & (L[metric] > 0)
+             & (L["device"].astype(str) != device)]
+    tasks, cache = [], {}
+    for dev, part in rows.groupby(rows["device"].astype(str)):
+        gi = part["graph"].to_numpy()
+        need = [int(g) for g in np.unique(gi) if int(g) not in cache]
+        emb = C.embed(source.net, [ds.graphs[g] for g in need]) if need else None
+        cache.update({g: emb[i] for i, g in enumerate(need)})
+        tasks.append((torch.stack([cache[int(g)] for g in gi]), np.log(part[metric].to_numpy(dtype=float))))
+    if not tasks:
+        raise PerfseerError(f"{data} has no {phase} {metric} rows of devices other than {device}",
+                            "pass a dataset of source devices")
+    _, heads = C._parts(source.net)
+    return C.meta_init(heads[0], tasks)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from perfseer.data.table import read_table
+    from perfseer.predictor import Target, load_predictor
+    from perfseer.training.calibrate import CalibrationConfig, calibrate, calibrated_predictor
+
+    source = load_predictor(args.predictor)
+    table = read_table(args.measurements)
+    rows, device, phase = _rows(table, args.device, args.phase, args.metric)
+    src_phases = {t.phase for t in source.targets if t.metric == args.metric}
+    if phase not in src_phases:
+        raise PerfseerError(f"the measurements are {phase} rows but predictor {source.name} predicts "
+                            f"{args.metric} in phase {', '.join(sorted(src_phases)) or 'none'}",
+                            "calibrate a predictor of the same phase (perfseer predictors lists them)")
+    if args.method == "meta" and not args.meta_data:
+        raise PerfseerError("--method meta needs --meta-data", "pass a dataset of source devices, e.g. --meta-data timm")
+    config = CalibrationConfig(method=args.method, coverage=args.coverage, seed=args.seed)
+    graphs = graphs_of(rows, Path(args.measurements).resolve().parent)
+    meta = _meta_head(source, args.meta_data, device, phase, args.metric) if args.method == "meta" else None
+    cal = calibrate(source, graphs, rows[args.metric].to_numpy(dtype=float), rows["model"].astype(str).tolist(),
+                    metric=args.metric, config=config, meta_head=meta)
+    keep = [c for c in ("model", "input_shape", "batch_size", "phase", "device", args.metric) if c in rows.columns]
+    records = json.loads(rows[keep].to_json(orient="records"))
+    target = Target(args.metric, device, phase)
+    pred = calibrated_predictor(source, args.predictor, cal, target, records, config, name=args.name)
+    path = pred.save(args.out)
+    c = pred.card["calibration"]
+    if args.json:
+        print(json.dumps({"card": str(path), **{k: c[k] for k in ("method", "source", "interval", "domain")}}, indent=1))
+    else:
+        iv = c["interval"]
+        loo = pred.card["scores"]["calibration_leave_one_model_out"][target.key]
+        print(f"{path}: {target.key} from {source.name} by {cal.method}, {len(records)} rows of {iv['models']} models; "
+              f"leave-one-model-out MAPE {loo['mape']:.2f} %; {int(iv['level'] * 100)} % interval x/÷ {iv['factor']:.3f} "
+              f"({iv['basis']})")
+    return 0

@@ -1,0 +1,600 @@
+"""A predictor for a new device from K measurements: calibration of a trained source predictor.
+
+A user with a device nobody benchmarked can afford K = 5-50 measurements.  :func:`calibrate` turns
+them, with a *source* predictor trained on another device, into a predictor card for the new one.
+Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``docs/calibration.md``):
+
+``loglinear``
+    a ridge correction of the source prediction in log space,
+    ``log y = a + sum_j b_j log yhat_j + c . g``, where ``yhat_j`` are the source's outputs for
+    the same metric (one per source device for SeerNet-Multi) and ``g`` a few standardised global
+    features (log FLOPs, log memory access, log weights, log batch size, log node count).  The
+    regression is on ``log y - log yhat_base`` (``base``: the source column whose ratio to the
+    measurements varies least), so the ridge penalty shrinks towards "the base device times a
+    constant"; its strength is chosen by leave-one-model-out error on the K rows.  No gradient step.
+``head``
+    fine-tune the 2-layer head of SeerNet (the trunk frozen) on the K rows, starting from the
+    base column's head, with an L2 pull towards the start (L2-SP).
+``full``
+    fine-tune every weight the same way (lower learning rate).
+``meta``
+    HELP's idea (Lee et al., NeurIPS 2021) in its first-order form: a head initialisation
+    meta-learned by Reptile over the source devices (each a task of K rows, on the source trunk's
+    frozen embeddings, see :func:`meta_init`), then adapted to the K rows like ``head``.
+
+**Interval.**  Each method's out-of-fold residuals ``r_i = log y_i - log yhat_{-i}`` on the K
+rows, whole models left out (leave-one-model-out for ``loglinear``, and for ``head`` / ``meta`` up
+to 10 models, 10 model folds above; 5 folds for ``full``, whose every refit trains the whole
+network), give the half-width ``q`` of a log-space interval ``[yhat / e^q, yhat e^q]`` at level
+``1 - alpha`` (default 90 %):
+
+- split-conformal (jackknife form): the ``ceil((n + 1)(1 - alpha))``-th smallest ``|r_i|`` of the
+  ``n`` rows, which exists only for ``n >= 9`` at 90 % (the conformal bound is infinite below);
+- the small-K widening, used where that rank does not exist: the Student-t prediction bound
+  ``t_{n-1, 1-alpha/2} s sqrt(1 + 1/n)`` (``s`` the RMS residual), which grows fast as ``n``
+  falls (``t_{4, 0.95} = 2.13``, ``t_{7, 0.95} = 1.89``; a normal 90 % bound is 1.64 s).
+
+The calibrated card stores ``q``, the residuals and which rule set it (``calibration.interval``);
+prediction rows carry ``interval`` and ``interval_level``.
+
+**Domain.**  A model whose log global features (FLOPs, memory access, weights, batch, nodes) fall
+outside the calibration rows' range, widened by a quarter of that range, is flagged
+``in_domain = False`` with a reason per feature.
+
+Example::
+
+    src = load_predictor("rtx3090-amp-nchw-pt240.infer")
+    cal = calibrate(src, graphs, y, Target("latency_ms", "rtx4090/amp-nchw-pt291", "infer"),
+                    rows=table, config=CalibrationConfig(method="loglinear"))
+    cal.save("preds/")          # a predictor card like any other, with a `calibration` section
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from perfseer.errors import PerfseerError
+from perfseer.features.schema import GLOBAL_FEATURES
+
+METHODS = ("loglinear", "head", "full", "meta")
+# Chosen on the validation devices of benchmarks/calibration.py (NAS-Bench-201: HELP's meta-validation
+# devices Titan X and Gold 6240; timm: RTX 3090 -> RTX 5090), never on the test devices.
+DEFAULT_METHOD = "loglinear"
+MIN_MODELS = 3  # fewer distinct models leave nothing to leave out (and no interval)
+DOMAIN_FEATURES = ("flops_total", "memory_access_total", "weight_total", "batch_size", "num_nodes")
+_GIDX = [GLOBAL_FEATURES.index(f) for f in DOMAIN_FEATURES]
+DOMAIN_MARGIN = 0.25  # share of the calibration rows' log range added on each side
+
+
+@dataclass
+class CalibrationConfig:
+    """How to calibrate.  Each default says where it comes from."""
+
+    method: str = DEFAULT_METHOD  # one of METHODS
+    coverage: float = 0.9  # level of the interval (the issue's 90 %)
+    # ridge strengths tried by loglinear, chosen by leave-one-model-out error on the K rows
+    ridge: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1e3, 1e6)  # 1e6: in effect the base device times a constant
+    steps: int = 200  # Adam steps (full batch of the K rows) of head and meta adaptation
+    steps_full: int = 60  # Adam steps of full fine-tuning (each is a forward/backward of all K graphs)
+    lr_head: float = 3e-3  # head and meta adaptation learning rate
+    lr_full: float = 3e-4  # full fine-tuning learning rate (the trunk moves 10x slower)
+    l2sp: float = 1e-3  # pull towards the starting weights, sum of squares (L2-SP, Li et al. 2018)
+    cv_folds: int = 5  # full: model folds for the residuals (a refit of the whole network per fold)
+    head_folds: int = 10  # head / meta: model folds for the residuals (leave-one-model-out up to 10 models)
+    seed: int = 0
+
+    def __post_init__(self):
+        self.ridge = tuple(float(r) for r in self.ridge)
+        if self.method not in METHODS:
+            raise PerfseerError(f"unknown calibration method {self.method!r}", f"choose one of {', '.join(METHODS)}")
+        if not 0.5 <= self.coverage < 1:
+            raise PerfseerError(f"coverage must be in [0.5, 1), got {self.coverage}", "pass e.g. 0.9")
+        if self.steps < 1 or self.cv_folds < 2:
+            raise PerfseerError("steps must be >= 1 and cv_folds >= 2", "use the defaults")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ridge"] = list(self.ridge)
+        return d
+
+
+# -- the source network's parts ---------------------------------------------------------------------
+
+def _parts(net):
+    """``(model, heads)`` of a SeerNet or SeerNet-Multi NeuralPredictor; heads in output order."""
+    model = getattr(net, "model", None)
+    name = getattr(model, "name", None)
+    if name == "seernet":
+        return model, [model.head]
+    if name == "seernet-multi":
+        return model, list(model.heads)
+    raise PerfseerError(f"fine-tuning needs a SeerNet or SeerNet-Multi source, got {name or type(net).__name__}",
+                        "use --method loglinear with this predictor, or a SeerNet source")
+
+
+def embed(net, graphs: Sequence, batch_size: int = 64) -> torch.Tensor:
+    """The trunk's output (what the head reads) for raw graphs: ``[N, H]``, no gradient."""
+    from torch_geometric.data import Batch
+
+    from perfseer.models.seernet import _readout
+    from perfseer.training.trainer import _model_input
+
+    model, _ = _parts(net)
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(graphs), batch_size):
+            b = Batch.from_data_list([_model_input(net.feature_scaler.transform(g)) for g in graphs[i:i + batch_size]])
+            bt, u, n = model._inputs(b)
+            out.append(_readout(model.config, model.trunk(b, bt, u, n), u))
+    return torch.cat(out) if out else torch.zeros(0, 1)
+
+
+def global_design(graphs: Sequence) -> np.ndarray:
+    """``[N, 5]`` log of :data:`DOMAIN_FEATURES` of raw graphs."""
+    u = np.stack([g.u.reshape(-1).double().numpy() for g in graphs]) if len(graphs) else np.zeros((0, len(GLOBAL_FEATURES)))
+    return np.log(np.maximum(u[:, _GIDX], 1e-12))
+
+
+# -- loglinear --------------------------------------------------------------------------------------
+
+def _ridge_fit(X: np.ndarray, r: np.ndarray, lam: float) -> np.ndarray:
+    """Coefficients ``[1 + F]`` (intercept unpenalised) of ridge regression of ``r`` on ``X``."""
+    A = np.hstack([np.ones((len(X), 1)), X])
+    D = np.eye(A.shape[1]) * lam
+    D[0, 0] = 0.0
+    return np.linalg.solve(A.T @ A + D + 1e-9 * np.eye(A.shape[1]), A.T @ r)
+
+
+@dataclass
+class LogLinear:
+    """The fitted ``loglinear`` correction: features ``[log yhat_j - log yhat_base, g]``, standardised
+    with ``mean`` / ``std`` (the K rows'), coefficients ``coef`` (intercept first)."""
+
+    base: int
+    columns: list[int]
+    use_globals: list[int]
+    mean: list[float]
+    std: list[float]
+    coef: list[float]
+    lam: float
+
+    def features(self, logp: np.ndarray, glob: np.ndarray) -> np.ndarray:
+        X = np.hstack([logp[:, self.columns] - logp[:, [self.base]], glob[:, self.use_globals]])
+        return (X - np.asarray(self.mean)) / np.asarray(self.std)
+
+    def predict_log(self, logp: np.ndarray, glob: np.ndarray) -> np.ndarray:
+        c = np.asarray(self.coef)
+        return logp[:, self.base] + c[0] + self.features(logp, glob) @ c[1:]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
+                  ridge: Sequence[float], lam: float | None = None) -> LogLinear:
+    """Fit the correction; ``lam`` None: chosen among ``ridge`` by leave-one-model-out error."""
+    base = int(np.argmin([np.var(logy - logp[:, j]) for j in range(logp.shape[1])]))
+    columns = [j for j in range(logp.shape[1]) if j != base]
+    keep = [i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9]  # a constant column carries nothing
+    X = np.hstack([logp[:, columns] - logp[:, [base]], glob[:, keep]])
+    mean, std = X.mean(0), X.std(0)
+    std[~(std > 1e-9)] = 1.0
+    Xs = (X - mean) / std
+    r = logy - logp[:, base]
+    if lam is None:
+        errs = [np.mean(_loo_ridge(Xs, r, groups, l) ** 2) for l in ridge]
+        lam = float(ridge[int(np.argmin(errs))])
+    coef = _ridge_fit(Xs, r, lam)
+    return LogLinear(base, columns, keep, mean.tolist(), std.tolist(), coef.tolist(), float(lam))
+
+
+def _loo_ridge(Xs, r, groups, lam) -> np.ndarray:
+    res = np.empty(len(r))
+    for g in np.unique(groups):
+        out = groups == g
+        c = _ridge_fit(Xs[~out], r[~out], lam)
+        res[out] = r[out] - (c[0] + Xs[out] @ c[1:])
+    return res
+
+
+# -- fine-tuning ------------------------------------------------------------------------------------
+
+def _adapt(params: list[torch.Tensor], loss_fn, steps: int, lr: float, l2sp: float) -> None:
+    start = [p.detach().clone() for p in params]
+    opt = torch.optim.Adam(params, lr=lr)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        if l2sp:
+            loss = loss + l2sp * sum(((p - s) ** 2).sum() for p, s in zip(params, start))
+        loss.backward()
+        opt.step()
+
+
+def adapt_head(head: torch.nn.Module, emb: torch.Tensor, z: torch.Tensor, steps: int, lr: float, l2sp: float,
+               seed: int = 0) -> torch.nn.Module:
+    """A copy of ``head`` fine-tuned on embeddings ``emb`` [K, H] to standardised targets ``z`` [K]."""
+    torch.manual_seed(seed)
+    h = copy.deepcopy(head)
+    h.train()
+    params = list(h.parameters())
+    _adapt(params, lambda: ((h(emb).reshape(-1) - z) ** 2).mean(), steps, lr, l2sp)
+    h.eval()
+    return h
+
+
+def meta_init(head: torch.nn.Module, tasks: Sequence[tuple[torch.Tensor, np.ndarray]], k: int = 10,
+              iterations: int = 1000, inner_steps: int = 20, inner_lr: float = 3e-3, outer_lr: float = 0.1,
+              seed: int = 0) -> torch.nn.Module:
+    """A head initialisation meta-learned over source devices by Reptile (Nichol et al. 2018).
+
+    Each task is a source device: ``(emb [N, H], log_y [N])``.  An iteration draws one task and ``k``
+    of its rows, standardises their log targets by those ``k`` rows (as adaptation does), takes
+    ``inner_steps`` Adam steps from the current initialisation and moves the initialisation
+    ``outer_lr`` of the way towards the adapted weights.  HELP meta-learns with MAML and a
+    hardware embedding; this is the first-order form on the frozen source trunk.
+    """
+    if not tasks:
+        raise PerfseerError("meta-learning needs at least one source device", "pass source tasks")
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    init = copy.deepcopy(head)
+    init.train()
+    for _ in range(iterations):
+        emb, logy = tasks[int(rng.integers(len(tasks)))]
+        idx = rng.choice(len(logy), size=min(k, len(logy)), replace=False)
+        m, s = _kscale(logy[idx])
+        z = torch.as_tensor((logy[idx] - m) / s, dtype=torch.float32)
+        h = copy.deepcopy(init)
+        _adapt(list(h.parameters()), lambda: ((h(emb[idx]).reshape(-1) - z) ** 2).mean(), inner_steps, inner_lr, 0.0)
+        with torch.no_grad():
+            for p, q in zip(init.parameters(), h.parameters()):
+                p += outer_lr * (q - p)
+    init.eval()
+    return init
+
+
+def _kscale(logy: np.ndarray) -> tuple[float, float]:
+    """Mean and spread of K log targets (the spread floored: K equal values must not divide by 0)."""
+    return float(np.mean(logy)), float(max(np.std(logy), 0.05))
+
+
+# -- the interval -----------------------------------------------------------------------------------
+
+def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: float) -> dict:
+    """Half-width ``q`` of the log-space interval from leave-one-model-out residuals (see module doc)."""
+    from scipy import stats
+
+    a = np.sort(np.abs(residuals))
+    n = len(a)
+    alpha = 1 - coverage
+    rank = math.ceil((n + 1) * (1 - alpha))
+    conformal = float(a[rank - 1]) if rank <= n else None
+    s = float(np.sqrt(np.mean(residuals ** 2)))
+    t_bound = float(stats.t.ppf(1 - alpha / 2, max(n - 1, 1)) * s * math.sqrt(1 + 1 / n))
+    q = conformal if conformal is not None else t_bound
+    return {"level": coverage, "log_halfwidth": q, "factor": math.exp(q), "rows": n,
+            "models": int(len(np.unique(groups))), "conformal_rank": rank, "conformal": conformal, "t_bound": t_bound,
+            "basis": "conformal" if conformal is not None else "student-t",
+            "residuals": [round(float(r), 5) for r in residuals]}
+
+
+# -- the calibration --------------------------------------------------------------------------------
+
+@dataclass
+class Calibration:
+    """What :func:`calibrate` fitted: the method, the new network (or correction) and the interval."""
+
+    method: str
+    net: object  # NeuralPredictor (adapted) or CorrectedNet (loglinear)
+    correction: LogLinear | None
+    interval: dict
+    domain: dict
+    residuals: np.ndarray
+    base_column: int
+    extra: dict = field(default_factory=dict)
+
+    def predict(self, graphs: Sequence) -> np.ndarray:
+        return self.net.predict(list(graphs))[:, 0]
+
+
+def _groups(models: Sequence[str]) -> np.ndarray:
+    _, inv = np.unique(np.asarray(models, dtype=str), return_inverse=True)
+    return inv
+
+
+def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], metric: str = "latency_ms",
+              config: CalibrationConfig | None = None, meta_head: torch.nn.Module | None = None) -> Calibration:
+    """Fit ``config.method`` on K measured rows of the new device.
+
+    Args:
+        source: the source :class:`~perfseer.predictor.Predictor` (its ``net``).
+        graphs: the rows' raw PyG graphs (at their batch sizes).
+        y: ``[K]`` measurements of ``metric``, > 0.
+        models: ``[K]`` the model of each row (leave-one-model-out groups).
+        metric: the measured metric; the source's outputs for it are the correction's inputs.
+        meta_head: the ``meta`` method's initialisation (:func:`meta_init`).
+
+    Raises:
+        PerfseerError: fewer than :data:`MIN_MODELS` models, non-positive values, a source without
+            that metric, or a method the source cannot do.
+    """
+    cfg = config or CalibrationConfig()
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    if len(graphs) != len(y) or len(models) != len(y):
+        raise PerfseerError(f"{len(graphs)} graphs, {len(models)} model names and {len(y)} values", "pass one of each per row")
+    if not (np.isfinite(y) & (y > 0)).all():
+        raise PerfseerError(f"{int((~(np.isfinite(y) & (y > 0))).sum())} calibration values are missing or <= 0",
+                            f"drop those rows; {metric} must be > 0")
+    groups = _groups(models)
+    if groups.max(initial=-1) + 1 < MIN_MODELS:
+        raise PerfseerError(f"calibration needs at least {MIN_MODELS} distinct measured models, got "
+                            f"{groups.max(initial=-1) + 1}",
+                            "measure more models of the calibration set (perfseer collect, docs/calibration.md)")
+    cols = [i for i, t in enumerate(source.targets) if t.metric == metric]
+    if not cols:
+        raise PerfseerError(f"predictor {source.name} predicts no {metric}",
+                            f"calibrate a predictor of {metric}: its targets are {', '.join(t.key for t in source.targets)}")
+    logy = np.log(y)
+    logp = np.log(np.maximum(source.predict_graphs(list(graphs))[:, cols], 1e-12))
+    glob = global_design(graphs)
+    domain = domain_of(glob)
+
+    if cfg.method == "loglinear":
+        ll = fit_loglinear(logp, glob, logy, groups, cfg.ridge)
+        res = _loo_ridge(ll.features(logp, glob), logy - logp[:, ll.base], groups, ll.lam)
+        net = CorrectedNet(source.net, [cols[j] for j in range(len(cols))], ll)
+        return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage), domain, res,
+                           cols[ll.base])
+
+    model, heads = _parts(source.net)
+    base = int(np.argmin([np.var(logy - logp[:, j]) for j in range(len(cols))]))
+    ts = source.net.target_scaler
+    if cfg.method == "meta":
+        if meta_head is None:
+            raise PerfseerError("method meta needs a meta-learned head", "pass meta_head=meta_init(...) "
+                                "(perfseer calibrate --meta-data DATASET)")
+        start_head = meta_head
+        m, s = _kscale(logy)
+    else:
+        start_head = heads[cols[base]]
+        m, s = float(ts.mean_[cols[base]]), float(ts.std_[cols[base]])
+    z = torch.as_tensor((logy - m) / s, dtype=torch.float32)
+
+    if cfg.method in ("head", "meta"):
+        emb = embed(source.net, list(graphs))
+
+        def fit(idx):
+            return adapt_head(start_head, emb[idx], z[idx], cfg.steps, cfg.lr_head, cfg.l2sp, cfg.seed)
+
+        res = np.empty(len(y))
+        for fold in _folds(groups, cfg.head_folds, cfg.seed):
+            out = np.isin(groups, fold)
+            h = fit(np.flatnonzero(~out))
+            with torch.no_grad():
+                res[out] = logy[out] - (h(emb[out]).reshape(-1).numpy() * s + m)
+        head = fit(np.arange(len(y)))
+        net = _single(source.net, head, None, metric, m, s)
+    else:  # full
+        def fit_full(idx):
+            return _finetune_full(source.net, start_head, [graphs[i] for i in idx], z[idx], cfg)
+
+        res = np.empty(len(y))
+        for fold in _folds(groups, cfg.cv_folds, cfg.seed):
+            out = np.isin(groups, fold)
+            trunk_model = fit_full(np.flatnonzero(~out))
+            pred = _single(source.net, None, trunk_model, metric, m, s).predict([graphs[i] for i in np.flatnonzero(out)])
+            res[out] = logy[out] - np.log(pred[:, 0])
+        net = _single(source.net, None, fit_full(np.arange(len(y))), metric, m, s)
+    return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage), domain, res,
+                       cols[base])
+
+
+def _folds(groups: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
+    """At most ``n`` folds of whole models (one model per fold when there are ``n`` or fewer)."""
+    uniq = np.unique(groups)
+    return np.array_split(np.random.default_rng(seed).permutation(uniq), min(n, len(uniq)))
+
+
+def _single(source_net, head, model, metric: str, mean: float, std: float):
+    """A one-target SeerNet NeuralPredictor: the source trunk with ``head``, or a whole ``model``."""
+    from perfseer.models.registry import build_model
+    from perfseer.training.scaling import TargetScaler
+    from perfseer.training.trainer import NeuralPredictor
+
+    if model is None:
+        src_model, _ = _parts(source_net)
+        cfg = src_model.config.to_dict()
+        cfg["num_targets"] = 1
+        model = build_model("seernet", **cfg)
+        model.trunk.load_state_dict(src_model.trunk.state_dict())
+        model.head.load_state_dict(head.state_dict())
+    model.eval()
+    ts = TargetScaler([metric])
+    ts.mean_, ts.std_ = np.array([mean]), np.array([std])
+    return NeuralPredictor(model, source_net.feature_scaler, ts)
+
+
+def _finetune_full(source_net, start_head, graphs, z, cfg: CalibrationConfig):
+    from torch_geometric.data import Batch
+
+    from perfseer.training.trainer import _model_input
+
+    net = _single(source_net, start_head, None, "y", 0.0, 1.0)
+    model = net.model
+    batch = Batch.from_data_list([_model_input(source_net.feature_scaler.transform(g)) for g in graphs])
+    torch.manual_seed(cfg.seed)
+    model.train()
+    _adapt(list(model.parameters()), lambda: ((model(batch).reshape(-1) - z) ** 2).mean(), cfg.steps_full, cfg.lr_full,
+           cfg.l2sp)
+    model.eval()
+    return model
+
+
+class CorrectedNet:
+    """The source network followed by the ``loglinear`` correction: graphs -> ``[N, 1]``."""
+
+    def __init__(self, source_net, columns: list[int], correction: LogLinear):
+        self.source_net, self.columns, self.correction = source_net, columns, correction
+
+    def predict(self, graphs: Sequence) -> np.ndarray:
+        graphs = list(graphs)
+        if not graphs:
+            return np.zeros((0, 1))
+        logp = np.log(np.maximum(self.source_net.predict(graphs)[:, self.columns], 1e-12))
+        return np.exp(self.correction.predict_log(logp, global_design(graphs))).reshape(-1, 1)
+
+
+# -- choosing what to measure ----------------------------------------------------------------------
+
+def spanning_set(glob: np.ndarray, k: int) -> list[int]:
+    """Indices of ``k`` rows of ``glob`` ([N, F] log features, :func:`global_design`) that span them:
+    greedy K-centre (Gonzalez 1985) on the standardised features, starting from the row nearest
+    the median, each next pick the row farthest from those already picked.  Spanning the
+    feature space keeps every later model near a calibration row (the domain check) and gives the
+    correction's slopes leverage at both ends; deterministic for a given candidate list."""
+    X = np.asarray(glob, dtype=np.float64)
+    keep = np.ptp(X, axis=0) > 1e-9
+    X = X[:, keep]
+    if len(X) == 0:
+        return []
+    X = (X - X.mean(0)) / X.std(0) if X.shape[1] else np.zeros((len(X), 1))
+    first = int(np.argmin(((X - np.median(X, axis=0)) ** 2).sum(1)))
+    picked = [first]
+    dist = ((X - X[first]) ** 2).sum(1)
+    while len(picked) < min(k, len(X)):
+        nxt = int(np.argmax(dist))
+        picked.append(nxt)
+        dist = np.minimum(dist, ((X - X[nxt]) ** 2).sum(1))
+    return picked
+
+
+# -- domain -----------------------------------------------------------------------------------------
+
+def domain_of(glob: np.ndarray) -> dict:
+    """The calibration rows' log ranges of :data:`DOMAIN_FEATURES`, widened by :data:`DOMAIN_MARGIN`."""
+    lo, hi = glob.min(0), glob.max(0)
+    pad = DOMAIN_MARGIN * (hi - lo)
+    return {"features": list(DOMAIN_FEATURES), "margin": DOMAIN_MARGIN,
+            "min": np.exp(lo).tolist(), "max": np.exp(hi).tolist(),
+            "log_low": (lo - pad).tolist(), "log_high": (hi + pad).tolist()}
+
+
+def domain_check(domain: dict, graphs: Sequence) -> list[list[str]]:
+    """Per graph, the reasons it lies outside the calibration domain (empty: inside)."""
+    glob = global_design(graphs)
+    lo, hi = np.asarray(domain["log_low"]), np.asarray(domain["log_high"])
+    out = []
+    for row in glob:
+        reasons = []
+        for j, name in enumerate(domain["features"]):
+            if row[j] < lo[j] - 1e-9 or row[j] > hi[j] + 1e-9:
+                side = "below" if row[j] < lo[j] else "above"
+                reasons.append(f"{name} {math.exp(row[j]):.4g} is {side} the calibration rows' "
+                               f"{domain['min'][j]:.4g}-{domain['max'][j]:.4g} (+{int(domain['margin'] * 100)} % of "
+                               f"the log range)")
+        out.append(reasons)
+    return out
+
+
+# -- the calibrated card ----------------------------------------------------------------------------
+
+def _sha256(path) -> str | None:
+    import hashlib
+    from pathlib import Path
+
+    p = Path(path)
+    return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+
+
+def calibrated_predictor(source, source_ref: str, cal: Calibration, target, rows: list[dict],
+                         config: CalibrationConfig, name: str | None = None):
+    """The calibrated :class:`~perfseer.predictor.Predictor`: a card like any other, plus a
+    ``calibration`` section (method, source predictor and its file digests, the K rows, the
+    correction, the interval and the domain).
+
+    Args:
+        source: the source predictor; ``source_ref`` how it was named (a bundled name or a path).
+        cal: what :func:`calibrate` returned.
+        target: the new :class:`~perfseer.predictor.Target`.
+        rows: the calibration rows (model, input_shape, batch_size, device, phase and the metric).
+    """
+    from datetime import datetime, timezone
+
+    from perfseer import __version__
+    from perfseer.predictor import Predictor, _paths, slug
+    from perfseer.training.metrics import evaluate
+
+    card_path, weights_path = _paths(source_ref)
+    y = np.array([float(r[target.metric]) for r in rows])
+    loo = np.exp(np.log(y) - cal.residuals)
+    src_card = source.card
+    card = copy.deepcopy({k: v for k, v in src_card.items() if k not in ("scores", "training", "_path")})
+    name = name or f"{slug(target.device, target.phase)}.calibrated"
+    card.update({
+        "name": name, "perfseer_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "targets": [dict(asdict(target), unit=target.unit)], "devices": [target.device], "phases": [target.phase],
+        "training": {"dataset": f"{len(rows)} calibration rows of {target.device} (card: calibration.rows)",
+                     "rows": {"calibration": len(rows)}, "split_column": None,
+                     "calibrated_from": source.name, "source_training": src_card.get("training")},
+        "scores": {"calibration_leave_one_model_out": {target.key: evaluate(y, loo)}},
+    })
+    if cal.correction is None:
+        model = cal.net.model
+        card["model"] = {"name": "seernet", "kind": "neural", "config": model.config.to_dict(),
+                         "parameters": int(sum(p.numel() for p in model.parameters()))}
+        card["scaling"] = {"features": cal.net.feature_scaler.to_dict(), "targets": cal.net.target_scaler.to_dict()}
+    card["calibration"] = {
+        "method": cal.method, "config": config.to_dict(), "base_column": cal.base_column,
+        "source": {"name": source.name, "ref": str(source_ref), "card_sha256": _sha256(card_path),
+                   "weights_sha256": _sha256(weights_path), "targets": [t.key for t in source.targets],
+                   "test_scores": src_card.get("scores", {}).get("test")},
+        "source_targets": src_card["targets"],
+        "columns": list(getattr(cal.net, "columns", [cal.base_column])),
+        "correction": cal.correction.to_dict() if cal.correction is not None else None,
+        "extra": cal.extra,
+        "interval": cal.interval, "domain": cal.domain, "rows": rows,
+    }
+    net = cal.net if cal.correction is not None else cal.net
+    return Predictor(card, CalibratedNet(card, net), name)
+
+
+class CalibratedNet:
+    """A calibrated card's network: predictions ``[N, 1]``, and :meth:`annotate` adds to each
+    prediction row the card's ``interval``, ``in_domain``, ``domain_reasons`` and ``flags``."""
+
+    def __init__(self, card: dict, net):
+        self.card, self.net = card, net
+        self.model = getattr(net, "model", None) or getattr(getattr(net, "source_net", None), "model", None)
+
+    def predict(self, graphs: Sequence) -> np.ndarray:
+        return self.net.predict(list(graphs))
+
+    def annotate(self, rows: list[dict], graphs: Sequence) -> None:
+        cal = self.card["calibration"]
+        factor = float(cal["interval"]["factor"])
+        reasons = domain_check(cal["domain"], graphs)
+        k = len(cal["rows"])
+        for row, why in zip(rows, reasons):
+            v = row["value"]
+            row["interval"] = [v / factor, v * factor]
+            row["interval_level"] = cal["interval"]["level"]
+            row["in_domain"] = not why
+            row["domain_reasons"] = why
+            row["flags"] = [f"calibrated:{cal['method']}:k={k}"] + (["outside-calibration-domain"] if why else [])
+
+
+def wrap_loaded(card: dict, net):
+    """The network of a loaded calibrated card (``load_predictor`` calls this)."""
+    cal = card["calibration"]
+    if cal.get("correction") is not None:
+        net = CorrectedNet(net, list(cal["columns"]), LogLinear(**cal["correction"]))
+    return CalibratedNet(card, net)

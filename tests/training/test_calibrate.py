@@ -1,0 +1,144 @@
+"""Calibration to a new device (perfseer.training.calibrate, perfseer calibrate): tiny synthetic
+graphs and a tiny SeerNet source, seconds in all."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from perfseer.errors import PerfseerError
+from perfseer.models.registry import build_model
+from perfseer.predictor import Predictor, Target, load_predictor
+from perfseer.training import calibrate as C
+from perfseer.training.scaling import FeatureScaler, TargetScaler
+from perfseer.training.trainer import NeuralPredictor
+from train_helpers import chain_graph
+
+FAST = dict(steps=10, steps_full=3, cv_folds=2)
+
+
+@pytest.fixture
+def source(tmp_path):
+    """A random tiny SeerNet-Multi over two devices, saved and loaded like any predictor."""
+    rng = np.random.default_rng(0)
+    graphs = [chain_graph(rng) for _ in range(30)]
+    torch.manual_seed(0)
+    model = build_model("seernet-multi", num_targets=2, hidden_dim=8, head_hidden_dim=8)
+    ts = TargetScaler(["latency_ms", "latency_ms"])
+    ts.mean_, ts.std_ = np.zeros(2), np.ones(2)
+    net = NeuralPredictor(model, FeatureScaler().fit(graphs), ts)
+    targets = [Target("latency_ms", "gpu_a", "infer"), Target("latency_ms", "gpu_b", "infer")]
+    Predictor.from_training("src", "seernet-multi", net, targets, ["Conv", "Relu"], {}, {}).save(tmp_path)
+    return load_predictor(tmp_path / "src.json"), str(tmp_path / "src.json")
+
+
+def _rows(src, k, seed=1, factor=3.0, noise=0.02):
+    rng = np.random.default_rng(seed)
+    graphs = [chain_graph(rng) for _ in range(k)]
+    y = factor * src.predict_graphs(graphs)[:, 1] * np.exp(rng.normal(0, noise, k))
+    return graphs, y, [f"m{i}" for i in range(k)]
+
+
+def test_loglinear_recovers_a_scaled_device(source):
+    src, _ = source
+    graphs, y, models = _rows(src, 12)
+    cal = C.calibrate(src, graphs, y, models, config=C.CalibrationConfig(method="loglinear"))
+    test_g, test_y, _ = _rows(src, 20, seed=2, noise=0.0)
+    pred = cal.predict(test_g)
+    assert np.mean(np.abs(pred / test_y - 1)) < 0.1
+    assert cal.interval["basis"] == "conformal" and cal.interval["factor"] > 1
+    assert cal.base_column == 1  # the source device whose ratio to the measurements varies least
+
+
+@pytest.mark.parametrize("method", ["head", "full", "meta"])
+def test_fine_tuning_methods_run_and_give_an_interval(source, method):
+    src, _ = source
+    graphs, y, models = _rows(src, 6)
+    meta = None
+    if method == "meta":
+        emb = C.embed(src.net, graphs)
+        meta = C.meta_init(C._parts(src.net)[1][0], [(emb, np.log(y))], k=4, iterations=5, inner_steps=2)
+    cal = C.calibrate(src, graphs, y, models, config=C.CalibrationConfig(method=method, **FAST), meta_head=meta)
+    assert cal.predict(graphs).shape == (6,)
+    assert cal.interval["basis"] == "student-t"  # 6 models: no conformal rank at 90 %
+    assert len(cal.residuals) == 6 and np.isfinite(cal.residuals).all()
+
+
+def test_bad_calibration_input_is_named(source):
+    src, _ = source
+    graphs, y, models = _rows(src, 4)
+    with pytest.raises(PerfseerError, match="at least 3 distinct measured models"):
+        C.calibrate(src, graphs, y, ["a", "a", "b", "b"])
+    with pytest.raises(PerfseerError, match="<= 0"):
+        C.calibrate(src, graphs, np.r_[y[:3], 0.0], models)
+    with pytest.raises(PerfseerError, match="predicts no memory_mb"):
+        C.calibrate(src, graphs, y, models, metric="memory_mb")
+    with pytest.raises(PerfseerError, match="meta-learned head"):
+        C.calibrate(src, graphs, y, models, config=C.CalibrationConfig(method="meta"))
+    with pytest.raises(PerfseerError, match="unknown calibration method"):
+        C.CalibrationConfig(method="magic")
+
+
+def test_interval_widens_with_few_rows():
+    rng = np.random.default_rng(0)
+    r = rng.normal(0, 0.1, 200)
+    small = C.interval_halfwidth(r[:5], np.arange(5), 0.9)
+    large = C.interval_halfwidth(r[:99], np.arange(99), 0.9)
+    assert small["basis"] == "student-t" and large["basis"] == "conformal"
+    assert large["conformal"] == np.sort(np.abs(r[:99]))[89]  # ceil(100 * 0.9) = 90th smallest
+    assert small["log_halfwidth"] / np.sqrt(np.mean(r[:5] ** 2)) > 2.0  # t_{4, 0.95} sqrt(1.2) = 2.34
+
+
+def test_spanning_set_takes_the_extremes():
+    X = np.log(np.array([[1e6, 1], [1e7, 1], [1e8, 1], [1e9, 1], [1e10, 1]], dtype=float))
+    picked = C.spanning_set(X, 3)
+    assert set(picked) == {2, 0, 4} and C.spanning_set(X, 10) == C.spanning_set(X, 5)
+
+
+def test_calibrated_card_round_trip_with_interval_and_domain(source, tmp_path):
+    src, ref = source
+    graphs, y, models = _rows(src, 10)
+    for method in ("loglinear", "head"):
+        cfg = C.CalibrationConfig(method=method, **FAST)
+        cal = C.calibrate(src, graphs, y, models, config=cfg)
+        rows = [{"model": m, "input_shape": "3x32x32", "batch_size": 1, "latency_ms": float(v)} for m, v in zip(models, y)]
+        p = C.calibrated_predictor(src, ref, cal, Target("latency_ms", "gpu_new", "infer"), rows, cfg)
+        path = p.save(tmp_path / method)
+        card = json.loads(path.read_text())
+        assert card["calibration"]["source"]["name"] == "src" and len(card["calibration"]["rows"]) == 10
+        assert card["calibration"]["source"]["card_sha256"] and card["devices"] == ["gpu_new"]
+        loaded = load_predictor(path)
+        np.testing.assert_allclose(loaded.predict_graphs(graphs)[:, 0], cal.predict(graphs), rtol=1e-5)
+        far = chain_graph(np.random.default_rng(5), batch=64)
+        far.u[0, 3] *= 1e6  # FLOPs far above every calibration row
+        out = [{"value": 1.0}, {"value": 2.0}]
+        loaded.net.annotate(out, [graphs[0], far])
+        assert out[0]["in_domain"] and not out[1]["in_domain"]
+        assert "flops_total" in out[1]["domain_reasons"][0] and "outside-calibration-domain" in out[1]["flags"]
+        lo, hi = out[1]["interval"]
+        assert lo < 2.0 < hi and out[1]["interval_level"] == 0.9
+
+
+def test_cli_errors(tmp_path):
+    from perfseer.cli.main import main
+
+    table = tmp_path / "few.csv"
+    table.write_text("model,input_shape,batch_size,phase,device,latency_ms\n"
+                     "example:resnet18,3x224x224,1,train,g,1.0\nexample:resnet50,3x224x224,1,train,g,2.0\n"
+                     "example:mobilenet_v3_small,3x224x224,1,train,g,1.0\nexample:resnet18,3x224x224,1,infer,h,1.0\n")
+    args = ["calibrate", "--predictor", "rtx3090-amp-nchw-pt240.infer", "--measurements", str(table), "--out", str(tmp_path)]
+    assert main(args) == 2  # two devices
+    assert main(args + ["--device", "g"]) == 2  # train rows for an inference predictor
+    assert main(args + ["--device", "h"]) == 2  # one model
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model,input_shape,batch_size,phase,device,latency_ms\n"
+                   "example:resnet18,3x224x224,1,infer,g,1.0\nexample:nonesuch,3x224x224,1,infer,g,2.0\n"
+                   "example:resnet50,3x224x224,1,infer,g,1.0\n")
+    from perfseer.cli.calibrate import graphs_of
+    from perfseer.data.table import read_table
+
+    with pytest.raises(PerfseerError, match="example:nonesuch"):
+        graphs_of(read_table(bad))
