@@ -9,7 +9,10 @@ image size (``perfseer.graph.zoo.default_input_shape``), with the default number
     python benchmarks/zoo_detection.py [--models NAME ...] [--boxes N] [--timeout 600]
 
 Prints one row per model (seconds, parameters, GMACs, GFLOPs, nodes, the NMS / RoIAlign / TopK
-counts, uncovered operators, or the error) and writes benchmarks/results/zoo_detection.json.
+counts, uncovered operators, or the error), writes benchmarks/results/zoo_detection.json, and
+prints a markdown table next to torchvision's own figures (the ``_ops`` GFLOPS, which are
+multiply-accumulates, and ``num_params`` of each model's DEFAULT weights, read from torchvision's
+metadata: no download).  ``--table FILE`` prints that table from an earlier run's JSON.
 """
 
 from __future__ import annotations
@@ -66,12 +69,33 @@ def run_one(name: str, boxes: int, timeout: float) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
+def markdown(rows: dict) -> str:
+    from perfseer.graph.zoo import import_zoo
+
+    tv = import_zoo("torchvision")
+    out = ["| model | input | s | params | torchvision params | GMACs | torchvision GMACs | nodes | NMS / RoiAlign / TopK |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for name, r in rows.items():
+        meta = tv.get_model_weights(name).DEFAULT.meta
+        if "error" in r:
+            out.append(f"| {name} | | {r['seconds']} | {r['error'][:120]} | | | | | |")
+            continue
+        shape = "x".join(map(str, r["input"][1:]))
+        out.append(f"| {name} | {shape} | {r['seconds']:.0f} | {r['params']:,} | {meta['num_params']:,} | "
+                   f"{r['gmacs']:.2f} | {meta['_ops']:.2f} | {r['nodes']} | {r['nms']} / {r['roi_align']} / {r['topk']} |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=DETECTION + SEGMENTATION)
     parser.add_argument("--boxes", type=int, default=0, help="stated number of boxes (0: the default)")
     parser.add_argument("--timeout", type=float, default=600.0, help="export time limit per model, seconds")
+    parser.add_argument("--table", metavar="FILE", help="only print the markdown table of an earlier run's JSON")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown(json.loads(Path(args.table).read_text())))
+        return 0
     rows = {}
     print(f"{'model':40} {'s':>6} {'params':>11} {'GMACs':>8} {'GFLOPs':>8} {'nodes':>6} nms roi topk  uncovered / error")
     for name in args.models:
@@ -84,6 +108,7 @@ def main(argv=None) -> int:
                   flush=True)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "zoo_detection.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(markdown(rows))
     return 0 if all("error" not in r for r in rows.values()) else 1
 
 
