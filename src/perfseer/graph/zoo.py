@@ -154,7 +154,8 @@ def default_input_shape(zoo: str, name: str, module) -> tuple[int, ...]:
     transform = getattr(module, "transform", None)
     min_size = getattr(transform, "min_size", None)
     if min_size:
-        side = int(min_size[0] if isinstance(min_size, (tuple, list)) else min_size)
+        # a tuple lists training scales; evaluation resizes to the last one
+        side = int(min_size[-1] if isinstance(min_size, (tuple, list)) else min_size)
         return (3, side, side)
     if type(module).__module__.startswith("torchvision.models.segmentation"):
         return (3, 520, 520)
