@@ -121,31 +121,52 @@ def run_predictors(args: argparse.Namespace) -> int:
 
         print(dumps(items, indent=1))
         return 0
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
-    t = Table(title="predictors (one row per target; test: the held-out test split, or † the previous predictor's, "
-                    "trained without it; k-fold: cross-validation by architecture over the fitted rows)",
-              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    num = ("fitted", "test MAPE %", "Spearman", "k-fold MAPE %", "90 % interval")
-    for c in ("name", "model", "device", "phase", "metric") + num + ("domain",):
-        t.add_column(c, justify="right" if c in num else "left")
+    console = Console(highlight=False)
+    if not items:
+        console.print("no predictors found")
+        return 0
+    console.print("[bold]predictors[/bold] (test: held-out architectures, † the predictor this one replaced; "
+                  "k-fold: cross-validation by architecture; 90 %: the interval's factor)\n")
     for it in items:
-        sc = it["scores"]
-        test, prev = sc.get("test", {}), sc.get("previous_test", {})
-        rows = (it["training"].get("rows") or {}).get("train", "-")
-        d = it.get("domain")
-        dom = (f"batch {d['batch_sizes'][0]}-{d['batch_sizes'][1]}, {d['op_types']} op types" if d and d["batch_sizes"]
-               else "none (uncalibrated)")
-        for i, key in enumerate(it["targets"]):
-            metric, _, rest = key.partition("@")
-            device, _, phase = rest.rpartition(":")
-            m, mark = (test.get(key), "") if key in test else (prev.get(key), "†")
-            k, q = sc.get("kfold", {}).get(key), it["intervals"].get(key)
-            t.add_row(it["name"] if i == 0 else "", it["model"] if i == 0 else "", device, phase, metric,
-                      f"{rows:,}" if i == 0 and isinstance(rows, int) else "",
-                      f"{m['mape']:.2f}{mark}" if m else "-", f"{m['spearman']:.3f}" if m else "-",
-                      f"{k['mape']:.2f}" if k else "-", f"×/÷{math.exp(q):.3f}" if q is not None else "-", dom if i == 0 else "")
-    Console().print(t if items else "no predictors found")
+        console.print(_predictor_block(it), soft_wrap=False)
+    console.print("details: perfseer predictors --json; how they were trained: docs/method.md")
     return 0
+
+
+def _predictor_block(it: dict) -> str:
+    """One predictor in a few lines that fit 80 columns: what it covers, on which data, how well."""
+    from rich.markup import escape
+
+    tr, d, sc = it.get("training") or {}, it.get("domain") or {}, it.get("scores") or {}
+    rows = (tr.get("rows") or {}).get("train")
+    lines = [f"[bold]{escape(it['name'])}[/bold]  {escape(str(it['model']))}"]
+    batches = d.get("batch_sizes") or tr.get("batch_sizes")
+    data = [f"{rows:,} graphs" + (f" of {tr['dataset']}" if tr.get("dataset") else "")] if isinstance(rows, int) else []
+    if batches:
+        data.append(f"batch {batches[0]}" + (f"-{batches[1]}" if batches[1] != batches[0] else ""))
+    inputs = d.get("inputs") or {}
+    if inputs.get("values_per_sample"):
+        lo, hi = inputs["values_per_sample"]
+        data.append(f"{lo:,}-{hi:,} input values per sample" if lo != hi else f"{lo:,} input values per sample")
+    if isinstance(d.get("op_types"), (int, list)):
+        n = d["op_types"] if isinstance(d["op_types"], int) else len(d["op_types"])
+        data.append(f"{n} operator types")
+    lines.append("  covers  " + escape(", ".join(it.get("devices") or [])) + f" ({', '.join(it.get('phases') or [])})")
+    lines.append("  data    " + escape("; ".join(data) if data else "not recorded") + ("" if d else " (no domain check)"))
+    test, prev, kf = sc.get("test") or {}, sc.get("previous_test") or {}, sc.get("kfold") or {}
+    intervals = it.get("intervals") or {}
+    for key in it.get("targets") or []:
+        metric, _, rest = key.partition("@")
+        m, mark = (test.get(key), "") if key in test else (prev.get(key), "†")
+        parts = [f"test {m['mape']:.2f} %{mark}, Spearman {m['spearman']:.3f}" if m else "no test score"]
+        if kf.get(key):
+            parts.append(f"k-fold {kf[key]['mape']:.2f} %")
+        q = intervals.get(key)
+        if q is not None:
+            parts.append(f"90 % x/{math.exp(q):.2f}")
+        device = rest.rpartition(":")[0]
+        who = metric if len(it.get("devices") or []) < 2 else f"{metric} {device}"
+        lines.append(f"  {escape(who):<22}" + "; ".join(parts))
+    return "\n".join(lines) + "\n"
