@@ -160,3 +160,14 @@ def test_memory_errors_are_json(client):
     assert r.status_code == 422 and r.json()["error"]["type"] == "UnknownDeviceError"
     r = client.post("/v1/memory", json={"model": NB201, "batch": [4], "max_batch": True})
     assert r.status_code == 422 and "needs a device" in r.json()["error"]["message"]
+
+
+def test_any_registered_device_through_the_spec_model(client):
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1, 32], "devices": ["h100-sxm", "l4"]})
+    assert r.status_code == 200, r.text
+    rows = r.json()["predictions"]
+    assert {(x["batch_size"], x["basis"].split()[0]) for x in rows} >= {(1, "spec"), (32, "spec")}
+    by = {(x["device"], x["batch_size"]): x["value"] for x in rows}
+    assert len(by) == 4 and all(v > 0 for v in by.values())
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1], "devices": ["no-such-gpu"]})
+    assert r.status_code == 422 and r.json()["error"]["type"] == "UnknownDeviceError"

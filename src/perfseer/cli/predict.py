@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import warnings
+from pathlib import Path
 
 
 def add_parser(sub) -> None:
@@ -26,14 +28,19 @@ def add_parser(sub) -> None:
     p.add_argument("--seq-len", type=int, default=None, metavar="N",
                    help="tokens per sample: for hf: models (default 128), or the symbolic sequence dimensions of an "
                         "ONNX model")
-    p.add_argument("--device", default=None,
-                   help="with --predictor: only this device's targets; alone: any device of perfseer devices")
+    p.add_argument("--device", action="append", default=None, metavar="DEVICE",
+                   help="repeatable, shown side by side; with --predictor: only these devices' targets; alone: any "
+                        "device of perfseer devices")
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="only this phase's targets")
     p.add_argument("--precision", default=None, choices=("fp32", "tf32", "fp16", "bf16"),
                    help="with --device alone: the precision (default: a measured predictor's own, else fp32)")
     p.add_argument("--basis", default="auto", choices=("auto", "spec", "measured"),
                    help="with --device alone: auto (measured where available), or force one")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON to FILE (atomically)")
+    p.add_argument("--plot", default=None, metavar="FILE.png|FILE.svg",
+                   help="plot latency and throughput against batch size, one line per device and phase "
+                        "(pip install 'perfseer[plot]')")
     p.add_argument("--memory", action="store_true",
                    help="also simulate peak GPU memory (perfseer memory; training with AdamW) for GPU devices")
     p.set_defaults(func=run_predict)
@@ -46,70 +53,150 @@ def add_parser(sub) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
+    from perfseer.api import extract
+    from perfseer.cli.graph import check_seq_len, parse_dims, parse_shape
+    from perfseer.errors import PerfseerError
     from perfseer.predictor import UnseenOperatorWarning, load_predictor
 
-    from perfseer.cli.graph import check_seq_len, parse_dims, parse_shape
-
-    from perfseer.errors import PerfseerError
-
     check_seq_len(args.seq_len)
-    if args.predictor is None and args.device is None:
+    devices = args.device or []
+    if args.predictor is None and not devices:
         raise PerfseerError("predict needs --predictor NAME or --device DEVICE",
                             "pass --device h100-sxm (perfseer devices lists them) or --predictor NAME")
+    if args.plot and not args.plot.lower().endswith((".png", ".svg", ".pdf")):
+        raise PerfseerError(f"--plot {args.plot}: the file name must end in .png, .svg or .pdf", "e.g. --plot sweep.png")
     dims = parse_dims(args.dim) or None
     shape = parse_shape(args.input_shape) if args.input_shape else None
+    rows: list[dict] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnseenOperatorWarning)
+        # extracted once, re-bound to every batch size for every device
+        pg = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims, seq_len=args.seq_len)
         if args.predictor is None:  # any registered device: measured predictor or spec model
             from perfseer.specmodel.route import predict_on_device
 
-            rows = predict_on_device(args.model, args.device, batch=args.batch, phase=args.phase or "infer",
-                                     precision=args.precision, input_shape=shape, dims=dims, prefer=args.basis,
-                                     seq_len=args.seq_len)
-            label = rows[0]["basis"] if rows else args.device
+            for device in devices:
+                rows += predict_on_device(pg, device, batch=args.batch, phase=args.phase or "infer",
+                                          precision=args.precision, prefer=args.basis)
+            label = ", ".join(devices)
         else:
             predictor = load_predictor(args.predictor)
-            rows = predictor.predict(args.model, batch=args.batch, input_shape=shape, dims=dims,
-                                     device=args.device, phase=args.phase, seq_len=args.seq_len)
+            for device in devices or [None]:
+                rows += predictor.predict(pg, batch=args.batch, device=device, phase=args.phase)
             label = predictor.name
+    for r in rows:
+        r["model"] = args.model
+        if r.get("metric") == "latency_ms" and r.get("value"):
+            r["throughput_per_s"] = r["batch_size"] * 1000.0 / r["value"]
     if getattr(args, "memory", False):
         from perfseer.memory.api import memory_rows
 
         extra, notes = memory_rows(args.model, rows, input_shape=shape)
         rows = rows + extra
         for n in notes:
-            print(f"warning: {n}", file=__import__("sys").stderr)
+            print(f"warning: {n}", file=sys.stderr)
+    from perfseer.cli.bounds import dumps
+
+    doc = {"predictor": label, "predictions": rows}
+    if args.out:
+        from perfseer.cli.graph import _write_atomic
+
+        _write_atomic(Path(args.out), dumps(doc, indent=1) + "\n")
+    if args.plot:
+        plot_sweep(rows, args.plot, args.model)
     if args.json:
-        from perfseer.cli.bounds import dumps
-
-        print(dumps({"predictor": label, "predictions": rows}, indent=1))
+        print(dumps(doc, indent=1))
     else:
-        from rich import box
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(title=f"{args.model} on {args.device}" if args.predictor is None else
-                  f"{args.model} with predictor {label}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        for c in ("batch", "device", "phase", "metric", "predicted", "90 % interval", "domain"):
-            t.add_column(c, justify="right" if c in ("batch", "predicted", "90 % interval") else "left")
-        notes: dict[str, list[int]] = {}  # each reason or flag once, numbered, below the table
-        for r in rows:
-            reasons, flags = r.get("domain_reasons", []), r.get("flags", [])
-            marks = [notes.setdefault(n, [len(notes) + 1])[0] for n in reasons + flags]
-            iv = r.get("interval")
-            dom = {True: "in", False: "OUT", None: "-"}[r.get("in_domain")]
-            t.add_row(str(r["batch_size"]), r["device"], r["phase"], r["metric"],
-                      f"{r['value']:.4g} {r['unit']}" + ("*" if flags else ""),
-                      f"{iv[0]:.3g}-{iv[1]:.3g}" if iv else "-",
-                      dom + (f" [{','.join(map(str, marks))}]" if marks else ""))
-        Console().print(t)
-        for n, (k,) in notes.items():
-            print(f"  [{k}] {n}")
-        for b in dict.fromkeys(r.get("basis", "") for r in rows if r.get("basis")):
-            print(f"basis: {b}")
+        _print_rows(rows, f"{args.model} on {label}" if args.predictor is None else f"{args.model} with predictor {label}")
+        if args.plot:
+            print(f"plot: {args.plot}")
     for w in caught:
-        print(f"warning: {w.message}", file=__import__("sys").stderr)
+        print(f"warning: {w.message}", file=sys.stderr)
     return 0
+
+
+def _print_rows(rows: list[dict], title: str) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    # a column whose value is the same on every row goes to the title (the table fits 80 columns)
+    same = {k: rows[0][k] for k in ("device", "phase", "metric") if rows and len({r[k] for r in rows}) == 1}
+    if same:
+        title += " (" + ", ".join(str(v) for v in same.values()) + ")"
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    cols = [c for c in ("batch", "device", "phase", "metric", "predicted", "90 % interval", "per s", "domain")
+            if c not in same]
+    for c in cols:
+        t.add_column(c, justify="right" if c in ("batch", "predicted", "90 % interval", "per s") else "left")
+    notes: dict[str, list[int]] = {}  # each reason or flag once, numbered, below the table
+    for r in sorted(rows, key=lambda r: (r["metric"], r["phase"], r["batch_size"], r["device"])):
+        reasons, flags = r.get("domain_reasons", []), r.get("flags", [])
+        marks = [notes.setdefault(n, [len(notes) + 1])[0] for n in reasons + flags]
+        iv = r.get("interval")
+        dom = {True: "in", False: "OUT", None: "-"}[r.get("in_domain")]
+        tput = r.get("throughput_per_s")
+        cells = {"batch": str(r["batch_size"]), "device": r["device"], "phase": r["phase"], "metric": r["metric"],
+                 "predicted": f"{r['value']:.4g} {r['unit']}" + ("*" if flags else ""),
+                 "90 % interval": f"{iv[0]:.3g}-{iv[1]:.3g}" if iv else "-", "per s": f"{tput:.4g}" if tput else "",
+                 "domain": dom + (f" [{','.join(map(str, marks))}]" if marks else "")}
+        t.add_row(*(cells[c] for c in cols))
+    Console().print(t)
+    for n, (k,) in notes.items():
+        print(f"  [{k}] {n}")
+    for b in dict.fromkeys(r.get("basis", "") for r in rows if r.get("basis")):
+        print(f"basis: {b}")
+    if any(r.get("throughput_per_s") for r in rows):
+        print("per s: samples per second (batch / latency)")
+
+
+def plot_sweep(rows: list[dict], path: str, title: str) -> None:
+    """Latency and throughput against batch size, one line (and 90 % band) per device and phase."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        from perfseer.errors import MissingDependencyError
+
+        raise MissingDependencyError("matplotlib", "plot", "perfseer predict --plot") from e
+    from perfseer.errors import PerfseerError
+
+    series: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("metric") == "latency_ms":
+            series.setdefault(f"{r['device']} · {r['phase']}", []).append(r)
+    if not series:
+        raise PerfseerError("nothing to plot: no latency predictions", "drop --plot, or predict latency")
+    fig, (ax_l, ax_t) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, rs in series.items():
+        rs = sorted(rs, key=lambda r: r["batch_size"])
+        b = [r["batch_size"] for r in rs]
+        lat = [r["value"] for r in rs]
+        line, = ax_l.plot(b, lat, marker="o", label=name)
+        ax_t.plot(b, [x / y * 1e3 for x, y in zip(b, lat)], marker="o", color=line.get_color(), label=name)
+        if all(r.get("interval") for r in rs):
+            lo = [r["interval"][0] for r in rs]
+            hi = [r["interval"][1] for r in rs]
+            ax_l.fill_between(b, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
+            ax_t.fill_between(b, [x / h * 1e3 for x, h in zip(b, hi)], [x / lo_ * 1e3 for x, lo_ in zip(b, lo)],
+                              color=line.get_color(), alpha=0.15, linewidth=0)
+    for ax, label in ((ax_l, "latency per step (ms)"), (ax_t, "throughput (samples / s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    ax_l.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as e:
+        raise PerfseerError(f"cannot write {path}: {e.strerror}", "choose a writable path for --plot") from e
+    finally:
+        plt.close(fig)
 
 
 def run_predictors(args: argparse.Namespace) -> int:
@@ -121,31 +208,52 @@ def run_predictors(args: argparse.Namespace) -> int:
 
         print(dumps(items, indent=1))
         return 0
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
-    t = Table(title="predictors (one row per target; test: the held-out test split, or † the previous predictor's, "
-                    "trained without it; k-fold: cross-validation by architecture over the fitted rows)",
-              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    num = ("fitted", "test MAPE %", "Spearman", "k-fold MAPE %", "90 % interval")
-    for c in ("name", "model", "device", "phase", "metric") + num + ("domain",):
-        t.add_column(c, justify="right" if c in num else "left")
+    console = Console(highlight=False)
+    if not items:
+        console.print("no predictors found")
+        return 0
+    console.print("[bold]predictors[/bold] (test: held-out architectures, † the predictor this one replaced; "
+                  "k-fold: cross-validation by architecture; 90 %: the interval's factor)\n")
     for it in items:
-        sc = it["scores"]
-        test, prev = sc.get("test", {}), sc.get("previous_test", {})
-        rows = (it["training"].get("rows") or {}).get("train", "-")
-        d = it.get("domain")
-        dom = (f"batch {d['batch_sizes'][0]}-{d['batch_sizes'][1]}, {d['op_types']} op types" if d and d["batch_sizes"]
-               else "none (uncalibrated)")
-        for i, key in enumerate(it["targets"]):
-            metric, _, rest = key.partition("@")
-            device, _, phase = rest.rpartition(":")
-            m, mark = (test.get(key), "") if key in test else (prev.get(key), "†")
-            k, q = sc.get("kfold", {}).get(key), it["intervals"].get(key)
-            t.add_row(it["name"] if i == 0 else "", it["model"] if i == 0 else "", device, phase, metric,
-                      f"{rows:,}" if i == 0 and isinstance(rows, int) else "",
-                      f"{m['mape']:.2f}{mark}" if m else "-", f"{m['spearman']:.3f}" if m else "-",
-                      f"{k['mape']:.2f}" if k else "-", f"×/÷{math.exp(q):.3f}" if q is not None else "-", dom if i == 0 else "")
-    Console().print(t if items else "no predictors found")
+        console.print(_predictor_block(it), soft_wrap=False)
+    console.print("details: perfseer predictors --json; how they were trained: docs/method.md")
     return 0
+
+
+def _predictor_block(it: dict) -> str:
+    """One predictor in a few lines that fit 80 columns: what it covers, on which data, how well."""
+    from rich.markup import escape
+
+    tr, d, sc = it.get("training") or {}, it.get("domain") or {}, it.get("scores") or {}
+    rows = (tr.get("rows") or {}).get("train")
+    lines = [f"[bold]{escape(it['name'])}[/bold]  {escape(str(it['model']))}"]
+    batches = d.get("batch_sizes") or tr.get("batch_sizes")
+    data = [f"{rows:,} graphs" + (f" of {tr['dataset']}" if tr.get("dataset") else "")] if isinstance(rows, int) else []
+    if batches:
+        data.append(f"batch {batches[0]}" + (f"-{batches[1]}" if batches[1] != batches[0] else ""))
+    inputs = d.get("inputs") or {}
+    if inputs.get("values_per_sample"):
+        lo, hi = inputs["values_per_sample"]
+        data.append(f"{lo:,}-{hi:,} input values per sample" if lo != hi else f"{lo:,} input values per sample")
+    if isinstance(d.get("op_types"), (int, list)):
+        n = d["op_types"] if isinstance(d["op_types"], int) else len(d["op_types"])
+        data.append(f"{n} operator types")
+    lines.append("  covers  " + escape(", ".join(it.get("devices") or [])) + f" ({', '.join(it.get('phases') or [])})")
+    lines.append("  data    " + escape("; ".join(data) if data else "not recorded") + ("" if d else " (no domain check)"))
+    test, prev, kf = sc.get("test") or {}, sc.get("previous_test") or {}, sc.get("kfold") or {}
+    intervals = it.get("intervals") or {}
+    for key in it.get("targets") or []:
+        metric, _, rest = key.partition("@")
+        m, mark = (test.get(key), "") if key in test else (prev.get(key), "†")
+        parts = [f"test {m['mape']:.2f} %{mark}, Spearman {m['spearman']:.3f}" if m else "no test score"]
+        if kf.get(key):
+            parts.append(f"k-fold {kf[key]['mape']:.2f} %")
+        q = intervals.get(key)
+        if q is not None:
+            parts.append(f"90 % x/{math.exp(q):.2f}")
+        device = rest.rpartition(":")[0]
+        who = metric if len(it.get("devices") or []) < 2 else f"{metric} {device}"
+        lines.append(f"  {escape(who):<22}" + "; ".join(parts))
+    return "\n".join(lines) + "\n"

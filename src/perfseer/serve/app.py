@@ -74,8 +74,13 @@ class PredictRequest(BaseModel):
                                                           "symbolic sequence dimensions)")
     dims: dict[str, int] = Field(default_factory=dict, description="values of other symbolic input dimensions")
     predictors: list[str] = Field(default_factory=list, description="predictor names (default: every served one)")
-    devices: list[str] = Field(default_factory=list, description="only targets on these devices")
-    phase: str | None = Field(default=None, description="infer or train (default: both where covered)")
+    devices: list[str] = Field(default_factory=list, description="with predictors: only their targets on these "
+                               "devices; alone: any registered device (a measured predictor where one covers it, "
+                               "else the spec model; each row names its basis)")
+    phase: str | None = Field(default=None, description="infer or train (default: both where covered; infer for "
+                              "devices alone)")
+    precision: str | None = Field(default=None, description="devices alone: fp32, tf32, fp16 or bf16")
+    basis: str = Field(default="auto", description="devices alone: auto, spec or measured")
 
 
 class MemoryRequest(BaseModel):
@@ -250,8 +255,22 @@ class Service:
         t0 = time.perf_counter()
         pg, cached = self.graphs.get(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len)
         t1 = time.perf_counter()
-        names = req.predictors or self.predictor_names()
         rows, notes = [], []
+        if req.devices and not req.predictors:
+            from perfseer.specmodel.route import predict_on_device
+
+            for device in req.devices:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", UnseenOperatorWarning)
+                    out = predict_on_device(pg, device, batch=list(req.batch), phase=req.phase or "infer",
+                                            precision=req.precision, prefer=req.basis)
+                for r in out:
+                    r["model"] = req.model
+                    if r.get("metric") == "latency_ms" and r.get("value"):
+                        r["throughput_per_s"] = r["batch_size"] * 1000.0 / r["value"]
+                rows += out
+                notes += [str(w.message) for w in caught]
+        names = [] if (req.devices and not req.predictors) else (req.predictors or self.predictor_names())
         for name in names:
             p = self.predictor(name)
             devices = [d for d in p.card["devices"] if not req.devices or d in req.devices]

@@ -127,9 +127,11 @@ function render(res) {
   const rows = res.predictions;
   const hasInterval = rows.some(r => Array.isArray(r.interval));
   const hasDomain = rows.some(r => "in_domain" in r);
+  const hasBasis = rows.some(r => r.basis);
   const cols = ["batch", "device", "phase", "metric", "predicted", "throughput /s"];
   if (hasInterval) cols.push("90 % interval");
   if (hasDomain) cols.push("domain");
+  if (hasBasis) cols.push("basis");
   const thead = $("table").querySelector("thead"), tbody = $("table").querySelector("tbody");
   thead.textContent = ""; tbody.textContent = "";
   const hr = document.createElement("tr");
@@ -140,10 +142,12 @@ function render(res) {
     const cells = [r.batch_size, r.device, r.phase, r.metric, fmtValue(r.value, r.unit),
                    r.throughput_per_s ? Number(r.throughput_per_s).toPrecision(4) : ""];
     if (hasInterval) cells.push(Array.isArray(r.interval) ? `${Number(r.interval[0]).toPrecision(3)}–${Number(r.interval[1]).toPrecision(3)}` : "");
-    if (hasDomain) cells.push(r.in_domain === false ? "out: " + (r.domain_reasons || []).join("; ") : "in");
+    const domainAt = cells.length;
+    if (hasDomain) cells.push(r.in_domain === false ? "out: " + (r.domain_reasons || []).join("; ") : (r.in_domain ? "in" : "-"));
+    if (hasBasis) cells.push(r.basis || "");
     cells.forEach((c, i) => {
       const td = document.createElement("td"); td.textContent = c;
-      if (hasDomain && i === cells.length - 1 && r.in_domain === false) td.className = "out";
+      if (hasDomain && i === domainAt && r.in_domain === false) td.className = "out";
       tr.appendChild(td);
     });
     tbody.appendChild(tr);
@@ -177,6 +181,8 @@ async function submit(ev) {
   try { batch = parseBatches($("batch").value); } catch (e) { showError(e.message); return; }
   const body = {model: $("model").value.trim(), batch,
                 predictors: [...document.querySelectorAll("input[name=predictor]:checked")].map(c => c.value)};
+  const devs = $("devices").value.split(/[ ,]+/).filter(Boolean);
+  if (devs.length) { body.devices = devs; body.predictors = []; }
   if ($("shape").value.trim()) body.input_shape = $("shape").value.trim();
   if ($("seq").value) body.seq_len = Number($("seq").value);
   if ($("phase").value) body.phase = $("phase").value;
