@@ -135,8 +135,8 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
     except Exception as e:  # the model failed on fake tensors: report why, never a traceback
         raise SimulationError(f"the {config.phase} step could not be simulated: {type(e).__name__}: "
                               f"{str(e).splitlines()[0][:300] if str(e) else ''}",
-                              "use the ONNX liveness estimate (perfseer memory MODEL.onnx) or the learned "
-                              "memory predictor for this model") from e
+                              "for inference, perfseer memory falls back to the ONNX graph's liveness "
+                              "(--phase infer); training memory of this model cannot be simulated yet") from e
     return tracer.close()
 
 
