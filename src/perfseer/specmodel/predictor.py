@@ -81,7 +81,8 @@ class SpecModel:
                 "calibrated": calibrated}
 
     def predict(self, model, batch: int | Sequence[int] = 1, device: str = "h100-sxm", phase: str = "infer",
-                precision: str = "fp32", input_shape=None, dims=None, optimizer: str = "adamw") -> list[dict]:
+                precision: str = "fp32", input_shape=None, dims=None, optimizer: str = "adamw",
+                seq_len: int | None = None) -> list[dict]:
         """Predict ``model``'s step latency on ``device`` at each batch size.
 
         Returns:
@@ -98,7 +99,7 @@ class SpecModel:
         if not batches or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 for b in batches):
             raise SpecModelError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
         pg = model if isinstance(model, PerfGraph) else extract(model, batch=int(batches[0]), input_shape=input_shape,
-                                                                 dims=dims)
+                                                                 dims=dims, seq_len=seq_len)
         name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
         out = []
         for b in batches:

@@ -49,7 +49,8 @@ def measured_predictors(device: str, phase: str = "infer", precision: str | None
 
 
 def predict_on_device(model, device: str, batch: int | Sequence[int] = 1, phase: str = "infer",
-                      precision: str | None = None, input_shape=None, dims=None, prefer: str = "auto") -> list[dict]:
+                      precision: str | None = None, input_shape=None, dims=None, prefer: str = "auto",
+                      seq_len: int | None = None) -> list[dict]:
     """Predict ``model`` on ``device`` with the best available basis.
 
     Args:
@@ -73,7 +74,7 @@ def predict_on_device(model, device: str, batch: int | Sequence[int] = 1, phase:
     if found:
         name, dev = found[0]
         rows = load_predictor(name).predict(model, batch=batch, input_shape=input_shape, dims=dims, device=dev,
-                                            phase=phase)
+                                            phase=phase, seq_len=seq_len)
         rows = [r for r in rows if r["metric"] == "latency_ms"]
         for r in rows:
             r["precision"] = setting_precision(dev) or "as measured"
@@ -82,4 +83,5 @@ def predict_on_device(model, device: str, batch: int | Sequence[int] = 1, phase:
         raise PerfseerError(f"no bundled measured predictor covers {spec.name} ({phase})",
                             "drop --basis measured to use the spec model, or train one (perfseer train)")
     return load_spec_model().predict(model, batch=batch, device=spec.name,
-                                     phase=phase, precision=precision or "fp32", input_shape=input_shape, dims=dims)
+                                     phase=phase, precision=precision or "fp32", input_shape=input_shape, dims=dims,
+                                     seq_len=seq_len)
