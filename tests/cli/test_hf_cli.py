@@ -39,3 +39,27 @@ def test_graph_seq_len_errors(tiny_gpt2, capsys):
     assert_cli_error(capsys, ["graph", tiny_gpt2, "--seq-len", "0"], "--seq-len")
     assert_cli_error(capsys, ["graph", tiny_gpt2, "--seq-len", "4096"], "1024", "n_positions")
     assert_cli_error(capsys, ["graph", "hf:gpt-7", "--seq-len", "8"], "hf:gpt-7", "config.json")
+
+
+def test_measurement_table_rows_of_hf_models(tiny_gpt2, tmp_path):
+    # In a measurement table an hf: row's input_shape is its sequence length; the dataset build
+    # exports each (model, seq_len) once and re-binds it to each batch size.
+    import perfseer
+    from perfseer.data.dataset import build_dataset, load_dataset
+    from perfseer.data.table import write_table
+    from perfseer.features.schema import GLOBAL_FEATURES
+
+    rows = [{"model": tiny_gpt2, "input_shape": "16", "batch_size": b, "phase": "train", "device": "gpu0",
+             "latency_ms": 1.0 + b} for b in (1, 2)]
+    write_table(rows, tmp_path / "t.csv")
+    report = build_dataset(tmp_path / "t.csv", tmp_path / "ds", workers=0, cache=tmp_path / "cache")
+    assert len(report.failures) == 0
+    ds = load_dataset(tmp_path / "ds")
+    assert sorted(ds.labels["batch_size"]) == [1, 2]
+    one = perfseer.extract(tiny_gpt2, seq_len=16, batch=1)
+    for _, row in ds.labels.iterrows():
+        b = int(row["batch_size"])
+        u = ds.graphs[int(row["graph"])].u.numpy().ravel()
+        pg = one.with_batch(b)
+        assert u[GLOBAL_FEATURES.index("batch_size")] == b
+        assert u[GLOBAL_FEATURES.index("flops_total")] == pytest.approx(pg.flops, rel=1e-6)

@@ -101,7 +101,7 @@ _META_PREFIX = "perfseer.cache."
 _MAX_REASON = 1000
 _ONNX_PATH = re.compile(r"[^\s'\"]*<model>[^\s'\"]*|[^\s'\"]+\.onnx\b")
 # Packages whose version decides whether a recorded export failure still holds.
-_VERSIONED = ("perfseer", "torch", "timm", "torchvision", "onnx", "onnxscript")
+_VERSIONED = ("perfseer", "torch", "timm", "torchvision", "onnx", "onnxscript", "transformers")
 _NOT_CACHED = ("example", "nb201", "fbnet")
 
 
