@@ -297,3 +297,13 @@ def test_export_failure_names_the_cause_without_colour_codes(tmp_path):
 ])
 def test_shipped_configs_give_the_released_parameter_counts(name, published):
     assert meta_params(name) == published
+
+
+def test_half_precision_option(tmp_path):
+    # @fp16: the same graph with 2-byte weights and activations
+    ref = local(tmp_path, "gpt2", n_layer=1, n_embd=64, n_head=4, vocab_size=1000)
+    pg = perfseer.extract(f"{ref}@fp16", seq_len=8)
+    assert pg.params == gpt2_counts(64, 1, 4, 1000, 1024, 8)[0]
+    assert pg.graph.tensors[pg.graph.outputs[0]].dtype == "float16"
+    qkv = [n.name for n in pg.graph.nodes].index("transformer.h.0.attn.c_attn/Gemm")
+    assert col(pg, "weight_bytes")[qkv] == (64 * 192 + 192) * 2
