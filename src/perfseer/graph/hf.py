@@ -121,11 +121,8 @@ def resolve_config(name: str) -> tuple[dict, str]:
     if key is not None:
         entry = _catalogue()[key]
         return dict(entry["config"]), entry["source"]
-    path = Path(os.path.expanduser(name))
-    looks_local = name.endswith(".json") or os.sep in name and not name.startswith("neusight/") and (
-        path.exists() or name.startswith((".", os.sep, "~")))
-    if looks_local:
-        return _read_local(path)
+    if _looks_local(name):
+        return _read_local(Path(os.path.expanduser(name)))
     close = difflib.get_close_matches(name.lower(), list(_names()), n=5, cutoff=0.5)
     close += [n for n in _names() if name.lower() in n and n not in close][: 5 - len(close)]
     raise ModelLoadError(
@@ -133,6 +130,19 @@ def resolve_config(name: str) -> tuple[dict, str]:
         f"pass a local config.json: hf:/path/to/config.json"
         + (f"; similar shipped names: {', '.join(close)}" if close else "")
         + "; all names: perfseer.graph.hf.known_models()")
+
+
+def _looks_local(name: str) -> bool:
+    path = Path(os.path.expanduser(name))
+    return name.endswith(".json") or os.sep in name and not name.startswith("neusight/") and (
+        path.exists() or name.startswith((".", os.sep, "~")))
+
+
+def is_local_config(reference: str) -> bool:
+    """Whether ``hf:`` ``reference`` (options allowed) names a local config.json, whose contents
+    can change under the same name (``perfseer data build`` does not cache its export)."""
+    name = reference.split("@")[0] if not reference.endswith(".json") else reference
+    return name.lower() not in _names() and _looks_local(name)
 
 
 def _read_local(path: Path) -> tuple[dict, str]:
@@ -195,8 +205,8 @@ def _model_class(ref: HFReference, config):
 
 
 def build_model(ref: HFReference):
-    """The module of ``ref`` on the meta device, and ``(input names, input shapes without the
-    batch, dtypes)`` for a given sequence length (see :func:`input_spec`)."""
+    """``(module, config)``: the module of ``ref`` on the meta device, in eval mode, and its
+    ``transformers`` configuration (caches off)."""
     import torch
 
     config = make_config(ref)
