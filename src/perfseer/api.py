@@ -33,7 +33,8 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
         >>> pg = perfseer.extract("example:resnet18", batch=8)
         >>> pg.summary()["macs"]  # doctest: +SKIP
     """
-    is_hf = isinstance(model, str) and model.startswith("hf:")
+    is_hf = (model.startswith("hf:") if isinstance(model, str)
+             else type(model).__module__.startswith("transformers."))  # an hf: name or a transformers model
     skel = load_skeleton(model, input_shape=input_shape, input_dtypes=input_dtypes, seq_len=seq_len if is_hf else None)
     if seq_len is not None and not is_hf:
         dims = _bind_seq_len(skel, seq_len, dims)

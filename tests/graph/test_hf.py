@@ -274,3 +274,19 @@ def test_half_precision_option(tmp_path):
     assert pg.graph.tensors[pg.graph.outputs[0]].dtype == "float16"
     qkv = [n.name for n in pg.graph.nodes].index("transformer.h.0.attn.c_attn/Gemm")
     assert col(pg, "weight_bytes")[qkv] == (64 * 192 + 192) * 2
+
+
+def test_transformers_module_objects_export_without_cache():
+    # A user's own transformers model object: cache off in a copy (the user's config keeps its
+    # setting), inputs by name from its forward signature, encoder and decoder lengths apart.
+    transformers = pytest.importorskip("transformers")
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=64, n_head=4, vocab_size=1000))
+    pg = perfseer.extract(gpt2, input_shape=(16,))
+    assert pg.params == gpt2_counts(64, 1, 4, 1000, 1024, 16)[0] and pg.graph.inputs == ("input_ids",)
+    assert len(pg.graph.outputs) == 1 and gpt2.config.use_cache is True
+    t5 = transformers.T5ForConditionalGeneration(transformers.T5Config(num_layers=1, d_model=64, d_ff=128, d_kv=16,
+                                                                       num_heads=4, vocab_size=1000))
+    pg = perfseer.extract(t5, input_shape=[(16,), (8,)])
+    assert pg.graph.inputs == ("input_ids", "decoder_input_ids")
+    assert [pg.graph.tensors[i].shape for i in pg.graph.inputs] == [(1, 16), (1, 8)]
+    assert pg.graph.tensors[pg.graph.outputs[0]].shape == (1, 8, 1000)  # logits: no cache outputs
