@@ -38,7 +38,8 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
     from perfseer.graph.detection import DETECTION_DIM
 
     boxes = (dims or {}).get(DETECTION_DIM)
-    is_hf = isinstance(model, str) and model.startswith("hf:")
+    is_hf = (model.startswith("hf:") if isinstance(model, str)
+             else type(model).__module__.startswith("transformers."))  # an hf: name or a transformers model
     skel = load_skeleton(model, input_shape=input_shape, input_dtypes=input_dtypes,
                          seq_len=seq_len if is_hf else None, boxes=boxes)
     if seq_len is not None and not is_hf:

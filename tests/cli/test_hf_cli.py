@@ -8,6 +8,7 @@ import math
 import pytest
 
 from helpers import assert_cli_error, run_cli
+from hf_counts import gpt2_counts
 
 pytest.importorskip("transformers")
 
@@ -39,3 +40,28 @@ def test_graph_seq_len_errors(tiny_gpt2, capsys):
     assert_cli_error(capsys, ["graph", tiny_gpt2, "--seq-len", "0"], "--seq-len")
     assert_cli_error(capsys, ["graph", tiny_gpt2, "--seq-len", "4096"], "1024", "n_positions")
     assert_cli_error(capsys, ["graph", "hf:gpt-7", "--seq-len", "8"], "hf:gpt-7", "config.json")
+
+
+def test_measurement_table_rows_of_hf_models(tiny_gpt2, tmp_path):
+    # In a measurement table an hf: row's input_shape is its sequence length; the dataset build
+    # exports each (model, seq_len) once and re-binds it to each batch size.
+    from perfseer.data.dataset import build_dataset, load_dataset
+    from perfseer.data.table import write_table
+    from perfseer.features.schema import GLOBAL_FEATURES
+
+    rows = [{"model": tiny_gpt2, "input_shape": "16", "batch_size": b, "phase": "train", "device": "gpu0",
+             "latency_ms": 1.0 + b} for b in (1, 2)]
+    write_table(rows, tmp_path / "t.csv")
+    report = build_dataset(tmp_path / "t.csv", tmp_path / "ds", workers=0, cache=tmp_path / "cache")
+    assert len(report.failures) == 0
+    # a local config.json can change under the same path: its export is not cached
+    assert not list((tmp_path / "cache").glob("**/*.onnx"))
+    ds = load_dataset(tmp_path / "ds")
+    assert sorted(ds.labels["batch_size"]) == [1, 2]
+    for _, row in ds.labels.iterrows():
+        b = int(row["batch_size"])
+        u = ds.graphs[int(row["graph"])].u.numpy().ravel()
+        assert u[GLOBAL_FEATURES.index("batch_size")] == b
+        # GPT-2 FLOPs by hand (tests/graph/test_hf.py): d 64, 1 layer, 4 heads, V 50257, 16 tokens
+        assert u[GLOBAL_FEATURES.index("flops_total")] == pytest.approx(gpt2_counts(64, 1, 4, 50257, 1024, 16, b)[2],
+                                                                          rel=1e-6)

@@ -1,6 +1,6 @@
 """``hf:`` references (perfseer.graph.hf): HuggingFace transformers from their configuration.
 
-Counts are checked against hand computations written out below.  Exporting a full-size model
+Counts are checked against hand computations (written out in ``tests/hf_counts.py``).  Exporting a full-size model
 takes tens of seconds, so most tests build the real widths (hidden size, heads, vocabulary) with
 one layer, where the graph is exactly the formula; the full model is the same formula with its
 real layer count (GPT-2 and the T5-small encoder, extracted at full size, check the repetition), and its parameter count is checked on the model built on the meta device
@@ -26,6 +26,7 @@ from onnx import helper
 
 import perfseer
 from helpers import make_model
+from hf_counts import bert_mlm_counts, gpt2_counts, opt_counts
 from perfseer.errors import MissingDependencyError, ModelLoadError, ShapeError, UnsupportedModelError
 from perfseer.features.schema import NODE_FEATURES
 from perfseer.graph import hf
@@ -54,43 +55,7 @@ def meta_params(name: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-# -- hand counts ------------------------------------------------------------------------------------
-
-def gpt2_counts(d, L, h, V, P, S, B=1):
-    """GPT2LMHeadModel (f = 4d; LM head tied to the token embedding)."""
-    f = 4 * d
-    # per layer: ln_1 2d, c_attn 3d^2+3d, c_proj d^2+d, ln_2 2d, c_fc df+f, c_proj fd+d
-    params = V * d + P * d + L * (4 * d * d + 2 * d * f + 9 * d + f) + 2 * d
-    # per layer: qkv 3Sd^2, QK^T S^2 d, PV S^2 d, proj Sd^2, MLP 2Sdf; LM head SdV
-    macs = B * (L * (4 * S * d * d + 2 * S * d * f + 2 * S * S * d) + S * d * V)
-    # per layer: LN 2*7Sd, biases S(3d+d+f+d), SDPA scales 2Sd, residuals 2Sd, gelu_new 8Sf,
-    # 8 per score; embeddings add Sd, final LN 7Sd
-    flops = 2 * macs + B * (L * (23 * S * d + 9 * S * f + 8 * h * S * S) + 8 * S * d)
-    return params, macs, flops
-
-
-def bert_mlm_counts(d, L, h, f, V, P, S, B=1, T=2):
-    """BertForMaskedLM (decoder tied to the word embedding; its bias is its own)."""
-    # embeddings (word, position, token type, LN); per layer qkv 3(d^2+d), out d^2+d, LN 2d,
-    # intermediate df+f, output fd+d, LN 2d; head: transform d^2+d, LN 2d, decoder bias V
-    params = V * d + P * d + T * d + 2 * d + L * (4 * d * d + 2 * d * f + 9 * d + f) + d * d + 3 * d + V
-    macs = B * (L * (4 * S * d * d + 2 * S * d * f + 2 * S * S * d) + S * d * d + S * d * V)
-    # per layer: biases S(5d+f), SDPA scales 2Sd, residuals 2Sd, LN 14Sd, Gelu 5Sf, 8 per score;
-    # embeddings 2 adds + LN = 9Sd; head bias Sd, Gelu 5Sd, LN 7Sd, decoder bias SV
-    flops = 2 * macs + B * (L * (23 * S * d + 6 * S * f + 8 * h * S * S) + 22 * S * d + S * V)
-    return params, macs, flops
-
-
-def opt_counts(d, L, h, f, V, P, S, B=1):
-    """OPTForCausalLM with word_embed_proj_dim = d (LM head tied; positions offset by 2)."""
-    # per layer: q,k,v,o 4(d^2+d), 2 LN 4d, fc1 df+f, fc2 fd+d; final LN 2d
-    params = V * d + (P + 2) * d + L * (4 * d * d + 2 * d * f + 9 * d + f) + 2 * d
-    macs = B * (L * (4 * S * d * d + 2 * S * d * f + 2 * S * S * d) + S * d * V)
-    # per layer: biases S(5d+f), q scaling Sd + SDPA scales 2Sd, residuals 2Sd, LN 14Sd, ReLU Sf,
-    # 8 per score; position add Sd, final LN 7Sd
-    flops = 2 * macs + B * (L * (24 * S * d + 2 * S * f + 8 * h * S * S) + 8 * S * d)
-    return params, macs, flops
-
+# -- hand counts: tests/hf_counts.py -------------------------------------------------------------
 
 @pytest.mark.parametrize("name,layers,counts,full", [
     # GPT-2 large: d 1280, 36 layers, 20 heads, V 50257, P 1024 -> 774,030,080 parameters
@@ -195,8 +160,6 @@ def test_attention_forms_same_matmuls_fused_reads_less(tmp_path):
     ("whisper-tiny", dict(encoder_layers=1, decoder_layers=1, d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128,
                           encoder_attention_heads=4, decoder_attention_heads=4, num_mel_bins=8,
                           max_source_positions=50), ("input_features", "decoder_input_ids")),
-    ("llama-3-8b", dict(num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                        num_key_value_heads=2, vocab_size=1000), ("input_ids",)),
 ])
 def test_decoders_export_without_cache(tmp_path, name, overrides, inputs):
     pg = perfseer.extract(local(tmp_path, name, **overrides), seq_len=8, batch=2)
@@ -207,11 +170,12 @@ def test_decoders_export_without_cache(tmp_path, name, overrides, inputs):
     assert logits.shape[:2] == (2, 8)
 
 
-def test_llama_grouped_query_macs(tmp_path):
+def test_llama_grouped_query_without_cache(tmp_path):
     # Llama: q, o d x d; k, v d x (d kv/h); gate, up, down 3 d f; no biases; head untied.
     d, f, h, kv, V, S = 64, 128, 4, 2, 1000, 8
     pg = perfseer.extract(local(tmp_path, "llama-3-8b", num_hidden_layers=1, hidden_size=d, intermediate_size=f,
                                 num_attention_heads=h, num_key_value_heads=kv, vocab_size=V), seq_len=S)
+    assert pg.graph.inputs == ("input_ids",) and len(pg.graph.outputs) == 1 and pg.uncovered_ops == {}
     dkv = d * kv // h
     assert pg.params == V * d + (2 * d * d + 2 * d * dkv + 3 * d * f + 2 * d) + d + V * d
     assert pg.macs == S * (2 * d * d + 2 * d * dkv + 3 * d * f) + 2 * S * S * d + S * d * V
@@ -221,9 +185,12 @@ def test_llama_grouped_query_macs(tmp_path):
 
 def test_seq_len_input_shape_and_limit(tmp_path):
     ref = local(tmp_path, "gpt2", n_layer=1, n_embd=64, n_head=4, vocab_size=1000)
-    by_seq = perfseer.extract(ref, seq_len=24)
-    by_shape = perfseer.extract(ref, input_shape=(24,))  # a measurement table's input_shape column
-    assert by_seq.flops == by_shape.flops == gpt2_counts(64, 1, 4, 1000, 1024, 24)[2]
+    parsed = hf.parse_reference(ref[3:])
+    # a measurement table's input_shape column (24,) is the sequence length; seq_len wins over it
+    assert hf._seq_len(parsed, (24,), None) == 24 and hf._seq_len(parsed, (24,), 12) == 12
+    assert hf._seq_len(parsed, None, None) == hf.DEFAULT_SEQ_LEN == 128
+    by_shape = perfseer.extract(ref, input_shape=(24,))
+    assert by_shape.flops == gpt2_counts(64, 1, 4, 1000, 1024, 24)[2]
     with pytest.raises(ShapeError, match="at most 1024 tokens.*n_positions"):
         perfseer.extract(ref, seq_len=2048)
     with pytest.raises(ShapeError, match="one dimension besides the batch"):
@@ -297,3 +264,29 @@ def test_export_failure_names_the_cause_without_colour_codes(tmp_path):
 ])
 def test_shipped_configs_give_the_released_parameter_counts(name, published):
     assert meta_params(name) == published
+
+
+def test_half_precision_option(tmp_path):
+    # @fp16: the same graph with 2-byte weights and activations
+    ref = local(tmp_path, "gpt2", n_layer=1, n_embd=64, n_head=4, vocab_size=1000)
+    pg = perfseer.extract(f"{ref}@fp16", seq_len=8)
+    assert pg.params == gpt2_counts(64, 1, 4, 1000, 1024, 8)[0]
+    assert pg.graph.tensors[pg.graph.outputs[0]].dtype == "float16"
+    qkv = [n.name for n in pg.graph.nodes].index("transformer.h.0.attn.c_attn/Gemm")
+    assert col(pg, "weight_bytes")[qkv] == (64 * 192 + 192) * 2
+
+
+def test_transformers_module_objects_export_without_cache():
+    # A user's own transformers model object: cache off in a copy (the user's config keeps its
+    # setting), inputs by name from its forward signature, encoder and decoder lengths apart.
+    transformers = pytest.importorskip("transformers")
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=64, n_head=4, vocab_size=1000))
+    pg = perfseer.extract(gpt2, input_shape=(16,))
+    assert pg.params == gpt2_counts(64, 1, 4, 1000, 1024, 16)[0] and pg.graph.inputs == ("input_ids",)
+    assert len(pg.graph.outputs) == 1 and gpt2.config.use_cache is True
+    t5 = transformers.T5ForConditionalGeneration(transformers.T5Config(num_layers=1, d_model=64, d_ff=128, d_kv=16,
+                                                                       num_heads=4, vocab_size=1000))
+    pg = perfseer.extract(t5, input_shape=[(16,), (8,)])
+    assert pg.graph.inputs == ("input_ids", "decoder_input_ids")
+    assert [pg.graph.tensors[i].shape for i in pg.graph.inputs] == [(1, 16), (1, 8)]
+    assert pg.graph.tensors[pg.graph.outputs[0]].shape == (1, 8, 1000)  # logits: no cache outputs

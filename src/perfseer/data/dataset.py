@@ -101,7 +101,7 @@ _META_PREFIX = "perfseer.cache."
 _MAX_REASON = 1000
 _ONNX_PATH = re.compile(r"[^\s'\"]*<model>[^\s'\"]*|[^\s'\"]+\.onnx\b")
 # Packages whose version decides whether a recorded export failure still holds.
-_VERSIONED = ("perfseer", "torch", "timm", "torchvision", "onnx", "onnxscript")
+_VERSIONED = ("perfseer", "torch", "timm", "torchvision", "onnx", "onnxscript", "transformers")
 _NOT_CACHED = ("example", "nb201", "fbnet")
 
 
@@ -545,9 +545,16 @@ def make_tasks(table, table_dir: Path, cache_dir: Path | None, retry_failed: boo
         is_file = ref is None and not unsupported
         # example: files and nb201: graphs (emitted directly as ONNX) cost milliseconds: not cached.
         exported = ref is not None and ref[0] not in _NOT_CACHED
+        if exported and ref[0] == "hf":
+            from perfseer.graph.hf import is_local_config
+
+            # a local config.json can change under the same path: export it every time
+            cached = not is_local_config(ref[1])
+        else:
+            cached = exported
         tasks.append(BuildTask(model, shape, tuple(sorted(int(b) for b in batches.unique())),
                                path=_resolve(model, table_dir) if is_file else None, exported=exported,
-                               unsupported=unsupported, cache_dir=str(cache_dir) if exported and cache_dir else None,
+                               unsupported=unsupported, cache_dir=str(cache_dir) if cached and cache_dir else None,
                                retry_failed=retry_failed))
     return tasks
 

@@ -14,9 +14,10 @@ model          text     a model reference: a path to an ``.onnx`` file, ``timm:N
                         ``torchvision:NAME``, ``example:NAME``, ``nb201:ARCH_STR`` (NAS-Bench-201
                         cell string), ``fbnet:BLOCKS`` (22 space-separated FBNet block choices),
                         ``ofa:ks=..;e=..;d=..;r=..`` (Once-for-All MobileNetV3 sub-network, see
-                        :mod:`perfseer.data.importers.help_nas`) or ``space:CONFIG``
+                        :mod:`perfseer.data.importers.help_nas`), ``space:CONFIG`` or ``hf:NAME``
+                        (a HuggingFace transformer, :mod:`perfseer.graph.hf`)
 input_shape    text     one sample's shape without the batch, dimensions joined by ``x``:
-                        ``3x224x224``
+                        ``3x224x224`` (``hf:`` models: the sequence length, ``512``)
 batch_size     integer  samples per step, >= 1
 phase          text     ``infer`` (forward pass) or ``train`` (forward, backward, optimizer step)
 device         text     the device and its setting, ``<device>[/<setting>]``, e.g.
@@ -70,7 +71,7 @@ from perfseer.errors import MissingDependencyError, TableError
 REQUIRED = ("model", "input_shape", "batch_size", "phase", "device")
 OPTIONAL = ("precision", "source")
 PHASES = ("infer", "train")
-MODEL_SCHEMES = ("timm", "torchvision", "example", "nb201", "fbnet", "ofa", "space")
+MODEL_SCHEMES = ("timm", "torchvision", "example", "nb201", "fbnet", "ofa", "space", "hf")
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 

@@ -121,11 +121,8 @@ def resolve_config(name: str) -> tuple[dict, str]:
     if key is not None:
         entry = _catalogue()[key]
         return dict(entry["config"]), entry["source"]
-    path = Path(os.path.expanduser(name))
-    looks_local = name.endswith(".json") or os.sep in name and not name.startswith("neusight/") and (
-        path.exists() or name.startswith((".", os.sep, "~")))
-    if looks_local:
-        return _read_local(path)
+    if _looks_local(name):
+        return _read_local(Path(os.path.expanduser(name)))
     close = difflib.get_close_matches(name.lower(), list(_names()), n=5, cutoff=0.5)
     close += [n for n in _names() if name.lower() in n and n not in close][: 5 - len(close)]
     raise ModelLoadError(
@@ -133,6 +130,19 @@ def resolve_config(name: str) -> tuple[dict, str]:
         f"pass a local config.json: hf:/path/to/config.json"
         + (f"; similar shipped names: {', '.join(close)}" if close else "")
         + "; all names: perfseer.graph.hf.known_models()")
+
+
+def _looks_local(name: str) -> bool:
+    path = Path(os.path.expanduser(name))
+    return name.endswith(".json") or os.sep in name and not name.startswith("neusight/") and (
+        path.exists() or name.startswith((".", os.sep, "~")))
+
+
+def is_local_config(reference: str) -> bool:
+    """Whether ``hf:`` ``reference`` (options allowed) names a local config.json, whose contents
+    can change under the same name (``perfseer data build`` does not cache its export)."""
+    name = reference.split("@")[0] if not reference.endswith(".json") else reference
+    return name.lower() not in _names() and _looks_local(name)
 
 
 def _read_local(path: Path) -> tuple[dict, str]:
@@ -195,8 +205,8 @@ def _model_class(ref: HFReference, config):
 
 
 def build_model(ref: HFReference):
-    """The module of ``ref`` on the meta device, and ``(input names, input shapes without the
-    batch, dtypes)`` for a given sequence length (see :func:`input_spec`)."""
+    """``(module, config)``: the module of ``ref`` on the meta device, in eval mode, and its
+    ``transformers`` configuration (caches off)."""
     import torch
 
     config = make_config(ref)
@@ -329,6 +339,54 @@ def export_hf_model(name: str, input_shape=None, seq_len: int | None = None):
             + "export the model to ONNX yourself and pass the .onnx file",
         ) from cause
     return skel
+
+
+def is_hf_module(module) -> bool:
+    """Whether ``module`` is a ``transformers`` model (checked without importing transformers)."""
+    return type(module).__module__.startswith("transformers.") and hasattr(module, "config")
+
+
+def export_hf_module(module, input_shape=None, seq_len: int | None = None):
+    """Export a ``transformers`` model object with its cache off, the user's module untouched.
+
+    The inputs are read from its ``forward`` signature: ``input_features`` (speech encoders) or
+    ``input_ids``, plus ``decoder_input_ids`` for an encoder-decoder model.  ``input_shape`` is
+    ``(seq_len,)`` for every token input, or one shape per input (``[(512,), (128,)]`` for an
+    encoder and a decoder of different lengths); ``seq_len`` sets every token input.
+    """
+    import inspect
+
+    from perfseer.graph.torch_export import meta_twin, root_cause, skeleton_from_module
+
+    twin = meta_twin(module).eval()  # a deep copy: the user's config keeps its cache setting
+    config = twin.config
+    config.use_cache = False
+    params = inspect.signature(type(module).forward).parameters
+    names = ["input_features" if "input_features" in params and "input_ids" not in params else "input_ids"]
+    if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
+        names.append("decoder_input_ids")
+    dtype = next((str(p.dtype).removeprefix("torch.") for p in twin.parameters()), "float32")
+    shapes = [tuple(s) for s in input_shape] if input_shape and not isinstance(input_shape[0], int) else None
+    seq = seq_len or (input_shape[0] if input_shape and isinstance(input_shape[0], int) else DEFAULT_SEQ_LEN)
+    if shapes is not None and len(shapes) != len(names):
+        raise ShapeError(f"{type(module).__name__} takes {len(names)} inputs ({', '.join(names)}), "
+                         f"got {len(shapes)} input shapes", "give one shape per input, or --seq-len N")
+    spec = []
+    for i, n in enumerate(names):
+        if n == "input_features":
+            spec.append((n, shapes[i] if shapes else (config.num_mel_bins, 2 * config.max_source_positions), dtype))
+        else:
+            spec.append((n, shapes[i] if shapes and seq_len is None else (seq,), "int64"))
+    twin.forward = types.MethodType(_forward_with(names, config.model_type in _NEEDS_MASK), twin)
+    source = type(module).__name__
+    try:
+        return skeleton_from_module(twin, [sh for _, sh, _ in spec], [d for _, _, d in spec], source=source,
+                                    on_meta=True, input_names=names)
+    except UnsupportedModelError as e:
+        cause = e.__cause__ or e
+        raise UnsupportedModelError(
+            f"torch.onnx.export could not export {source} (inputs {', '.join(names)}): {root_cause(cause)}",
+            "export it to ONNX yourself and pass the .onnx file") from cause
 
 
 def _seq_len(ref: HFReference, input_shape, seq_len) -> int:

@@ -90,7 +90,11 @@ def load_skeleton(model, input_shape=None, input_dtypes=None, seq_len: int | Non
     except ImportError:  # pragma: no cover - torch is a core dependency
         torch = None
     if torch is not None and isinstance(model, torch.nn.Module):
+        from perfseer.graph.hf import export_hf_module, is_hf_module
         from perfseer.graph.torch_export import skeleton_from_module
+
+        if is_hf_module(model):  # caches off, inputs by name
+            return export_hf_module(model, input_shape, seq_len)
 
         return skeleton_from_module(model, input_shape, input_dtypes, boxes=boxes)
     raise ModelLoadError(
