@@ -143,9 +143,14 @@ def run_predictors(args: argparse.Namespace) -> int:
             device, _, phase = rest.rpartition(":")
             m, mark = (test.get(key), "") if key in test else (prev.get(key), "†")
             k, q = sc.get("kfold", {}).get(key), it["intervals"].get(key)
+            kf = it["training"].get("kfold") or {}
+            if k is None and kf.get("folds"):  # an unfinished cross-validation: the folds done so far
+                held = [(f["rows_held"], f["mape"][key]) for f in kf["folds"] if key in f.get("mape", {})]
+                n = sum(h for h, _ in held)
+                k = {"mape": sum(h * m for h, m in held) / n, "partial": f" ({len(held)}/{kf['k']} folds)"} if n else None
             t.add_row(it["name"] if i == 0 else "", it["model"] if i == 0 else "", device, phase, metric,
                       f"{rows:,}" if i == 0 and isinstance(rows, int) else "",
                       f"{m['mape']:.2f}{mark}" if m else "-", f"{m['spearman']:.3f}" if m else "-",
-                      f"{k['mape']:.2f}" if k else "-", f"×/÷{math.exp(q):.3f}" if q is not None else "-", dom if i == 0 else "")
+                      f"{k['mape']:.2f}{k.get('partial', '')}" if k else "-", f"×/÷{math.exp(q):.3f}" if q is not None else "-", dom if i == 0 else "")
     Console().print(t if items else "no predictors found")
     return 0
