@@ -10,7 +10,8 @@ Inputs are networks trained by ``scripts/retrain_shipped.sh``:
   domain; coverage on fold ``j``'s held-out rows, pooled over the folds.
   **Conformal against ensemble**, both on the validation rows (no fold network trained on them):
   conformal intervals of fold ``j`` calibrated on its held-out fold; the ensemble of the k fold
-  networks, ``exp(mean ± 1.645 sd)`` of their log predictions.
+  networks and the final one (different data, seed and epochs), ``exp(mean ± 1.645 sd)`` of
+  their log predictions.
 - a family-split run (``rtx3090-infer-family``: trained on the family split's train, early-stopped
   on its validation families).  **Unseen families**: (a) ``q`` from its validation rows (other
   unseen families), coverage on the test families; (b) the shipped rule: the random split's ``q``
@@ -77,7 +78,10 @@ def kfold_part(stage_dir: Path, card: dict) -> dict:
     y_all, yv = targets_of(sel.train)[:, 0], targets_of(sel.val)[:, 0]
     factor = float((card.get("intervals") or {}).get("ood_factor", itv.DEFAULT_OOD_FACTOR))
     cov_in, cov_all, ood, qs, val_preds, conf_val = [], [], [], [], [], []
-    for j in range(k):
+    done = [j for j in range(k) if (stage_dir / f"fold{j}.json").is_file()]
+    if not done:
+        raise SystemExit(f"no finished fold in {stage_dir}")
+    for j in done:
         p = load_predictor(stage_dir / f"fold{j}.json")
         held = np.flatnonzero(fold == j)
         train = [g for g, f in zip(sel.train, fold) if f != j]
@@ -97,13 +101,15 @@ def kfold_part(stage_dir: Path, card: dict) -> dict:
         q_held = itv.calibrate(y, ph)["q"]  # calibrated on the held-out fold, tested on validation
         lo2, hi2 = itv.bounds(pv, q_held, np.ones(len(pv), bool))
         conf_val.append({"coverage": itv.coverage(yv, lo2, hi2), "half_width_log": q_held})
+    if (stage_dir / "final.json").is_file():  # the final network never saw validation either
+        val_preds.append(load_predictor(stage_dir / "final.json").predict_graphs(sel.val)[:, 0])
     ood_all = np.concatenate(ood)
     ca, ci = np.concatenate(cov_all), np.concatenate(cov_in)
     L = np.log(np.stack(val_preds))
     mu, sd = L.mean(0), L.std(0, ddof=1)
     ens = {"coverage": float(np.mean((np.log(yv) >= mu - Z90 * sd) & (np.log(yv) <= mu + Z90 * sd)) * 100),
-           "median_half_width_log": float(np.median(Z90 * sd)), "members": k}
-    return {"rows": int(len(ca)), "folds": k, "q_per_fold": qs, "ood_factor": factor,
+           "median_half_width_log": float(np.median(Z90 * sd)), "members": len(val_preds)}
+    return {"rows": int(len(ca)), "folds": k, "folds_used": done, "q_per_fold": qs, "ood_factor": factor,
             "random_split": {"coverage_shipped_rule": float(ca.mean() * 100), "coverage_no_widening": float(ci.mean() * 100),
                              "out_of_domain_pct": float(ood_all.mean() * 100),
                              "coverage_in_domain": float(ca[~ood_all].mean() * 100) if (~ood_all).any() else None,
@@ -146,25 +152,81 @@ def family_part(card_path: Path, q_random: float) -> dict:
     return out
 
 
+def test_part(cards) -> list[dict]:
+    """Coverage on the test split of cards fitted on train only; the test rows of families that
+    have no model in the fitted rows are unseen families (a random split by architecture leaves
+    some small families entirely in validation and test)."""
+    from perfseer.predictor import load_predictor
+    from perfseer.training.data import targets_of
+    from perfseer.trust.calibrate import selection_for
+
+    out = []
+    for card in cards:
+        p = load_predictor(card)
+        sel = selection_for(p.card)
+        fam = sel.labels["family"].astype(str).to_numpy() if "family" in sel.labels else None
+        seen = {fam[int(g.row)] for g in sel.train} if fam is not None else set()
+        test = sel.test
+        y, pred = targets_of(test), p.predict_graphs(test)
+        verdicts, checked = p.assess(test, pred, _ops(test), _shapes(sel, test) if "input_shape" in sel.labels else None)
+        inside = np.array([v[0] for v in verdicts])
+        unseen = np.array([fam is not None and fam[int(g.row)] not in seen and fam[int(g.row)] != "nan" for g in test])
+        for c, t in enumerate(p.targets):
+            lo = np.array([checked[i][c]["interval"][0] for i in range(len(test))])
+            hi = np.array([checked[i][c]["interval"][1] for i in range(len(test))])
+            hit = (y[:, c] >= lo) & (y[:, c] <= hi)
+            v = np.array([checked[i][c]["value"] for i in range(len(test))])
+            ape = np.abs(v / y[:, c] - 1) * 100
+            part = lambda m: {"n": int(m.sum()), "coverage90": float(hit[m].mean() * 100) if m.any() else None,  # noqa: E731
+                              "mape": float(ape[m].mean()) if m.any() else None,
+                              "out_of_domain_pct": float((~inside[m]).mean() * 100) if m.any() else None}
+            out.append({"predictor": p.name, "target": t.key, "n": int(len(test)), "mape": float(ape.mean()),
+                        "coverage90": float(hit.mean() * 100), "out_of_domain_pct": float((~inside).mean() * 100),
+                        "coverage90_in_domain": float(hit[inside].mean() * 100) if inside.any() else None,
+                        "coverage90_out_of_domain": float(hit[~inside].mean() * 100) if (~inside).any() else None,
+                        "unseen_families": part(unseen), "seen_families": part(~unseen),
+                        "q": p.card["intervals"]["targets"][t.key]["q"], "ood_factor": p.card["intervals"].get("ood_factor")})
+    return out
+
+
 def main() -> None:
     import json
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kfold", required=True, help="output folder of a k-fold run (NAME.json and .stages/NAME/)")
+    ap.add_argument("--test", nargs="*", default=[], metavar="CARD",
+                    help="calibrated cards trained on the train split only: coverage on their test split "
+                         "(perfseer evaluate --split test)")
+    ap.add_argument("--kfold", default=None, help="output folder of a k-fold run (NAME.json and .stages/NAME/)")
     ap.add_argument("--family", default=None, help="output folder of the family-split run")
+    ap.add_argument("--q-random", type=float, default=None,
+                    help="the random split's q for the shipped rule on unseen families (default: from --test/--kfold)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     tb.set_threads(1)
-    folder = Path(args.kfold)
-    card_path = next(p for p in folder.glob("*.json"))
-    card = json.loads(card_path.read_text())
-    res = {"predictor": card["name"], "kfold": kfold_part(folder / ".stages" / card["name"], card)}
-    q_random = float(np.median(res["kfold"]["q_per_fold"]))
+    res = {"test": test_part(args.test)}
+    for r in res["test"]:
+        u = r["unseen_families"]
+        print(f"{r['predictor']} {r['target']}: test split {r['n']} rows, MAPE {r['mape']:.2f} %, 90 % intervals hold "
+              f"{r['coverage90']:.1f} % (in domain {_pct(r['coverage90_in_domain'])}, out {_pct(r['coverage90_out_of_domain'])}), "
+              f"out of domain {r['out_of_domain_pct']:.1f} %, q {r['q']:.3f}; unseen families: {u['n']} rows, "
+              f"coverage {_pct(u['coverage90'])}, MAPE {_pct(u['mape'])}, out of domain {_pct(u['out_of_domain_pct'])}")
+    q_random = float(np.median([r["q"] for r in res["test"]])) if res["test"] else None
+    if args.kfold:
+        folder = Path(args.kfold)
+        card_path = next(p for p in folder.glob("*.json"))
+        card = json.loads(card_path.read_text())
+        res["predictor"] = card["name"]
+        res["kfold"] = kfold_part(folder / ".stages" / card["name"], card)
+        q_random = float(np.median(res["kfold"]["q_per_fold"]))
     if args.family:
         fam = next(p for p in Path(args.family).glob("*.json"))
-        res["family"] = family_part(fam, q_random)
+        res["family"] = family_part(fam, q_random if args.q_random is None else args.q_random)
     res["environment"] = tb.environment()
     tb.write_json(args.json, res)
+    if "family" in res:
+        _print_family(res["family"])
+    if "kfold" not in res:
+        return
     k = res["kfold"]
     r = k["random_split"]
     print(f"{card['name']}: random split (k-fold held-out, {k['rows']} rows, q from validation): "
@@ -174,14 +236,19 @@ def main() -> None:
     print(f"  on validation: conformal {v['conformal']['coverage']:.1f} % (half-width {v['conformal']['half_width_log']:.3f}), "
           f"{v['ensemble']['members']}-network ensemble {v['ensemble']['coverage']:.1f} % "
           f"(median half-width {v['ensemble']['median_half_width_log']:.3f})")
-    if "family" in res:
-        f = res["family"]
-        print(f"  unseen families: test MAPE {f['test_mape']:.2f} %, q family/random {f['q_family_val']:.3f}/{q_random:.3f}; "
-              f"family-calibrated {f['coverage_family_calibrated']:.1f} %; out of domain {f['out_of_domain_pct_test']:.1f} %")
-        for name in ("shipped_rule_calibrated_factor", "shipped_rule_factor_2"):
-            if name in f:
-                print(f"  {name} (factor {f[name]['factor']:.2f}): {f[name]['coverage']:.1f} % "
-                      f"(in domain {f[name]['coverage_in_domain']}, out {f[name]['coverage_out_of_domain']})")
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1f} %"
+
+
+def _print_family(f: dict) -> None:
+    print(f"unseen families: test MAPE {f['test_mape']:.2f} %, q family/random {f['q_family_val']:.3f}/{f['q_random']:.3f}; "
+          f"family-calibrated {f['coverage_family_calibrated']:.1f} %; out of domain {f['out_of_domain_pct_test']:.1f} %")
+    for name in ("shipped_rule_calibrated_factor", "shipped_rule_factor_2"):
+        if name in f:
+            print(f"  {name} (factor {f[name]['factor']:.2f}): {f[name]['coverage']:.1f} % "
+                  f"(in domain {f[name]['coverage_in_domain']}, out {f[name]['coverage_out_of_domain']})")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,8 @@ def sweep(args) -> dict:
               for s, items in sources.items()}
     rows, worst = [], []
     for item in list_predictors():
+        if args.predictors and item["name"] not in args.predictors:
+            continue
         p = load_predictor(item["path"])
         trained_on = p.card["training"].get("dataset", "")
         for source, items in graphs.items():
@@ -165,6 +167,7 @@ def main() -> None:
     ap.add_argument("--max-rows", type=int, default=3000, help="measured: rows per device at most (random sample)")
     ap.add_argument("--per-source", type=int, default=12, help="sweep: models per source (nb201, fbnet, timm, space)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--predictors", nargs="*", default=None, help="sweep: only these bundled predictors")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     tb.set_threads(1)

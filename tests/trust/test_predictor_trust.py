@@ -115,3 +115,15 @@ def test_cli_shows_interval_and_verdict(kfolded, data, capsys):
     code, out, _ = run_cli(capsys, "predict", "example:resnet18", "--predictor", card, "--json")
     row = json.loads(out)["predictions"][0]
     assert code == 0 and row["in_domain"] is False and len(row["interval"]) == 2 and isinstance(row["flags"], list)
+
+
+def test_predictors_lists_kfold_and_interval(kfolded, data, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")  # rich folds columns to the terminal's width
+    code, out, _ = run_cli(capsys, "predictors", "--dir", str(data / "preds"), "--json")
+    item = json.loads(out)[0]
+    key = "latency_ms@rtx3090/amp-nchw-pt240:infer"
+    assert code == 0 and item["scores"]["kfold"][key]["n"] == kfolded.card["training"]["rows"]["train"]
+    assert item["intervals"][key] == kfolded.card["intervals"]["targets"][key]["q"]
+    assert item["domain"]["batch_sizes"] == [1, 16] and item["training"]["fit_splits"] == ["train", "test"]
+    code, out, _ = run_cli(capsys, "predictors", "--dir", str(data / "preds"))
+    assert code == 0 and f"{kfolded.card['scores']['kfold'][key]['mape']:.2f}" in out and "×/÷" in out

@@ -233,27 +233,39 @@ def _predictor_block(it: dict) -> str:
     data = [f"{rows:,} graphs" + (f" of {tr['dataset']}" if tr.get("dataset") else "")] if isinstance(rows, int) else []
     if batches:
         data.append(f"batch {batches[0]}" + (f"-{batches[1]}" if batches[1] != batches[0] else ""))
-    inputs = d.get("inputs") or {}
+    inputs, shape = d.get("inputs") or {}, []
     if inputs.get("values_per_sample"):
         lo, hi = inputs["values_per_sample"]
-        data.append(f"{lo:,}-{hi:,} input values per sample" if lo != hi else f"{lo:,} input values per sample")
+        shape.append(f"{lo:,}-{hi:,} values per sample" if lo != hi else f"{lo:,} values per sample")
     if isinstance(d.get("op_types"), (int, list)):
         n = d["op_types"] if isinstance(d["op_types"], int) else len(d["op_types"])
-        data.append(f"{n} operator types")
+        shape.append(f"{n} operator types")
     lines.append("  covers  " + escape(", ".join(it.get("devices") or [])) + f" ({', '.join(it.get('phases') or [])})")
     lines.append("  data    " + escape("; ".join(data) if data else "not recorded") + ("" if d else " (no domain check)"))
+    if shape:
+        lines.append("  inputs  " + "; ".join(shape))
     test, prev, kf = sc.get("test") or {}, sc.get("previous_test") or {}, sc.get("kfold") or {}
     intervals = it.get("intervals") or {}
     for key in it.get("targets") or []:
         metric, _, rest = key.partition("@")
         m, mark = (test.get(key), "") if key in test else (prev.get(key), "†")
-        parts = [f"test {m['mape']:.2f} %{mark}, Spearman {m['spearman']:.3f}" if m else "no test score"]
+        parts = [f"test {m['mape']:.2f} %{mark} (Spearman {m['spearman']:.3f})" if m else "no test score"]
+        folds = (tr.get("kfold") or {}).get("folds") or []
         if kf.get(key):
             parts.append(f"k-fold {kf[key]['mape']:.2f} %")
+        elif folds:  # an unfinished cross-validation: the folds done so far, weighted by their rows
+            held = [(f["rows_held"], f["mape"][key]) for f in folds if key in f.get("mape", {})]
+            n = sum(h for h, _ in held)
+            if n:
+                parts.append(f"k-fold {sum(h * v for h, v in held) / n:.2f} % ({len(held)}/{tr['kfold']['k']})")
         q = intervals.get(key)
         if q is not None:
             parts.append(f"90 % x/{math.exp(q):.2f}")
         device = rest.rpartition(":")[0]
         who = metric if len(it.get("devices") or []) < 2 else f"{metric} {device}"
-        lines.append(f"  {escape(who):<22}" + "; ".join(parts))
+        import textwrap
+
+        body = textwrap.wrap("; ".join(parts), 78 - 19, break_on_hyphens=False) or [""]
+        lines.append(f"  {escape(who):<19}" + body[0])
+        lines += [" " * 21 + more for more in body[1:]]
     return "\n".join(lines) + "\n"
