@@ -252,7 +252,7 @@ def _predictor_block(it: dict) -> str:
         parts = [f"test {m['mape']:.2f} %{mark} (Spearman {m['spearman']:.3f})" if m else "no test score"]
         folds = (tr.get("kfold") or {}).get("folds") or []
         if kf.get(key):
-            parts.append(f"k-fold {kf[key]['mape']:.2f} %")
+            parts.append(f"k-fold\u00a0{kf[key]['mape']:.2f}\u00a0%")
         elif folds:  # an unfinished cross-validation: the folds done so far, weighted by their rows
             held = [(f["rows_held"], f["mape"][key]) for f in folds if key in f.get("mape", {})]
             n = sum(h for h, _ in held)
@@ -260,7 +260,7 @@ def _predictor_block(it: dict) -> str:
                 parts.append(f"k-fold {sum(h * v for h, v in held) / n:.2f} % ({len(held)}/{tr['kfold']['k']})")
         q = intervals.get(key)
         if q is not None:
-            parts.append(f"90 % x/{math.exp(q):.2f}")
+            parts.append(f"90\u00a0%\u00a0x/{math.exp(q):.2f}")  # kept on one line by the wrap below
         device = rest.rpartition(":")[0]
         who = metric if len(it.get("devices") or []) < 2 else f"{metric} {device}"
         import textwrap
