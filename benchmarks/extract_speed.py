@@ -151,6 +151,9 @@ def fbnet_row(n: int = 200) -> tuple[str, str, str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--resnet50-only", action="store_true",
+                    help="only the ResNet-50 ONNX file rows (docs/hardening.md: shape inference in a helper "
+                         "process, and PERFSEER_SHAPE_INFERENCE=inprocess)")
     args = ap.parse_args()
     import perfseer
     from perfseer.graph.zoo import import_zoo
@@ -164,6 +167,10 @@ def main() -> None:
         t = timed(lambda: perfseer.extract(str(path)), args.repeats)
         rows.append((f"ResNet-50 ONNX file ({kind} export, {path.stat().st_size / 2**20:.0f} MiB) -> PerfGraph",
                      f"{t * 1e3:.1f} ms", "<= 50 ms", f"{pg.params / 1e6:.2f} M params, {pg.macs / 1e9:.2f} GMACs"))
+    if args.resnet50_only:
+        for r in rows:
+            print(" | ".join(r))
+        return
     pg = perfseer.extract(str(files["dynamo"]))
     for b in (8, 32, 256):
         t = timed(lambda: pg.with_batch(b), args.repeats)
