@@ -39,6 +39,35 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(ts)
 
 
+def cpu_ms(path: str, repeats: int) -> float:
+    """Median CPU milliseconds of ``perfseer.extract(path)``: this process plus the shape-inference
+    helper process (read from /proc; 0 where there is none)."""
+    import os
+
+    import perfseer
+
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def helper() -> float:
+        try:
+            from perfseer.graph import safe_infer
+        except ImportError:  # a perfseer without the helper
+            return 0.0
+        proc = safe_infer._helper.proc
+        if proc is None:
+            return 0.0
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    perfseer.extract(path)
+    out = []
+    for _ in range(repeats):
+        h0, c0 = helper(), time.process_time()
+        perfseer.extract(path)
+        out.append(time.process_time() - c0 + helper() - h0)
+    return statistics.median(out) * 1e3
+
+
 def resnet50_files() -> dict[str, Path]:
     import torch
 
@@ -170,6 +199,9 @@ def main() -> None:
     if args.resnet50_only:
         for r in rows:
             print(" | ".join(r))
+        for kind, path in files.items():  # CPU time: comparable on a busy machine, where wall time is not
+            print(f"ResNet-50 {kind} file: median CPU {cpu_ms(str(path), args.repeats):.1f} ms per extraction "
+                  "(this process + the shape-inference helper)")
         return
     pg = perfseer.extract(str(files["dynamo"]))
     for b in (8, 32, 256):
