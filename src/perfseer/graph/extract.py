@@ -448,7 +448,7 @@ class _Extraction:
                 f"the output shape of {where} depends on the values of its input, known only at run time",
                 "export the model with this step outside the graph, or with a static size")
         runtime = [i for i in node.input if i in {vi.name for vi in self.real_inputs}
-                   and self.g.input[0].name != i and node.op_type in _SHAPE_INPUT_OPS]
+                   and self.real_inputs[0].name != i and node.op_type in _SHAPE_INPUT_OPS]
         if runtime:
             raise UnsupportedModelError(
                 f"the output shape of {where} depends on the values of graph input '{runtime[0]}', known only "

@@ -84,6 +84,11 @@ class _Helper:
                     raise BrokenPipeError
             except (BrokenPipeError, OSError):
                 code = proc.wait()
+                for pipe in (proc.stdin, proc.stdout):
+                    try:
+                        pipe.close()
+                    except OSError:  # a broken pipe's buffered bytes cannot be flushed
+                        pass
                 self.proc = None
                 raise ShapeError(
                     f"ONNX shape inference crashed (exit status {code}) on {source}: the graph is malformed in a "

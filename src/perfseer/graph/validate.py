@@ -92,8 +92,26 @@ def _schema(op: str, opset: int):
             {name: (spec.type.value, spec.type.name, spec.required) for name, spec in s.attributes.items()})
 
 
+@functools.lru_cache(maxsize=65536)
+def _signature_ok(op: str, opset: int, n_in: int, n_out: int, attrs: tuple) -> bool:
+    """Whether a node of this op, input/output counts and (attribute name, type) pairs passes the
+    schema checks; cached, since a model repeats a few signatures many times."""
+    schema = _schema(op, opset)
+    if schema == ():
+        return True
+    if schema is None:
+        return False
+    _, min_in, max_in, min_out, max_out, specs = schema
+    given = dict(attrs)
+    return (min_in <= n_in <= max_in and max(min_out, 1) <= n_out <= max_out
+            and all(given.get(k) == t if k in given else not req for k, (t, _, req) in specs.items()))
+
+
 def _check_node(node: onnx.NodeProto, opset: int, source: str) -> None:
     op = node.op_type
+    if op not in _SPECIAL and _signature_ok(op, opset, len(node.input), len(node.output),
+                                            tuple((a.name, a.type) for a in node.attribute)):
+        return
     schema = _schema(op, opset)
     if schema == ():
         return
@@ -247,9 +265,10 @@ def validate_model(model: onnx.ModelProto, source: str, stripped: set[str] | Non
         ModelLoadError, ShapeError, UnsupportedModelError: naming the node and the cause.
     """
     g = model.graph
-    names = [x for n in g.node for x in (n.op_type, n.domain, n.name, *n.input, *n.output)]
-    names += [o.domain for o in model.opset_import] + [t.name for t in g.initializer] + [v.name for v in g.input]
-    if not all(isinstance(x, str) for x in names):
+    # protobuf hands back bytes for a string field that is not UTF-8; a bytes tensor name fails the
+    # wiring check below as a dangling or unknown name, so only these are checked here
+    names = [x for n in g.node for x in (n.op_type, n.domain)] + [o.domain for o in model.opset_import]
+    if not all(type(x) is str for x in names):
         raise ModelLoadError(f"{source} holds a node or tensor name that is not valid UTF-8: the file is corrupt",
                              "re-export the model, or check that the download completed")
     opset = default_opset(model, source)
