@@ -118,3 +118,55 @@ def test_set_reaches_the_methods_that_have_the_field_and_refuses_typos(capsys):
     with pytest.raises(SystemExit):
         compare_methods.main(["--methods", "seernet[hed_globals=true]"])
     assert "hed_globals" in capsys.readouterr().err
+
+
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
+
+
+@pytest.fixture
+def tiny_families(monkeypatch):
+    """40 timm-named architectures in 10 families, batch 1 and 8, one device; latency ~ FLOPs."""
+    rng = np.random.default_rng(1)
+    graphs, rows = [], []
+    for a in range(40):
+        for b in (1, 8):
+            g = chain_graph(rng, batch=b)
+            graphs.append(g)
+            rows.append({"model": f"timm:{WORDS[a % 10]}_{a}", "batch_size": b, "device": "gpu_a", "phase": "infer",
+                         "latency_ms": 1e-6 * float(g.u[0, GLOBAL["flops_total"]]) + 0.1, "graph": len(graphs) - 1,
+                         "split": "train", "family_split": "train"})
+    view = tb.View(graphs, pd.DataFrame(rows))
+    monkeypatch.setattr(tb, "load", lambda name, data_root=None: view)
+    monkeypatch.setattr(tb, "dataset_path", lambda name, data_root=None: Path("synthetic") / name)
+    monkeypatch.setattr(tb, "set_threads", lambda n: None)
+    return view
+
+
+def test_family_folds_are_disjoint_and_cover_every_family():
+    import leave_families_out as lfo
+
+    fams = list(WORDS)
+    tests = [{f for f, s in zip(fams, lfo.fold_splits(fams, 4, k)) if s == "test"} for k in range(4)]
+    assert set().union(*tests) == set(fams) and sum(map(len, tests)) == len(fams)
+    for k in range(4):
+        split = dict(zip(fams, lfo.fold_splits(fams, 4, k)))
+        assert {f for f, s in split.items() if s == "val"} == tests[(k + 1) % 4]  # validation: the next fold
+    assert lfo.fold_of("resnet", 4, 0) == lfo.fold_of("resnet", 4, 0) != None  # noqa: E711 - pure function
+
+
+def test_leave_families_out_end_to_end(tiny_families, tmp_path, capsys):
+    import leave_families_out as lfo
+
+    out = tmp_path / "lfo.json"
+    lfo.main(["--settings", "timm:gpu_a:infer", "--methods", "flops,seernet[readout=sum]", "--ensemble",
+              "seernet[readout=sum]+flops", "--folds", "3", "--hidden", "8", "--epochs", "1", "--json", str(out)])
+    rep = json.loads(out.read_text())["settings"]["timm:gpu_a:infer"]
+    assert len(rep["folds"]) == 3
+    tested = [m for f in rep["folds"] for m in f["test_rows"]["model"]]
+    assert sorted(tested) == sorted(f"timm:{WORDS[a % 10]}_{a}" for a in range(40) for _ in (1, 8))  # each row once
+    fams = [set(f["test_families"]) for f in rep["folds"]]
+    assert not (fams[0] & fams[1]) and not (fams[1] & fams[2])
+    pooled = rep["pooled"]
+    assert set(pooled) == {"flops", "seernet[readout=sum]", "seernet[readout=sum]+flops"}
+    assert all(np.isfinite(p["mape"]) and len(p["fold_mapes"]) == 3 for p in pooled.values())
+    assert "seernet[readout=sum]" in capsys.readouterr().out

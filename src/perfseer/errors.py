@@ -24,6 +24,10 @@ class UnsupportedModelError(PerfseerError):
     """The model is valid but uses something perfseer cannot represent (control flow, custom ops)."""
 
 
+class ExportTimeoutError(UnsupportedModelError):
+    """Exporting a PyTorch model to ONNX took longer than the time limit (``PERFSEER_EXPORT_TIMEOUT``)."""
+
+
 class ShapeError(PerfseerError):
     """Tensor shapes could not be determined or are invalid (unbound symbolic or zero-size dims)."""
 
@@ -45,3 +49,13 @@ class TableError(PerfseerError):
 
 class SchemaError(PerfseerError):
     """A saved PerfGraph file is corrupt or was written by an incompatible feature schema."""
+
+
+class MemoryConfigError(PerfseerError):
+    """A memory simulation was asked for with a bad phase, optimizer, precision, batch or device
+    (``perfseer memory``)."""
+
+
+class SimulationError(PerfseerError):
+    """A model's step could not be run on fake tensors (data-dependent shapes, an operator without
+    a fake kernel, an input the model does not accept); the message carries PyTorch's reason."""

@@ -67,6 +67,9 @@ def evaluate_predictor(predictor, measurements: str | os.PathLike, split: str | 
     Returns:
         ``{"scores": {target key: metrics}, "rows_scored", "rows_not_covered", "not_covered":
         {"device (phase)": rows}, "failures": [{model, input_shape, error}], "unseen_ops": [...]}``.
+        Each target's metrics add ``coverage90`` (% of measurements inside the 90 % intervals;
+        absent for a card without calibration), ``out_of_domain_pct`` and ``clipped_pct`` (% of
+        rows whose prediction was clipped to the physical bounds).
     """
     from perfseer.features.pyg import OP_VOCAB
     from perfseer.training.metrics import evaluate
@@ -91,6 +94,10 @@ def evaluate_predictor(predictor, measurements: str | os.PathLike, split: str | 
     order = sorted(graphs)
     pred = predictor.predict_graphs([graphs[i] for i in order]) if order else np.zeros((0, len(predictor.targets)))
     at = {i: k for k, i in enumerate(order)}
+    shapes = rows["input_shape"].astype(str).to_numpy() if "input_shape" in rows else None
+    verdicts, checked = predictor.assess([graphs[i] for i in order], pred,
+                                         [[OP_VOCAB[int(k)] for k in graphs[i].op_type.unique().tolist()] for i in order],
+                                         [shapes[i] for i in order] if shapes is not None else None)
     scores, scored = {}, set()
     for c, t, idx in per_target:
         idx = [int(i) for i in idx if int(i) in at]
@@ -99,6 +106,12 @@ def evaluate_predictor(predictor, measurements: str | os.PathLike, split: str | 
         y = rows.loc[idx, t.metric].to_numpy(dtype=np.float64)
         p = pred[[at[i] for i in idx], c]
         scores[t.key] = evaluate(y, p)
+        ivs = [checked[at[i]][c]["interval"] for i in idx]
+        if all(iv is not None for iv in ivs):  # cards without calibration have no intervals
+            lo, hi = np.array([iv[0] for iv in ivs]), np.array([iv[1] for iv in ivs])
+            scores[t.key]["coverage90"] = float(np.mean((y >= lo) & (y <= hi)) * 100)
+        scores[t.key]["out_of_domain_pct"] = float(np.mean([not verdicts[at[i]][0] for i in idx]) * 100)
+        scores[t.key]["clipped_pct"] = float(np.mean([bool(checked[at[i]][c]["flags"]) for i in idx]) * 100)
         scored.update(idx)
     return {"predictor": predictor.name, "measurements": str(measurements), "scores": scores,
             "rows_scored": len(scored), "rows_not_covered": int((~covered).sum()),

@@ -27,7 +27,9 @@ Example::
 from __future__ import annotations
 
 import json
+import math
 import os
+import secrets
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -42,6 +44,7 @@ CARD_FORMAT = "perfseer.predictor"
 CARD_VERSION = 1
 BUNDLED = Path(__file__).resolve().parent / "predictors"
 UNITS = {"latency_ms": "ms", "memory_mb": "MiB", "util_pct": "%", "energy_j": "J"}
+EMBEDDINGS_KEY = "domain.embeddings"  # the training graphs' embeddings, stored beside the weights
 
 
 class PredictorError(PerfseerError):
@@ -85,6 +88,8 @@ class Predictor:
         self.name = name or card.get("name", "")
         self.targets = [Target(t["metric"], t["device"], t["phase"]) for t in card["targets"]]
         self._seen = set(card.get("op_types_seen", []))
+        self.domain_embeddings = None  # [N, D] training-graph embeddings (card["domain"]["embedding"])
+        self._specs: dict = {}
 
     # -- building ------------------------------------------------------------------------------
     @classmethod
@@ -128,15 +133,19 @@ class Predictor:
         directory.mkdir(parents=True, exist_ok=True)
         if self.card["model"].get("kind", "neural") == "neural":
             weights = directory / f"{name}.safetensors"
-            tmp = weights.with_name(weights.name + ".tmp")
+            tmp = weights.with_name(f".{weights.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
             state = {k: v.detach().cpu().contiguous() for k, v in self.net.model.state_dict().items()}
+            if self.domain_embeddings is not None:
+                import torch
+
+                state[EMBEDDINGS_KEY] = torch.from_numpy(np.ascontiguousarray(self.domain_embeddings, dtype=np.float32))
             save_file(state, str(tmp), metadata={"format": CARD_FORMAT, "name": name})
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)  # safetensors writes 0600; predictors are shared files
             os.replace(tmp, weights)
         card = directory / f"{name}.json"
-        tmp = card.with_name(card.name + ".tmp")
+        tmp = card.with_name(f".{card.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         tmp.write_text(json.dumps(dict(self.card, name=name), indent=1) + "\n")
         os.replace(tmp, card)
         return card
@@ -167,19 +176,19 @@ class Predictor:
         return self.net.predict(list(graphs))
 
     def predict(self, model, batch: int | Sequence[int] = 1, input_shape=None, dims=None,
-                device: str | None = None, phase: str | None = None) -> list[dict]:
+                device: str | None = None, phase: str | None = None, seq_len: int | None = None) -> list[dict]:
         """Predict ``model``'s metrics at each batch size.
 
         Args:
             model: anything :func:`perfseer.extract` takes (ONNX path, reference, module...), or a
                 :class:`~perfseer.features.perfgraph.PerfGraph`.
             batch: one batch size or several (the graph is extracted once and re-bound).
-            input_shape, dims: as for :func:`perfseer.extract`.
+            input_shape, dims, seq_len: as for :func:`perfseer.extract`.
             device, phase: restrict to these targets (an error if not covered).
 
         Returns:
             One dict per (batch size, target): ``model``, ``batch_size``, ``metric``, ``unit``,
-            ``device``, ``phase``, ``value``; plus ``unseen_ops`` (operator types no training graph
+            ``device``, ``phase``, ``value``, ``basis`` (what the value comes from); plus ``unseen_ops`` (operator types no training graph
             had; a warning names them too).
         """
         from perfseer.api import extract
@@ -190,7 +199,7 @@ class Predictor:
             raise PredictorError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
         cols = self.columns(device, phase)
         pg = model if isinstance(model, PerfGraph) else extract(model, batch=int(batches[0]), input_shape=input_shape,
-                                                                 dims=dims)
+                                                                 dims=dims, seq_len=seq_len)
         graphs = [(pg if b == pg.batch_size else pg.with_batch(int(b))).to_pyg() for b in batches]
         unseen = self.unseen_ops(pg.op_types)
         if unseen:
@@ -199,14 +208,83 @@ class Predictor:
                           f"prediction with care", UnseenOperatorWarning, stacklevel=2)
         values = self.predict_graphs(graphs)
         name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
+        shape = _input_shape(pg)
+        verdicts, checked = self.assess(graphs, values, [pg.op_types] * len(graphs), [shape] * len(graphs))
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
-                 "device": self.targets[c].device, "phase": self.targets[c].phase, "value": float(values[i, c]),
-                 "unseen_ops": unseen}
+                 "device": self.targets[c].device, "phase": self.targets[c].phase, "value": checked[i][c]["value"],
+                 "interval": checked[i][c]["interval"], "in_domain": verdicts[i][0],
+                 "domain_reasons": verdicts[i][1], "flags": checked[i][c]["flags"], "unseen_ops": unseen,
+                 "basis": f"measured-device predictor {self.name}"}
                 for i, b in enumerate(batches) for c in cols]
         annotate = getattr(self.net, "annotate", None)  # calibrated cards: interval and domain per row
         if annotate is not None:
             annotate(rows, [graphs[i] for i, _ in enumerate(batches) for _ in cols])
         return rows
+
+    def assess(self, graphs: Sequence, values: np.ndarray, op_types: Sequence[Sequence[str]],
+               input_shapes: Sequence | None = None) -> tuple[list[tuple[bool, list[str]]], list[list[dict]]]:
+        """The trust in each prediction of :meth:`predict_graphs`.
+
+        Args:
+            graphs: PyG graphs of raw features; ``values`` their predictions ``[N, T]``.
+            op_types: per graph, its operator types.
+            input_shapes: per graph, one sample's input shape (``"3x224x224"``; ``None``: not checked).
+
+        Returns:
+            ``(verdicts, checked)``: per graph ``(in_domain, reasons)``
+            (:func:`perfseer.trust.domain.verdicts`); per graph and target ``{"value", "interval":
+            [lo, hi], "flags"}``: the value clipped to the physical bounds, its 90 % interval
+            (widened by the card's ``ood_factor`` out of domain), and what was clipped.
+        """
+        from perfseer.trust import bounds as bnd
+        from perfseer.trust import domain as dom
+        from perfseer.trust import intervals as itv
+
+        domain = self.card.get("domain")
+        emb = None
+        if domain and domain.get("embedding") and self.domain_embeddings is not None:
+            from perfseer.trust.calibrate import embeddings
+
+            emb = embeddings(self.net, list(graphs))
+        verdicts = dom.verdicts(domain, graphs, op_types, input_shapes, emb, self.domain_embeddings)
+        inside = np.array([v[0] for v in verdicts], dtype=bool)
+        cal = self.card.get("intervals") or {}
+        factor = float(cal.get("ood_factor", itv.DEFAULT_OOD_FACTOR))
+        costs = [bnd.graph_costs(g, ops) for g, ops in zip(graphs, op_types)]
+        flops_range = None
+        if domain and "flops_total" in (domain.get("globals") or {}).get("ranges", {}):
+            flops_range = [10 ** v - 1 for v in domain["globals"]["ranges"]["flops_total"]]
+        checked: list[list[dict]] = [[{} for _ in self.targets] for _ in graphs]
+        for c, t in enumerate(self.targets):
+            q = ((cal.get("targets") or {}).get(t.key) or {}).get("q")
+            v = np.asarray(values[:, c], dtype=np.float64) if len(graphs) else np.zeros(0)
+            if q is None:
+                lo, hi = np.full(len(v), np.nan), np.full(len(v), np.nan)
+            else:
+                lo, hi = itv.bounds(v, q, inside, factor)
+            spec = self._spec(t.device) if t.metric == "latency_ms" else None
+            for i in range(len(graphs)):
+                if spec is not None:
+                    floor, ceiling, how = bnd.latency_bounds_ms(costs[i], spec, t.phase)
+                    basis = f"{spec.name} spec, floor set by {how}"
+                else:
+                    floor, ceiling = bnd.spec_free_bounds(t.metric, costs[i], (domain or {}).get("targets", {}).get(t.key),
+                                                          flops_range)
+                    basis = "no device spec: training range"
+                value, l, h, flags = bnd.check(float(v[i]), float(lo[i]), float(hi[i]), floor, ceiling, t.unit, basis)
+                if q is None:
+                    flags.append("no interval: the card has no calibration (too few validation rows, or a card "
+                                 "from before calibration: run scripts/calibrate_predictors.py)")
+                interval = [l, h] if q is not None else None
+                checked[i][c] = {"value": value, "interval": interval, "flags": flags}
+        return verdicts, checked
+
+    def _spec(self, device: str):
+        if device not in self._specs:
+            from perfseer.trust.bounds import device_spec
+
+            self._specs[device] = device_spec(device)
+        return self._specs[device]
 
     def describe(self) -> dict:
         """Name, network, coverage and test scores (what ``perfseer predictors`` shows)."""
@@ -215,8 +293,30 @@ class Predictor:
                 "path": c.get("_path"),
                 "targets": [Target(**{k: t[k] for k in ("metric", "device", "phase")}).key for t in c["targets"]],
                 "devices": c["devices"], "phases": c["phases"],
-                "training": {k: c["training"].get(k) for k in ("dataset", "split_column", "rows", "batch_sizes")},
-                "scores": c.get("scores", {})}
+                "training": {k: c["training"].get(k) for k in ("dataset", "split_column", "rows", "batch_sizes",
+                                                                "fit_splits", "kfold")},
+                "scores": c.get("scores", {}),
+                "domain": _domain_summary(c.get("domain")),
+                "intervals": {k: v["q"] for k, v in ((c.get("intervals") or {}).get("targets") or {}).items()}}
+
+
+def _domain_summary(domain: dict | None) -> dict | None:
+    """What ``perfseer predictors`` shows of a domain (the card holds the rest)."""
+    if not domain:
+        return None
+    emb = domain.get("embedding") or {}
+    return {"graphs": domain.get("graphs"), "op_types": len(domain.get("op_types", [])),
+            "batch_sizes": domain.get("batch_sizes"), "inputs": domain.get("inputs"),
+            "precision": domain.get("precision"), "embedding_threshold": emb.get("threshold")}
+
+
+def _input_shape(pg) -> tuple[int, ...] | None:
+    """One sample's shape of the graph's first input (``(3, 224, 224)``), or ``None``."""
+    try:
+        t = pg.graph.tensors[pg.graph.inputs[0]]
+        return tuple(int(d) for d in t.shape[1:]) or None
+    except (IndexError, KeyError, AttributeError, TypeError, ValueError):
+        return None
 
 
 class UnseenOperatorWarning(UserWarning):
@@ -236,6 +336,16 @@ def _paths(name_or_path: str | os.PathLike) -> tuple[Path, Path]:
         if (BUNDLED / f"{text}.json").is_file():
             text = str(BUNDLED / text)
     return Path(text + ".json"), Path(text + ".safetensors")
+
+
+def _all_finite(obj) -> bool:
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    if isinstance(obj, dict):
+        return all(_all_finite(v) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_all_finite(v) for v in obj)
+    return True
 
 
 def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Predictor:
@@ -264,6 +374,17 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
         raise PredictorError(f"predictor card {card_path} is unreadable ({e})", "re-train or re-download it") from e
     if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
         raise PredictorError(f"{card_path} is not a perfseer predictor card", "pass a card written by perfseer train")
+    version = card.get("format_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise PredictorError(f"{card_path} has format_version {version!r}, not a version number",
+                             "the card is corrupt: re-train or re-download the predictor")
+    kind = card.get("model", {}).get("kind", "neural") if isinstance(card.get("model"), dict) else None
+    if kind not in ("neural", "estimator"):
+        raise PredictorError(f"{card_path} has model kind {kind!r} (expected 'neural' or 'estimator')",
+                             "the card is corrupt: re-train or re-download the predictor")
+    if not _all_finite(card.get("scaling")):
+        raise PredictorError(f"{card_path} holds a non-finite (NaN or infinite) scaling value",
+                             "the card is corrupt: re-train or re-download the predictor")
     if card.get("format_version", 0) > CARD_VERSION:
         raise PredictorError(f"{card_path} is predictor format {card.get('format_version')}, this perfseer reads "
                              f"up to {CARD_VERSION}", "upgrade perfseer")
@@ -285,6 +406,7 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
                              "keep the .safetensors file next to its .json card") from None
     except (SafetensorError, OSError, ValueError) as e:
         raise PredictorError(f"predictor weights {weights_path} are corrupt ({e})", "re-train or re-download them") from e
+    stored = state.pop(EMBEDDINGS_KEY, None)
     try:
         model = build_from_dict(card["model"]["name"], card["model"]["config"])
         model.load_state_dict(state, strict=True)
@@ -298,7 +420,10 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
                              f"{len(ts.targets)}", "re-train it")
     model.eval()
     net = NeuralPredictor(model, fs, ts, device=torch.device(device))
-    return Predictor(card, _calibrated(card, net), card.get("name") or card_path.stem)
+    predictor = Predictor(card, _calibrated(card, net), card.get("name") or card_path.stem)
+    if stored is not None:
+        predictor.domain_embeddings = stored.double().numpy()
+    return predictor
 
 
 def _calibrated(card: dict, net):
@@ -356,8 +481,9 @@ class _CardOnly:
 def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] | None = None,
                     phase: str | None = None, metrics: str | Sequence[str] = "latency_ms",
                     split_column: str = "split", name: str | None = None, model_config: dict | None = None,
-                    train_config=None, max_train_models: int | None = None,
-                    pretrained: str | None = None) -> tuple[Predictor, object]:
+                    train_config=None, max_train_models: int | None = None, fit: Sequence[str] = ("train",),
+                    kfold: int | None = None, stage_dir: str | os.PathLike | None = None,
+                    on_stage=None, pretrained: str | None = None) -> tuple[Predictor, object]:
     """Train ``method`` on a graph dataset and wrap it as a :class:`Predictor` with its card.
 
     Args:
@@ -374,6 +500,20 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
         train_config: a :class:`~perfseer.training.trainer.TrainConfig`.
         max_train_models: train on at most this many of the training split's models (all their
             rows), chosen by a hash of the name: a cheaper predictor, same validation and test sets.
+        fit: the splits the network is fitted on: ``("train",)`` (default; the test split is
+            scored) or ``("train", "test")`` (all measured data but the validation split, which
+            early stopping keeps reading; a shipped predictor).  ``max_train_models`` applies to
+            the union.
+        kfold: also score the recipe by a ``kfold``-fold cross-validation by architecture over
+            the fitted rows: every model's rows are in one fold (by a hash of its name and the
+            training seed); fold ``j``'s network is trained on the other folds with the same
+            config and validation split and scored on fold ``j``.  The pooled out-of-fold scores
+            go to ``scores["kfold"]``, per fold in ``training["kfold"]``.
+        stage_dir: where each stage (the final network, then each fold) is saved as it ends, so
+            that an interrupted run resumes after the last finished stage (with
+            ``train_config.resume``); fold predictors stay there for interval benchmarks.
+        on_stage: called as ``on_stage(predictor)`` with the card after the final network and
+            after each fold (the CLI saves it, so a run stopped mid-way still leaves a predictor).
         pretrained: a pre-trained encoder card (``benchmarks/pretraining.py``): SeerNet's trunk starts
             from it (:func:`perfseer.training.pretrain.init_from_pretrained`).
 
@@ -400,11 +540,18 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     else:
         sel = select(ds, metrics, dev_list, phase, split_column)
         targets = [Target(m, sel.devices[0], sel.phase) for m in metrics]
+    fit = _fit_splits(fit)
+    if fit != ("train",):
+        sel.train, sel.test = [g for s in fit for g in sel.split(s)], []
     if max_train_models is not None:
         sel.train = _subsample(sel, max_train_models)
-    fitted = train_method(method, sel.train, sel.val, model_config, train_config=train_config,
-                          targets=sel.targets, test_set=sel.test, pretrained=pretrained)
+    from perfseer.training.trainer import TrainConfig
+
+    train_config = train_config or TrainConfig()
     keys = dict(zip(sel.targets, (t.key for t in targets)))
+    stages = Path(stage_dir) if stage_dir is not None else None
+    fitted = _train_stage(method, sel.train, sel.val, model_config, train_config, sel, targets, stages, "final",
+                          pretrained)
     scores = {}
     for split in ("val", "test"):
         part = sel.split(split)
@@ -418,7 +565,7 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
         "dataset": _dataset_label(getattr(ds, "path", data)), "dataset_table_sha256": manifest.get("table", {}).get("sha256"),
         "split_column": split_column, "split_seed": manifest.get("splits", {}).get("seed"),
         "rows": {s: len(sel.split(s)) for s in ("train", "val", "test")}, "dropped": sel.dropped,
-        "max_train_models": max_train_models,
+        "max_train_models": max_train_models, "fit_splits": list(fit),
         **({"pretrained": str(pretrained)} if pretrained is not None else {}),
         "batch_sizes": [batches[0], batches[-1]] if batches else None,
         "method_config": fitted.config,
@@ -429,7 +576,105 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     net = fitted.estimator if result is not None else EstimatorNet(fitted.estimator, len(targets))
     name = name or (slug(targets[0].device, targets[0].phase) if len({t.device for t in targets}) == 1
                     else f"{method}-{'+'.join(t.device.split('/')[0] for t in targets)}.{targets[0].phase}")
-    return Predictor.from_training(name, method, net, targets, seen, training, scores), fitted
+    predictor = Predictor.from_training(name, method, net, targets, seen, training, scores)
+    from perfseer.trust.calibrate import calibrate
+
+    calibrate(predictor, sel)
+    if kfold is not None:
+        if on_stage is not None:
+            on_stage(predictor)
+        _kfold(predictor, method, sel, model_config, train_config, kfold, targets, stages, on_stage, pretrained)
+    return predictor, fitted
+
+
+def _fit_splits(fit) -> tuple[str, ...]:
+    fit = (fit,) if isinstance(fit, str) else tuple(fit)
+    if not fit or "val" in fit or any(s not in ("train", "test") for s in fit) or len(set(fit)) != len(fit):
+        raise PredictorError(f"cannot fit on splits {list(fit)}",
+                             "fit on train, or on train and test (validation is kept for early stopping)")
+    return tuple(s for s in ("train", "test") if s in fit)
+
+
+def _train_stage(method, train_set, val_set, model_config, train_config, sel, targets, stages, stage,
+                 pretrained=None):
+    """Train one stage (the final network or a fold), or load it when ``stages`` holds it finished."""
+    from dataclasses import replace
+
+    from perfseer.training.run import FittedMethod, train_method
+
+    if stages is not None:
+        done = stages / f"{stage}.json"
+        if done.is_file() and train_config.resume:
+            p = load_predictor(done)
+            cfg = p.card["training"]
+            return FittedMethod(method, list(sel.targets), p.net, cfg.get("wall_time_s", 0.0), _Done(cfg),
+                                p.card["model"].get("config", {}))
+        train_config = replace(train_config, checkpoint_dir=str(stages / stage / ".checkpoint"))
+    fitted = train_method(method, train_set, val_set, model_config, train_config=train_config, targets=sel.targets,
+                          pretrained=pretrained)
+    if stages is not None and fitted.train_result is not None:
+        r = fitted.train_result
+        Predictor.from_training(stage, method, fitted.estimator, targets, (),
+                                {"epochs_run": r.epochs_run, "stopped": r.stopped, "wall_time_s": round(fitted.fit_time_s, 1),
+                                 "rows": {"train": len(train_set), "val": len(val_set)}},
+                                {}).save(stages)
+        import shutil
+
+        shutil.rmtree(stages / stage, ignore_errors=True)
+    return fitted
+
+
+class _Done:
+    """What a finished stage loaded from disk needs to look like to :func:`train_predictor`."""
+
+    def __init__(self, cfg: dict):
+        self.epochs_run, self.stopped, self.config = cfg.get("epochs_run"), cfg.get("stopped"), None
+
+
+def kfold_of(models, k: int, seed: int) -> np.ndarray:
+    """The fold (``0 .. k-1``) of each model name: a hash of the name and ``seed``, so that all rows of
+    one architecture share a fold and adding models never moves the others."""
+    import hashlib
+
+    if not isinstance(k, int) or k < 2:
+        raise PredictorError(f"k-fold cross-validation needs k >= 2 folds, got {k!r}", "pass e.g. kfold=3")
+    return np.array([int(hashlib.sha256(f"perfseer-kfold:{seed}:{m}".encode()).hexdigest()[:12], 16) % k
+                     for m in models], dtype=np.int64)
+
+
+def _kfold(predictor, method, sel, model_config, train_config, k, targets, stages, on_stage, pretrained=None) -> None:
+    """Cross-validate the recipe by architecture over ``sel.train``; scores into ``predictor.card``."""
+    from perfseer.training.data import targets_of
+    from perfseer.training.metrics import evaluate
+
+    models = sel.labels["model"].astype(str).to_numpy()
+    fold = kfold_of([models[int(g.row)] for g in sel.train], k, train_config.seed)
+    if any(not (fold == j).any() for j in range(k)):
+        raise PredictorError(f"{k}-fold cross-validation over {len(set(models))} models leaves a fold empty",
+                             "use fewer folds")
+    keys = dict(zip(sel.targets, (t.key for t in targets)))
+    y = targets_of(sel.train)
+    oof = np.full_like(y, np.nan)
+    per_fold = []
+    for j in range(k):
+        held = np.flatnonzero(fold == j)
+        train = [g for g, f in zip(sel.train, fold) if f != j]
+        fitted = _train_stage(method, train, sel.val, model_config, train_config, sel, targets, stages, f"fold{j}",
+                              pretrained)
+        oof[held] = fitted.predict([sel.train[i] for i in held])
+        per_fold.append({"fold": j, "rows_train": len(train), "rows_held": len(held),
+                         "models_held": len({models[int(sel.train[i].row)] for i in held}),
+                         "epochs_run": getattr(fitted.train_result, "epochs_run", None),
+                         "mape": {keys[t]: float(np.mean(np.abs(oof[held, c] / y[held, c] - 1)) * 100)
+                                  for c, t in enumerate(sel.targets)}})
+        done = j == k - 1
+        predictor.card["training"]["kfold"] = {"k": k, "by": "model", "seed": train_config.seed,
+                                               "folds_done": j + 1, "folds": per_fold}
+        if done:
+            predictor.card["scores"]["kfold"] = {keys[t]: evaluate(y[:, c], oof[:, c])
+                                                 for c, t in enumerate(sel.targets)}
+        if on_stage is not None:
+            on_stage(predictor)
 
 
 def _dataset_label(path) -> str:

@@ -97,9 +97,21 @@ def test_json_and_save_together(model_file, tmp_path, capsys):
     assert summary["num_edges"] == datas[0].edge_index.shape[1]
 
 
-def test_json_to_unwritable_path(model_file, tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["--out", "--json"])
+def test_json_to_unwritable_path(model_file, tmp_path, capsys, flag):
     target = tmp_path / "no_such_dir" / "out.json"
-    assert_cli_error(capsys, ["graph", str(model_file), "--json", str(target)], str(target), "--json")
+    assert_cli_error(capsys, ["graph", str(model_file), flag, str(target)], str(target), "--out")
+
+
+def test_json_flag_prints_and_out_writes_the_same_summary(model_file, tmp_path, capsys):
+    import json
+
+    from perfseer.cli.main import main
+
+    target = tmp_path / "g.json"
+    assert main(["graph", str(model_file), "--json", "--out", str(target)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(target.read_text()) and printed["num_nodes"] > 0
 
 
 @pytest.mark.parametrize("target", ["no_such_dir/g.safetensors", "graphs"], ids=["missing-dir", "a-directory"])

@@ -43,3 +43,28 @@ def test_attention_with_kv_cache():
     check(pg, "Attention", macs=macs, flops=2 * macs + 6 * scores, axis_size=3 + 6, num_heads=4,
           input_bytes=(2 * 4 * 5 * 8 + 2 * 4 * 6 * 8 + 2 * 4 * 6 * 16 + 2 * 4 * 3 * 8 + 2 * 4 * 3 * 16) * F32,
           output_bytes=(2 * 4 * 5 * 16 + 2 * 4 * 9 * 8 + 2 * 4 * 9 * 16) * F32)
+
+
+def test_attention_mask_and_causal_add_one_flop_per_score():
+    # A float mask (5, 6) broadcast over batch and heads is added to every score: 7 FLOPs per
+    # score besides the matmuls; is_causal (a mask the kernel builds itself) costs the same.
+    scores = 2 * 4 * 5 * 6
+    macs = scores * 8 + scores * 8
+    pg = one_node("Attention", {"q": (2, 4, 5, 8), "k": (2, 4, 6, 8), "v": (2, 4, 6, 8), "mask": (5, 6)},
+                  opset=23)
+    check(pg, "Attention", macs=macs, flops=2 * macs + 7 * scores,
+          input_bytes=(2 * 4 * 5 * 8 + 2 * 2 * 4 * 6 * 8 + 5 * 6) * F32)
+    causal = one_node("Attention", {"q": (2, 4, 5, 8), "k": (2, 4, 6, 8), "v": (2, 4, 6, 8)}, opset=23,
+                      is_causal=1)
+    check(causal, "Attention", macs=macs, flops=2 * macs + 7 * scores)
+
+
+def test_attention_softcap_and_grouped_query_4d():
+    # 4-D grouped-query attention: 8 query heads over 2 key/value heads, each query head scores
+    # all 6 keys; a softcap (divide, tanh, multiply) adds 3 FLOPs per score.
+    pg = one_node("Attention", {"q": (1, 8, 5, 16), "k": (1, 2, 6, 16), "v": (1, 2, 6, 16)}, opset=23,
+                  softcap=30.0)
+    scores = 1 * 8 * 5 * 6
+    macs = scores * 16 * 2
+    check(pg, "Attention", macs=macs, flops=2 * macs + 9 * scores, num_heads=8,
+          memory_access_bytes=(8 * 5 * 16 + 2 * 2 * 6 * 16 + 8 * 5 * 16) * F32)

@@ -20,6 +20,13 @@ SMALL = {
     "gat": dict(hidden_dim=32, head_hidden_dim=32, use_edge_features=True),
     "gin": dict(hidden_dim=32, head_hidden_dim=32),
 }
+# config variants that change the architecture, run through the same tests as the models
+VARIANTS = {
+    "seernet[readout=sum]": ("seernet", dict(hidden_dim=32, head_hidden_dim=32, num_blocks=2, readout="sum")),
+    "seernet[readout=sum;head_globals=true]": ("seernet", dict(hidden_dim=32, head_hidden_dim=32, readout="sum",
+                                                                head_globals=True)),
+}
+CASES = sorted(SMALL) + sorted(VARIANTS)
 T = 3
 
 
@@ -45,9 +52,14 @@ def permuted(d, perm):
                 edge_attr=d.edge_attr[eperm], u=d.u, num_nodes=d.num_nodes)
 
 
-def make(name, **kw):
+def make(case, **kw):
     torch.manual_seed(0)
-    return build_model(name, num_targets=T, **SMALL[name], **kw)
+    name, small = VARIANTS.get(case, (case, SMALL.get(case)))
+    return build_model(name, num_targets=T, **small, **kw)
+
+
+def base_name(case):
+    return VARIANTS.get(case, (case,))[0]
 
 
 def test_every_neural_model_is_covered():
@@ -55,7 +67,7 @@ def test_every_neural_model_is_covered():
     assert set(SMALL) <= set(MODELS)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", CASES)
 def test_forward_shapes_and_gradients(name):
     model = make(name)
     out = model(Batch.from_data_list(graphs()))
@@ -69,11 +81,11 @@ def test_forward_shapes_and_gradients(name):
     assert single.shape == (1, T) and torch.isfinite(single).all()
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", CASES)
 def test_config_round_trip_gives_identical_output(name):
     model = make(name).eval()
     card = json.loads(json.dumps(model.config.to_dict()))
-    twin = build_from_dict(name, card)
+    twin = build_from_dict(base_name(name), card)
     assert twin.config == model.config
     twin.load_state_dict(model.state_dict())
     twin.eval()
@@ -81,7 +93,7 @@ def test_config_round_trip_gives_identical_output(name):
     torch.testing.assert_close(twin(batch), model(batch), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", CASES)
 def test_node_order(name):
     model = make(name).eval()
     gs = graphs()
@@ -94,7 +106,7 @@ def test_node_order(name):
         assert not torch.allclose(a, b)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", CASES)
 def test_wrong_feature_width_is_refused(name):
     model = make(name)
     d = graphs()[0]

@@ -129,3 +129,45 @@ def test_task_losses_huber_and_empty_column():
     hub, empty = task_losses(pred, target, "huber")
     torch.testing.assert_close(hub, torch.tensor((2.5 + 0.125) / 2))
     assert empty.item() == 0.0 and empty.requires_grad
+
+
+def test_sum_readout_adds_node_and_global_costs_in_the_target_unit():
+    torch.manual_seed(0)
+    model = SeerNet(SeerNetConfig(**SMALL, readout="sum"))
+    model.set_target_scaling([2.0], [1.5])  # log-ms mean and std, as the trainer hands them over
+    batch = Batch.from_data_list(graphs())
+    model.train()
+    model(batch)  # the first training batch sets the offset: mean prediction = mean target
+    model.eval()
+    out = model(batch)
+    torch.testing.assert_close(out.mean(), torch.tensor(0.0), atol=1e-5, rtol=0)
+    head = model.head
+    x, emb = model.trunk.states(batch, batch.batch, batch.u, 3)
+    s_node = head.node_head(torch.cat([x, batch.x], -1)) + head.offset
+    s_glob = head.global_head(emb) + head.offset
+    ms = torch.stack([torch.exp(s_node[batch.batch == g]).sum() + torch.exp(s_glob[g]).sum() for g in range(3)])
+    torch.testing.assert_close(torch.exp(out[:, 0] * 1.5 + 2.0), ms, rtol=1e-4, atol=0)  # y = sum of node costs + global
+
+
+def test_sum_readout_grows_with_a_repeated_subgraph():
+    # two disjoint copies of a graph cost at least what one does: the sum extrapolates in size
+    from torch_geometric.data import Data
+
+    torch.manual_seed(0)
+    model = SeerNet(SeerNetConfig(**SMALL, readout="sum", use_global_features=False)).eval()
+    g = graphs()[0]
+    twice = Data(x=torch.cat([g.x, g.x]), edge_index=torch.cat([g.edge_index, g.edge_index + 5], 1),
+                 edge_attr=torch.cat([g.edge_attr, g.edge_attr]), u=g.u, op_type=torch.cat([g.op_type, g.op_type]),
+                 num_nodes=10)
+    with torch.no_grad():
+        one, two = model(Batch.from_data_list([g])), model(Batch.from_data_list([twice]))
+    assert float(two) > float(one)
+
+
+def test_readout_defaults_and_old_cards():
+    assert SeerNetConfig.from_dict({"hidden_dim": 8}).readout == "graph"  # a card from before the field
+    assert SeerNetMultiConfig().readout == "graph"
+    with pytest.raises(Exception, match="readout"):
+        SeerNetMultiConfig(readout="sum")
+    with pytest.raises(Exception, match="readout"):
+        SeerNetConfig(readout="mean")

@@ -207,3 +207,48 @@ def test_cpu_measurement_without_its_cores_is_contended_and_retried(tmp_path):
         store.add_jobs([job(device="fakegpu/fake")])
         summary = run_local(store, store.pending(), _StubWorker("torch-cuda", 20.0), 10.0)
         assert summary.statuses["ok"] == 1
+
+
+def test_two_collectors_on_one_store_split_the_work(tmp_path):
+    """Two ``perfseer collect run`` processes on one store: every job measured exactly once, the
+    work split between them (each claims a job with a lease before measuring it)."""
+    db = tmp_path / "runs.sqlite"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+           "FAKE_SLEEP": "0.15"}
+    procs = [subprocess.Popen(_collect_cmd(db), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    measured = []
+    for out, _ in outs:
+        line = next(x for x in out.splitlines() if x.startswith(("measured", "nothing measured")))
+        measured.append(int(line.split()[1]) if line.startswith("measured") else 0)
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT job_id, status, attempts FROM results").fetchall()
+        leases = c.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
+    assert len(rows) == 24 and len({r[0] for r in rows}) == 24
+    assert all(status == "ok" and attempts == 1 for _, status, attempts in rows)  # nothing measured twice
+    assert sum(measured) == 24 and min(measured) > 0, outs  # both did part of the work
+    assert leases == 0
+
+
+def test_an_ok_result_is_never_replaced_by_a_later_failure(tmp_path):
+    with Store(tmp_path / "runs.sqlite") as store:
+        store.add_jobs([job()])
+        (job_id, _), = store.pending()
+        store.record(job_id, Measurement("ok", latency_ms=2.0))
+        store.record(job_id, Measurement.failed("crash", "a second collector's late failure"))
+        assert store.db.execute("SELECT status, latency_ms FROM results").fetchall() == [("ok", 2.0)]
+        assert not store.claim(job_id, "someone", 60.0, since="1970-01-01T00:00:00+00:00")
+
+
+def test_a_live_lease_blocks_others_and_a_dead_owners_lease_does_not(tmp_path):
+    with Store(tmp_path / "runs.sqlite") as store:
+        store.add_jobs([job(batch=1), job(batch=2)])
+        (a, _), (b, _) = store.pending()
+        assert store.claim(a, "first", 600.0)
+        assert not store.claim(a, "second", 600.0)  # the first collector (this live process) holds it
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        store.db.execute("INSERT INTO leases VALUES (?, 'gone', (SELECT host FROM leases LIMIT 1), ?, 1e12)",
+                         (b, int(dead.stdout)))
+        assert store.claim(b, "second", 600.0)  # its owner's process is gone from this host

@@ -131,3 +131,19 @@ def test_auto_batch_size_gives_about_32_steps_per_epoch(data):
     result = run(data, max_epochs=1, batch_size=None)  # 48 training graphs: the floor of 16
     assert TrainConfig().batch_size is None and result.config.batch_size == 16
     assert run(data, max_epochs=1, batch_size=8).config.batch_size == 8  # an explicit size is kept
+
+
+def test_sum_readout_receives_the_target_scaling_and_learns(data):
+    # SeerNet-Sum composes costs in milliseconds: the trainer hands it the log-target mean and std,
+    # and its first batch sets the offset, so training starts from the right scale
+    from perfseer.models.registry import build_model
+
+    torch.manual_seed(0)
+    model = build_model("seernet", hidden_dim=16, head_hidden_dim=16, readout="sum")
+    tr, va, te = data
+    res = train(model, tr, va, TrainConfig(max_epochs=30, lr=3e-3, **FAST), test_set=te)
+    ts = res.predictor.target_scaler
+    torch.testing.assert_close(model.head.target_mean.double(), torch.as_tensor(ts.mean_), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(model.head.target_std.double(), torch.as_tensor(ts.std_), rtol=1e-6, atol=1e-6)
+    assert bool(model.head.initialised)
+    assert res.metrics["test"]["target0"]["mape"] < 50  # latency ~ FLOPs is learnt through the sum

@@ -98,13 +98,15 @@ def add_parser(sub) -> None:
 
 # -- argument parsing (one-line errors through CollectError) ---------------------------------------------
 
-def _int(text, flag: str, low: int = 1) -> int:
+def _int(text, flag: str, low: int = 1, high: int | None = None) -> int:
     try:
         value = int(str(text).strip())
     except ValueError:
         value = None
     if value is None or value < low:
         raise CollectError(f"{flag} {text!r} is not a whole number >= {low}", f"write {flag} N with N >= {low}")
+    if high is not None and value > high:
+        raise CollectError(f"{flag} {value} is above the limit of {high:,}", f"write {flag} N with N <= {high:,}")
     return value
 
 
@@ -131,7 +133,9 @@ def parse_batches(text: str) -> list[int]:
     items = [t.strip() for t in str(text).split(",") if t.strip()]
     if not items:
         raise CollectError(f"--batches {text!r} names no batch size", "write batch sizes like 1,2,4,8")
-    return sorted({_int(t, "--batches batch size") for t in items})
+    from perfseer.cli.bounds import MAX_BATCH
+
+    return sorted({_int(t, "--batches batch size", 1, MAX_BATCH) for t in items})
 
 
 def parse_shapes(text: str) -> list[str]:
@@ -154,6 +158,31 @@ def read_model_file(path: str) -> list[str]:
         raise CollectError(f"--models file '{path}' does not exist", "give a text file with one model reference per line")
     return [line.strip() for line in p.read_text(encoding="utf-8").splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
+
+
+def check_backend_spec(name: str) -> None:
+    """``--backend``: a registered name, or ``package.module:Class`` whose module can be found
+    (located without being imported, so a typo never runs another module's code)."""
+    import importlib.util
+    import re
+
+    from perfseer.profiling.backends import BACKENDS
+
+    if name in BACKENDS:
+        return
+    module, sep, cls = name.partition(":")
+    ident = r"[A-Za-z_][A-Za-z0-9_]*"
+    if not sep or not re.fullmatch(rf"{ident}(\.{ident})*", module) or not re.fullmatch(ident, cls):
+        raise CollectError(f"unknown backend {name[:80]!r}",
+                           f"use one of: {', '.join(BACKENDS)} (or package.module:Class)")
+    top = module.split(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise CollectError(f"backend {name!r}: no module '{top}' is installed or on the path",
+                           f"use one of: {', '.join(BACKENDS)}, or an importable package.module:Class")
 
 
 def check_reference(ref: str) -> str:
@@ -181,6 +210,7 @@ def collect_options(args) -> dict:
     from perfseer.profiling.backends import backend_class
     from perfseer.profiling.protocol import Protocol
 
+    check_backend_spec(args.backend)  # before anything it names is imported
     cls = backend_class(args.backend)
     o = {"backend": args.backend}
     o["batches"] = parse_batches(args.batches)
@@ -212,7 +242,9 @@ def collect_options(args) -> dict:
     refs = list(args.model)
     if args.models:
         refs += read_model_file(args.models)
-    o["space"] = _int(args.space, "--space", 0) if args.space is not None else None
+    from perfseer.cli.bounds import MAX_SPACE
+
+    o["space"] = _int(args.space, "--space", 0, MAX_SPACE) if args.space is not None else None
     o["seed"] = _int(args.seed, "--seed", 0)
     o["classes"] = _int(args.classes, "--classes")
     o["refs"] = [check_reference(r) for r in refs]
@@ -317,11 +349,13 @@ def _short(model: str, batch: int, phase: str) -> str:
 
 
 def _print_summary(console, summary, db: str) -> None:
+    taken = (f"; {summary.taken} jobs measured or being measured by another collector on '{db}'"
+             if summary.taken else "")
     if not summary.done:
-        console.print(f"nothing measured; '{db}' is up to date")
+        console.print(f"nothing measured; '{db}' is up to date" if not taken else f"nothing measured{taken}")
         return
     parts = ", ".join(f"{n} {s}" for s, n in sorted(summary.statuses.items()))
-    line = f"measured {summary.done} jobs: {parts}"
+    line = f"measured {summary.done} jobs: {parts}{taken}"
     if summary.seconds:
         line += (f"; per measurement: median {statistics.median(summary.seconds):.2f} s, "
                  f"mean {statistics.fmean(summary.seconds):.2f} s")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 
 from perfseer.errors import PerfseerError, ShapeError
+from perfseer.graph.validate import MAX_DIM
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -19,68 +18,86 @@ def parse_shape(text: str) -> tuple[int, ...]:
     if not dims or any(d <= 0 for d in dims):
         raise ShapeError(f"cannot read input shape '{text}'",
                          "write the dimensions of one sample without the batch, e.g. 3x224x224")
-    return dims
+    from perfseer.cli.bounds import check_shape
+
+    return check_shape(dims)
 
 
 def parse_dims(items: list[str] | None) -> dict[str, int]:
     out = {}
     for item in items or []:
         name, sep, value = item.partition("=")
-        if not sep or not value.strip().isdigit() or int(value) <= 0:
-            raise ShapeError(f"cannot read --dim '{item}'", "write NAME=VALUE with a positive integer, e.g. seq=128")
+        if not sep or not value.strip().isdigit() or not 0 < int(value) <= MAX_DIM:
+            raise ShapeError(f"cannot read --dim '{item}'",
+                             f"write NAME=VALUE with an integer from 1 to {MAX_DIM}, e.g. seq=128")
         out[name.strip()] = int(value)
     return out
+
+
+def check_seq_len(seq_len: int | None) -> None:
+    if seq_len is not None and seq_len < 1:
+        raise ShapeError(f"--seq-len must be at least 1, got {seq_len}", "pass --seq-len N with N >= 1")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("graph", help="extract a model's PerfGraph and summarise it",
                        description="Extract the PerfGraph of MODEL: an .onnx file or a model reference.")
-    p.add_argument("model", help="an .onnx file, timm:NAME[@reparam], torchvision:NAME, nb201:ARCH, fbnet:BLOCKS "
-                                 "or example:NAME")
+    p.add_argument("model", help="an .onnx file, timm:NAME[@reparam], torchvision:NAME, nb201:ARCH, fbnet:BLOCKS, "
+                                 "hf:NAME (a HuggingFace transformer, see docs/transformers.md) or example:NAME")
     p.add_argument("--batch", type=int, default=None, help="batch size to bind (default 1)")
     p.add_argument("--input-shape", help="one sample's shape without the batch, e.g. 3x224x224")
     p.add_argument("--dim", action="append", metavar="NAME=VALUE", help="bind a symbolic input dimension")
-    p.add_argument("--json", metavar="PATH", help="write the summary as JSON to PATH ('-' for stdout)")
+    p.add_argument("--seq-len", type=int, default=None, metavar="N",
+                   help="tokens per sample: for hf: models (default 128), or the symbolic sequence dimensions of an "
+                        "ONNX model")
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                   help="print the summary as JSON on stdout (as every command's --json); an old form, "
+                        "--json PATH, writes it to PATH like --out")
+    p.add_argument("--out", metavar="FILE", help="also write the summary as JSON to FILE (atomically)")
     p.add_argument("--save", metavar="PATH", help="save the graph's features (safetensors) to PATH")
     p.add_argument("--top", type=int, default=8, help="how many of the heaviest operators to list (>= 0)")
     p.set_defaults(func=run)
 
 
-def graph_summary(model, batch=None, input_shape=None, dims=None) -> tuple[dict, object]:
+def graph_summary(model, batch=None, input_shape=None, dims=None, seq_len=None) -> tuple[dict, object]:
     """Extract and summarise: the plain function behind the subcommand (tests call it directly)."""
     from perfseer.api import extract
 
-    pg = extract(model, batch=batch, input_shape=input_shape, dims=dims)
+    pg = extract(model, batch=batch, input_shape=input_shape, dims=dims, seq_len=seq_len)
     return pg.summary(), pg
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.batch is not None and args.batch < 1:
-        raise ShapeError(f"--batch must be at least 1, got {args.batch}", "pass --batch N with N >= 1")
+    from perfseer.cli.bounds import MAX_BATCH, dumps
+
+    if args.batch is not None and not 1 <= args.batch <= MAX_BATCH:
+        raise ShapeError(f"--batch must be from 1 to {MAX_BATCH}, got {args.batch}", "pass --batch N with N >= 1")
     shape = parse_shape(args.input_shape) if args.input_shape is not None else None
-    summary, pg = graph_summary(args.model, args.batch, shape, parse_dims(args.dim))
+    check_seq_len(args.seq_len)
+    summary, pg = graph_summary(args.model, args.batch, shape, parse_dims(args.dim), args.seq_len)
     summary["heaviest"] = [{"node": n, "op": o, "flops": f} for n, o, f in pg.heaviest(max(args.top, 0))]
     if args.save:
         from perfseer.features.pyg import save_graphs
 
         save_graphs([pg], args.save, meta=[{"model": str(args.model), "batch_size": pg.batch_size}])
-    if args.json:
-        text = json.dumps(summary, indent=2)
-        if args.json == "-":
-            print(text)
-            return 0
-        _write_atomic(Path(args.json), text + "\n")
+    text = dumps(summary, indent=2)
+    for path in (args.out, args.json if args.json not in (None, "-") else None):
+        if path:
+            _write_atomic(Path(path), text + "\n")
+    if args.json == "-":
+        print(text)
+        return 0
     render(summary, args.model)
     return 0
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    from perfseer.cli.bounds import atomic_write_text
+
     try:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        atomic_write_text(path, text)
     except OSError as e:
-        raise PerfseerError(f"cannot write {path}: {e.strerror}", "choose a writable path for --json") from e
+        raise PerfseerError(f"cannot write {path}: {e.strerror}", "choose a writable path for --out") from e
 
 
 def _si(value: float, unit: str = "") -> str:

@@ -1,38 +1,73 @@
-"""The ``perfseer`` command: one module per subcommand, each a parser function plus a plain function."""
+"""The ``perfseer`` command: one module per subcommand, each a parser function plus a plain function.
+
+Only the module of the subcommand being run is imported and asked for its full parser; the others
+are listed by name and one-line help from :data:`COMMANDS`.  The subcommand modules import torch,
+onnx and the rest inside their functions, so ``perfseer --help`` and commands that need no torch
+start fast (see ``benchmarks/cli_startup.py``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from perfseer import __version__
-from perfseer.cli import calibrate as calibrate_cmd
-from perfseer.cli import collect as collect_cmd
-from perfseer.cli import data as data_cmd
-from perfseer.cli import graph as graph_cmd
-from perfseer.cli import ops as ops_cmd
-from perfseer.cli import predict as predict_cmd
-from perfseer.cli import train as train_cmd
 from perfseer.errors import PerfseerError
 
-SUBCOMMANDS = {"graph": graph_cmd, "ops": ops_cmd, "data": data_cmd, "collect": collect_cmd, "train": train_cmd,
-               "predict": predict_cmd, "calibrate": calibrate_cmd}
+# subcommand -> (module whose add_parser(sub) defines it, one-line help shown by `perfseer --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "graph": ("perfseer.cli.graph", "extract a model's PerfGraph and summarise it"),
+    "ops": ("perfseer.cli.ops", "list the operators perfseer has cost functions for"),
+    "data": ("perfseer.cli.data", "measurement tables: import public benchmarks, build graph datasets"),
+    "collect": ("perfseer.cli.collect", "measure models (latency, memory, utilisation, energy) into a resumable store"),
+    "train": ("perfseer.cli.train", "train a predictor on a graph dataset"),
+    "evaluate": ("perfseer.cli.train", "score a predictor on measurements"),
+    "predict": ("perfseer.cli.predict", "predict a model's latency (and other metrics) with a trained predictor"),
+    "predictors": ("perfseer.cli.predict", "list the bundled predictors with their coverage and test scores"),
+    "devices": ("perfseer.cli.devices", "list the known GPUs and CPUs with their specs, or add one"),
+    "memory": ("perfseer.cli.memory", "GPU memory of a training or inference step: breakdown, largest batch, MIG slice"),
+    "calibrate": ("perfseer.cli.calibrate", "a predictor for a new device from a few measurements of it"),
+    "serve": ("perfseer.cli.serve", "serve predictions over HTTP: a REST API and a web page"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_word(argv: list[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+        if word == "--":
+            return None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser of ``command`` (all of them when None) beside one-line entries for the rest."""
     parser = argparse.ArgumentParser(
         prog="perfseer",
         description="Predict deep-learning model performance from the computational graph.",
     )
     parser.add_argument("--version", action="version", version=f"perfseer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in SUBCOMMANDS.items():
-        module.add_parser(sub)
+    wanted = {COMMANDS[command][0]} if command in COMMANDS else {m for m, _ in COMMANDS.values()}
+    if command is not None and command not in COMMANDS:
+        wanted = set()  # an unknown word: argparse lists the choices
+    full: set[str] = set()
+    for name, (module, help_text) in COMMANDS.items():
+        if module in wanted:
+            if module not in full:
+                importlib.import_module(module).add_parser(sub)
+                full.add(module)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    word = _command_word(argv)
+    parser = build_parser(word if word is not None else "")
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
@@ -42,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `perfseer ... | head`: the reader left; nothing to report
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
@@ -31,7 +30,9 @@ def coverage() -> dict[str, dict]:
 def run(args: argparse.Namespace) -> int:
     cov = coverage()
     if args.json:
-        print(json.dumps(cov, indent=2))
+        from perfseer.cli.bounds import dumps
+
+        print(dumps(cov, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -4,7 +4,6 @@ a measurement table."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -14,8 +13,10 @@ def _ints(text: str) -> list[int]:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         values = []
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    from perfseer.cli.bounds import MAX_BATCH
+
+    if not values or any(v < 1 or v > MAX_BATCH for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers from 1 to {MAX_BATCH}, got {text!r}")
     return values
 
 
@@ -33,6 +34,8 @@ def positive(kind):
 
 
 def add_parser(sub) -> None:
+    from perfseer.cli.bounds import MAX_GRAPHS_PER_STEP, MAX_HIDDEN, bounded_int
+
     from perfseer.training.trainer import TrainConfig
 
     d = TrainConfig()
@@ -58,16 +61,24 @@ def add_parser(sub) -> None:
     p.add_argument("--epochs", type=positive(int), default=d.max_epochs, help=f"at most (default {d.max_epochs})")
     p.add_argument("--time-limit", type=positive(float), default=None, metavar="S",
                    help="stop after the epoch that ends past S seconds")
-    p.add_argument("--hidden", type=positive(int), default=None, help="hidden width of the network")
+    p.add_argument("--hidden", type=bounded_int(1, MAX_HIDDEN), default=None,
+                   help=f"hidden width of the network (at most {MAX_HIDDEN})")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a model config field (JSON value), repeatable: e.g. --set head_globals=true --set dropout=0.1")
-    p.add_argument("--batch-size", type=positive(int), default=d.batch_size,
-                   help="graphs per step (default: about 32 steps per epoch, between 16 and 128)")
+    p.add_argument("--batch-size", type=bounded_int(1, MAX_GRAPHS_PER_STEP), default=d.batch_size,
+                   help=f"graphs per step (default: about 32 steps per epoch, between 16 and 128; at most "
+                        f"{MAX_GRAPHS_PER_STEP})")
     p.add_argument("--lr", type=positive(float), default=d.lr, help=f"default {d.lr}")
     p.add_argument("--max-train-models", type=positive(int), default=None, metavar="N",
                    help="train on at most N of the training split's models (hash-chosen; cheaper)")
     p.add_argument("--pretrained", default=None, metavar="CARD",
                    help="start SeerNet's trunk from a pre-trained graph auto-encoder card (docs/calibration.md)")
+    p.add_argument("--fit", choices=("train", "train+test"), default="train",
+                   help="splits the network is fitted on: train (default; test is scored) or train+test (all "
+                        "measured data but validation, which early stopping reads: a predictor to ship)")
+    p.add_argument("--kfold", type=positive(int), default=None, metavar="K",
+                   help="also score the recipe by K-fold cross-validation by architecture over the fitted rows "
+                        "(K more trainings; each stage is saved in OUT/.stages/NAME, so --resume continues)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=positive(int), default=None, help="torch CPU threads while training")
     p.add_argument("--no-pcgrad", action="store_true", help="SeerNet-Multi: plain summed losses")
@@ -80,7 +91,7 @@ def add_parser(sub) -> None:
     e = sub.add_parser(
         "evaluate", help="score a predictor on measurements",
         description="Predict every row of a measurement table (or a built dataset folder) that the predictor "
-                    "covers and report MAPE, RMSE, the share within 5/10/20 %% and rank correlations per "
+                    "covers and report MAPE, RMSE, the share within 5/10/20 % and rank correlations per "
                     "target. Rows of devices or phases it does not cover are counted, never guessed.")
     e.add_argument("--predictor", required=True, metavar="NAME|PATH")
     e.add_argument("--measurements", required=True, metavar="TABLE|DATASET")
@@ -96,7 +107,15 @@ def run_train(args: argparse.Namespace) -> int:
     from perfseer.predictor import train_predictor
     from perfseer.training.trainer import TrainConfig
 
+    from perfseer.cli.bounds import check_name
+
+    if args.name is not None:
+        check_name(args.name)  # before training: the name becomes a file in --out
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        from perfseer.errors import PerfseerError
+
+        raise PerfseerError(f"--out {out} is a file", "give a folder for the predictor files")
     cfg = TrainConfig(max_epochs=args.epochs, time_limit_s=args.time_limit, batch_size=args.batch_size, lr=args.lr,
                       seed=args.seed, num_threads=args.threads, pcgrad=not args.no_pcgrad,
                       device="cuda" if args.cuda else "cpu", progress=sys.stderr.isatty(),
@@ -107,16 +126,22 @@ def run_train(args: argparse.Namespace) -> int:
     model_config = (({"hidden_dim": args.hidden} if args.hidden else {})
                     | parse_overrides(ALIASES.get(args.model, args.model), args.set))
     start = time.perf_counter()
+    staged = args.kfold is not None or args.fit != "train"
+    stage_dir = out / ".stages" / (args.name or "run") if staged else None
     predictor, fitted = train_predictor(args.data, args.model, devices=args.device, phase=args.phase,
                                         metrics=args.metric or "latency_ms", split_column=args.split, name=args.name,
                                         model_config=model_config or None, train_config=cfg,
-                                        max_train_models=args.max_train_models, pretrained=args.pretrained)
+                                        max_train_models=args.max_train_models, pretrained=args.pretrained,
+                                        fit=args.fit.split("+"), kfold=args.kfold, stage_dir=stage_dir,
+                                        on_stage=lambda p: p.save(out))
     card = predictor.save(out)
     import shutil
 
     shutil.rmtree(out / ".checkpoint", ignore_errors=True)  # the predictor is saved: nothing to resume
     if args.json:
-        print(json.dumps(predictor.card, indent=1))
+        from perfseer.cli.bounds import dumps
+
+        print(dumps(predictor.card, indent=1))
         return 0
     _print_scores(predictor.card, f"{predictor.name} ({args.model}) in {time.perf_counter() - start:.0f} s")
     print(f"wrote {card}")
@@ -144,13 +169,28 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     predictor = load_predictor(args.predictor)
     report = evaluate_predictor(predictor, args.measurements, split=args.split)
+    if not report["rows_scored"]:
+        from perfseer.errors import PerfseerError
+
+        why = [f"{n} rows of devices/phases the predictor does not cover" for n in [report["rows_not_covered"]] if n]
+        why += [f"{len(report['failures'])} models that could not be built"] if report["failures"] else []
+        raise PerfseerError(f"nothing in {args.measurements} could be scored by {predictor.name}"
+                            + (f" ({'; '.join(why)})" if why else " (no rows)"),
+                            "give measurements of a device and phase the predictor covers (perfseer predictors)")
     if args.json:
-        print(json.dumps(report, indent=1))
+        from perfseer.cli.bounds import dumps
+
+        print(dumps(report, indent=1))
         return 0
     from rich.console import Console
 
     _print_scores({"scores": {"measured": report["scores"]}}, f"{predictor.name} on {args.measurements}")
     c = Console()
+    for key, m in report["scores"].items():
+        c.print(f"{key}: 90 % intervals hold {m['coverage90']:.1f} % of the measurements; " if "coverage90" in m
+                else f"{key}: no intervals (uncalibrated card); ", end="")
+        c.print(f"{m['out_of_domain_pct']:.1f} % of rows out of the predictor's domain; "
+                f"{m['clipped_pct']:.1f} % clipped to physical bounds")
     c.print(f"rows scored {report['rows_scored']:,}; not covered (device/phase) {report['rows_not_covered']:,}"
             + (f" ({', '.join(f'{k}: {v}' for k, v in report['not_covered'].items())})" if report["not_covered"] else "")
             + f"; models that could not be built {len(report['failures'])}")

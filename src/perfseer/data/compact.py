@@ -216,7 +216,14 @@ class CompactGraphs:
             self._built[i] = self._build(i)
         return self._built[i]
 
-    def _build(self, i: int):
+    def at_batch(self, i: int, batch: int):
+        """Graph ``i``'s model re-bound to another batch size (exact: every primary feature is affine
+        in the batch); not cached."""
+        if not isinstance(batch, (int, np.integer)) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+        return self._build(int(i) % len(self), int(batch))
+
+    def _build(self, i: int, batch: int | None = None):
         import torch
         from torch_geometric.data import Data
 
@@ -226,7 +233,7 @@ class CompactGraphs:
         rows = a["node_rows"][a["node_row"][n0:n1]]
         erows = a["edge_rows"][a["edge_row"][e0:e1]]
         ef = erows.shape[1] // 2
-        batch = int(a["graph_batch"][i])
+        batch = int(a["graph_batch"][i]) if batch is None else batch
         x, e, u = _rebuilt(rows[:, :p], rows[:, p:], erows[:, :ef], erows[:, ef:], batch - int(a["base_batch"][k]),
                            batch, float(a["params"][k]), self._num_cols)
         return Data(x=torch.from_numpy(x.astype(np.float32)),

@@ -95,6 +95,44 @@ class PerfGraph:
         """Operators without a cost function (they got the generic estimate), with their counts."""
         return dict(Counter(op for op, c in zip(self.op_types, self.covered) if not c))
 
+    # -- element types (perfseer.features.precision) ---------------------------------------------
+    def _compute_dtypes(self) -> list[str]:
+        from perfseer.features.precision import node_compute_dtypes
+
+        return node_compute_dtypes(self.graph)
+
+    @property
+    def macs_by_dtype(self) -> dict[str, float]:
+        """MACs by compute element type (``{"int8": ..., "float32": ...}``)."""
+        from perfseer.features.precision import totals_by_dtype
+
+        return totals_by_dtype(self._compute_dtypes(), self._col("macs"))
+
+    @property
+    def flops_by_dtype(self) -> dict[str, float]:
+        """FLOPs by compute element type."""
+        from perfseer.features.precision import totals_by_dtype
+
+        return totals_by_dtype(self._compute_dtypes(), self._col("flops"))
+
+    @property
+    def params_by_dtype(self) -> dict[str, int]:
+        """Parameters by stored element type."""
+        from perfseer.features.precision import params_by_dtype
+
+        return params_by_dtype(self.graph)
+
+    @property
+    def precision(self) -> str:
+        """The dominant compute element type: ``float32``, ``float16``, ``bfloat16``, ``int8``...
+
+        The type holding most MACs (FLOPs without MACs); see :mod:`perfseer.features.precision`.
+        """
+        from perfseer.features.precision import dominant, totals_by_dtype
+
+        dtypes = self._compute_dtypes()
+        return dominant(totals_by_dtype(dtypes, self._col("macs")), totals_by_dtype(dtypes, self._col("flops")))
+
     def heaviest(self, k: int = 5, by: str = "flops") -> list[tuple[str, str, float]]:
         """The ``k`` nodes with the largest ``by`` feature: ``(name, op_type, value)``."""
         col = self._col(by)
@@ -113,8 +151,17 @@ class PerfGraph:
             "folded_nodes": self.graph.folded_nodes, "folded_ops": dict(sorted(self.graph.folded_ops.items())),
             "op_counts": dict(sorted(ops.items())),
             "uncovered_ops": self.uncovered_ops,
+            **self._dtype_summary(),
             "heaviest": [{"node": n, "op": o, "flops": f} for n, o, f in self.heaviest()],
         }
+
+    def _dtype_summary(self) -> dict:
+        from perfseer.features.precision import dominant, params_by_dtype, totals_by_dtype
+
+        dtypes = self._compute_dtypes()
+        macs, flops = totals_by_dtype(dtypes, self._col("macs")), totals_by_dtype(dtypes, self._col("flops"))
+        return {"precision": dominant(macs, flops), "macs_by_dtype": macs, "flops_by_dtype": flops,
+                "params_by_dtype": params_by_dtype(self.graph)}
 
     # -- transformations ------------------------------------------------------------------------
     def with_batch(self, batch: int) -> "PerfGraph":

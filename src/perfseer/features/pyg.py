@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,7 @@ def save_graphs(graphs, path: str | os.PathLike, meta: list[dict] | None = None)
     from safetensors import SafetensorError
 
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")  # unique: parallel writers
     try:
         save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp), metadata=header)
         umask = os.umask(0)

@@ -24,10 +24,20 @@ import onnx
 from onnx import helper, numpy_helper
 
 from perfseer.errors import ShapeError, UnsupportedModelError
-from perfseer.graph import fold
+from perfseer.graph import fold, safe_infer
 from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
-from perfseer.graph.torch_export import BATCH_SENTINEL, META_BUFFERS, META_SENTINEL, META_SOURCE
+from perfseer.graph.legacy import upgrade_legacy
+from perfseer.graph.sequences import SEQUENCE_OPS, expand_sequences, unsupported_sequence
+from perfseer.graph.validate import validate_model
+from perfseer.graph.torch_export import (
+    BATCH_SENTINEL,
+    META_BUFFERS,
+    META_FIXED_BATCH,
+    META_SENTINEL,
+    META_SOURCE,
+    input_channel_error,
+)
 
 CONTROL_FLOW = frozenset({"Loop", "If", "Scan"})
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
@@ -46,11 +56,43 @@ SAME_SHAPE_OPS = frozenset({
     "Mish", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
     "Clip", "Floor", "Ceil", "Round", "Sign",
 })
+# Operators whose output shape depends on their input's values.
+_DATA_DEPENDENT = frozenset({"NonZero", "Unique", "StringNormalizer", "Compress", "NonMaxSuppression",
+                             "TfIdfVectorizer", "StringSplit", "RegexFullMatch"})
+# Operators that read a shape (or sizes) from an input's values.
+_SHAPE_INPUT_OPS = frozenset({"Expand", "Reshape", "ConstantOfShape", "Tile", "Range", "Resize", "Upsample", "Pad",
+                              "Slice", "TopK", "Split", "OneHot", "Squeeze", "Unsqueeze", "ReduceSum", "ReduceMean",
+                              "ReduceMax", "ReduceMin", "ReduceProd", "CenterCropPad", "Col2Im"})
 # Operators whose third input is a bias.
 _BIAS_OPS = frozenset({"Conv", "ConvTranspose", "Gemm"})
 # Shape-preserving standard ops whose ONNX schema has no shape inference (custom-domain ops in
 # SAME_SHAPE_OPS have none either).
 _UNINFERABLE_SAME_SHAPE = frozenset({"GroupNormalization", "SimplifiedLayerNormalization"})
+# onnxruntime's quantized operators, which ONNX cannot infer: a standard operator with the same
+# output shape stands in during shape inference: (op type, inputs by position, attributes kept,
+# output element type when it differs from the stand-in's).
+_MS_STANDINS = {
+    "QLinearAdd": ("Add", (0, 3), (), None), "QLinearMul": ("Mul", (0, 3), (), None),
+    "QGemm": ("Gemm", (0, 3), ("transA", "transB"), None),
+    "QLinearGlobalAveragePool": ("GlobalAveragePool", (0,), (), None),
+    "MatMulIntegerToFloat": ("MatMul", (0, 1), (), onnx.TensorProto.FLOAT),
+    "DynamicQuantizeMatMul": ("MatMul", (0, 1), (), None),
+    "DynamicQuantizeLSTM": ("LSTM", (0, 1, 2), ("hidden_size", "direction", "layout"), None),
+}
+# Inputs (by position) of quantized operators that hold weights: stored as integers, they are
+# parameters (counted in `params`), not buffers like other integer initializers.
+_QUANT_WEIGHT_INPUTS = {
+    "QLinearConv": (3, 8), "ConvInteger": (1,), "QLinearMatMul": (0, 3), "MatMulInteger": (0, 1),
+    "DequantizeLinear": (0,), "QGemm": (0, 3, 6), "MatMulIntegerToFloat": (0, 1), "DynamicQuantizeMatMul": (1,),
+    "DynamicQuantizeLSTM": (1, 2),
+}
+# Scales and zero points of quantized operators: stored tensors, not trainable parameters.
+_QUANT_PARAM_INPUTS = {
+    "QLinearConv": (1, 2, 4, 5, 6, 7), "QLinearMatMul": (1, 2, 4, 5, 6, 7), "ConvInteger": (2, 3),
+    "MatMulInteger": (2, 3), "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QGemm": (1, 2, 4, 5, 7, 8),
+    "MatMulIntegerToFloat": (2, 3, 4, 5), "DynamicQuantizeMatMul": (2, 3), "DynamicQuantizeLSTM": (8, 9, 10, 11),
+    "QLinearAdd": (1, 2, 4, 5, 6, 7), "QLinearMul": (1, 2, 4, 5, 6, 7), "QLinearGlobalAveragePool": (1, 2, 3, 4),
+}
 # Inputs (by position) of these operators are running statistics, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
@@ -70,7 +112,7 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     out = {}
     for a in node.attribute:
         if a.type == onnx.AttributeProto.TENSOR:
-            out[a.name] = numpy_helper.to_array(a.t) if math.prod(a.t.dims) <= SMALL_VALUE_ELEMENTS else None
+            out[a.name] = fold.tensor_value(a.t, SMALL_VALUE_ELEMENTS)
         elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
             out[a.name] = None
         else:
@@ -95,6 +137,8 @@ class _Extraction:
         self.injected: set[str] = set()  # folded values fed back to shape inference as initializers
         self.removed: Counter = Counter()  # op types of folded nodes replaced by those initializers
         self.opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        self.bounded: dict[str, onnx.ValueInfoProto] = {}  # stated shapes of data-dependent outputs (NMS)
+        self.dequantized: dict[str, str] = {}  # injected DequantizeLinear output -> its integer weight
 
     # -- 1. what cannot be represented ------------------------------------------------------------
     def check_supported(self) -> None:
@@ -110,6 +154,7 @@ class _Extraction:
                     "whose cost depends on run-time data",
                     "export with static control flow (trace the model at fixed shapes, unroll loops) and retry",
                 )
+        self.opset = upgrade_legacy(self.model, validate_model(self.model, self.source, self.skel.stripped))
         declared = {o.domain for o in self.model.opset_import}
         for domain in sorted({n.domain for n in self.g.node} - declared - {"", "ai.onnx"}):
             self.model.opset_import.add(domain=domain, version=1)  # lets shape inference reach the op
@@ -218,10 +263,11 @@ class _Extraction:
         del self.g.value_info[:]
         # ONNX cannot infer custom-domain ops: keep their declared output shapes, re-bound.
         self.g.value_info.extend(self._bind_declared(vi) for vi in self.declared_custom)
+        self.g.value_info.extend(self.bounded.values())
         # Shape-preserving ops ONNX has no inference for (GroupNormalization, contrib activations
         # and normalisations) pass as Identity during inference, so shapes flow through a chain
         # of them in one pass (49 GroupNorms: 1 pass, not 49).
-        swapped = []
+        swapped, retyped = [], {}
         for n in self.g.node:
             standard = n.domain in STANDARD_DOMAINS
             if n.input and n.op_type in SAME_SHAPE_OPS and (not standard or n.op_type in _UNINFERABLE_SAME_SHAPE):
@@ -229,14 +275,27 @@ class _Extraction:
                 n.op_type, n.domain = "Identity", ""
                 del n.input[1:]
                 del n.attribute[:]
+            elif n.domain == "com.microsoft" and n.op_type in _MS_STANDINS and not self._declared(n):
+                op, positions, keep, elem = _MS_STANDINS[n.op_type]
+                inputs, attrs = list(n.input), list(n.attribute)
+                if any(p >= len(inputs) or not inputs[p] for p in positions):
+                    continue
+                swapped.append((n, n.op_type, n.domain, inputs, attrs))
+                n.op_type, n.domain = op, ""
+                del n.input[:]
+                n.input.extend(inputs[p] for p in positions)
+                del n.attribute[:]
+                n.attribute.extend(a for a in attrs if a.name in keep)
+                if elem is not None:
+                    retyped[n.output[0]] = elem
         try:
             # ONNX's data propagation follows Shape -> Gather -> Concat -> Reshape chains in one
             # pass, but it also materialises index arithmetic built on Range (an `as_strided`
             # lowered to Range/Add/Gather at the batch size) and then takes seconds; with Range in
             # the graph, perfseer's own folding (one level per pass) does the job instead.
-            inferred = onnx.shape_inference.infer_shapes(self.model, check_type=False, strict_mode=False,
-                                                         data_prop=not self.has_range)
-        except Exception as e:  # onnx raises InferenceError or RuntimeError with a long message
+            inferred = safe_infer.infer_shapes(self.model, self.source, check_type=False, strict_mode=False,
+                                               data_prop=not self.has_range)
+        except safe_infer.InferenceFailed as e:  # onnx raises InferenceError or RuntimeError with a long message
             raise ShapeError(f"shape inference failed for {self.source}: {str(e).splitlines()[0][:300]}",
                              "check --input-shape and --batch against what the model accepts") from e
         finally:
@@ -258,7 +317,18 @@ class _Extraction:
                 types[vi.name] = (tt.elem_type or types.get(vi.name, (0,))[0], shape)
         for t in self.g.initializer:
             types[t.name] = (t.data_type, tuple(t.dims))
+        for name, elem in retyped.items():
+            if name in types:
+                types[name] = (elem, types[name][1])
+        for n in self.g.node:  # Dropout-7..11 has no inference for its mask: the input's shape, bool
+            if n.op_type == "Dropout" and len(n.output) > 1 and n.output[1] and types.get(n.output[1], (0, None))[1] \
+                    is None and types.get(n.input[0], (0, None))[1] is not None:
+                types[n.output[1]] = (onnx.TensorProto.BOOL, types[n.input[0]][1])
         return types
+
+    def _declared(self, node: onnx.NodeProto) -> bool:
+        names = {vi.name for vi in self.declared_custom}
+        return all(o in names for o in node.output if o)
 
     def _bind_declared(self, vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
         out = onnx.ValueInfoProto()
@@ -269,8 +339,9 @@ class _Extraction:
                 d.Clear()
                 d.dim_value = BATCH_SENTINEL
             elif d.dim_param in self.dims:
+                value = int(self.dims[d.dim_param])  # read before Clear() empties dim_param
                 d.Clear()
-                d.dim_value = int(self.dims[d.dim_param])
+                d.dim_value = value
         return out
 
     def run(self) -> Graph:
@@ -279,6 +350,9 @@ class _Extraction:
         original = onnx.ModelProto()
         original.CopyFrom(self.model)  # the skeleton is small: weights were never read
         static_first = self.default_batch_static()
+        if self.meta.get(META_FIXED_BATCH):  # exported at a fixed batch (detectors): never re-bound
+            self.bind_inputs(static_batch_as_sentinel=False)
+            return self._run_bound()
         try:
             self.bind_inputs()
             return self._run_bound()
@@ -289,7 +363,7 @@ class _Extraction:
         self.model = original
         self.g = self.model.graph
         self.init_names = {t.name for t in self.g.initializer}
-        self.injected, self.removed = set(), Counter()
+        self.injected, self.removed, self.dequantized = set(), Counter(), {}
         self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
         self.bind_inputs(static_batch_as_sentinel=False)
         return self._run_bound()
@@ -306,6 +380,12 @@ class _Extraction:
                     init_values[t.name] = numpy_helper.to_array(t)
                 except Exception:  # unreadable small tensor: its value is just unknown
                     pass
+        changed, added = expand_sequences(self.g, init_values, self.opset, self.source, self._output_names)
+        for t in self.g.initializer if changed else ():
+            if t.name in added:
+                self.init_names.add(t.name)
+                self.injected.add(t.name)
+                init_values[t.name] = numpy_helper.to_array(t)
         # Constant sub-graphs that ONNX's data propagation cannot follow (a Reshape of constants
         # feeding ReduceMean's axes) are computed first, so one inference pass usually suffices.
         types0 = {t.name: (t.data_type, tuple(t.dims)) for t in self.g.initializer}
@@ -322,9 +402,14 @@ class _Extraction:
             types = self.infer()
             static, values, folded, device = self.classify(types, init_values)
             missing = self.missing_shapes(types, device)
-            if not missing:
+            # A folded tensor a device node reads (an attention mask built from the input's
+            # shape) needs its shape too, for the bytes that node reads.
+            unshaped = [i for n in device for i in n.input if i in static and i and types.get(i, (0, None))[1] is None]
+            if not missing and not unshaped:
                 break
             if self._rewrite_sequences(types, values):
+                continue
+            if self._bound_data_dependent(missing, types, values):
                 continue
             # Values we computed that ONNX could not: feed them back as initializers and retry.
             feeding = self._shape_feeding(device, folded)
@@ -336,18 +421,43 @@ class _Extraction:
             init_values.update(new)
         if missing:
             node, tensor = missing[0]
+            if node.op_type in SEQUENCE_OPS and node.domain in STANDARD_DOMAINS:
+                raise unsupported_sequence(node, self.source)
             if node.domain not in STANDARD_DOMAINS:
                 raise UnsupportedModelError(
                     f"operator {node.domain}::{node.op_type} (node '{node.name}') is a custom-domain op "
                     "whose output shape perfseer cannot infer",
                     "export with standard ONNX operators, or add the output shapes to the model's value_info",
                 )
+            self._explain_missing(node, tensor)
             raise ShapeError(
                 f"the shape of tensor '{tensor}' (output of {node.op_type} node '{node.name}') cannot be "
                 "determined",
                 "export with static shapes (or a dynamic batch only) and pass --dim for other symbolic dims",
             )
         return self.build(types, static, values, folded, device)
+
+    def _explain_missing(self, node: onnx.NodeProto, tensor: str) -> None:
+        """Raise the real cause of a missing shape where one can be named."""
+        where = f"{node.op_type} node '{node.name or tensor}' of {self.source}"
+        if node.domain == "ai.onnx.preview.training":
+            raise UnsupportedModelError(f"{where} is a training-graph operator (ai.onnx.preview.training)",
+                                        "pass the inference graph; perfseer models a training step from it")
+        if node.op_type in _DATA_DEPENDENT:
+            raise UnsupportedModelError(
+                f"the output shape of {where} depends on the values of its input, known only at run time",
+                "export the model with this step outside the graph, or with a static size")
+        runtime = [i for i in node.input if i in {vi.name for vi in self.real_inputs}
+                   and self.g.input[0].name != i and node.op_type in _SHAPE_INPUT_OPS]
+        if runtime:
+            raise UnsupportedModelError(
+                f"the output shape of {where} depends on the values of graph input '{runtime[0]}', known only "
+                "at run time", f"make '{runtime[0]}' an initializer (a constant) of the model")
+        try:  # strict inference names the node and the rule a permissive pass skipped
+            safe_infer.infer_shapes(self.model, self.source, check_type=True, strict_mode=True, data_prop=False)
+        except safe_infer.InferenceFailed as e:
+            raise ShapeError(f"{where}: {str(e).splitlines()[0][:400]}",
+                             "check --input-shape and --batch, or fix the model") from e
 
     def classify(self, types, init_values):
         static: set[str] = set(self.init_names) | {""}
@@ -394,10 +504,17 @@ class _Extraction:
                 continue
             if any(v is None for v, i in zip(ins, node.input) if i):
                 continue
-            out = fold.evaluate(node, attrs or _attrs(node), ins)
+            out_shape = types.get(node.output[0], (0, None))[1] if node.output else None
+            try:
+                out = fold.evaluate(node, attrs or _attrs(node), ins,
+                                    None if out_shape is None else math.prod(out_shape))
+            except fold.FoldError as e:
+                raise ShapeError(f"{op} node '{node.name or node.output[0]}' of {self.source} is invalid: {e}",
+                                 "fix the model (a valid export does not produce this)") from e
             if out is not None:
                 for name, v in zip(node.output, out):
-                    if name and v is not None and v.size <= fold.MAX_FOLD_ELEMENTS:
+                    # (a sequence-valued output comes back as a list: not a foldable tensor)
+                    if name and isinstance(v, np.ndarray) and v.size <= fold.MAX_FOLD_ELEMENTS:
                         values[name] = v
         return static, values, folded, device
 
@@ -436,29 +553,55 @@ class _Extraction:
             seq = node.output[0]
             readers = [nodes[j] for j in users.get(seq, [])]
             shape = types.get(node.input[0], (0, None))[1]
-            if not readers or shape is None or any(u.op_type != "SequenceAt" for u in readers):
+            if not readers or shape is None or any(u.op_type not in ("SequenceAt", "SequenceLength")
+                                                   for u in readers):
                 continue
-            positions = [values.get(u.input[1]) for u in readers]
+            lengths = [u for u in readers if u.op_type == "SequenceLength"]
+            readers = [u for u in readers if u.op_type == "SequenceAt"]
+            positions = [values.get(u.input[1]) if len(u.input) > 1 else None for u in readers]
             attrs = _attrs(node)
             split = values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+            if len(node.input) > 1 and node.input[1] and split is None:
+                continue  # sizes known only at run time
             if any(p is None for p in positions) or (split is None and attrs.get("keepdims", 1) == 0):
                 continue
+            where = f"SplitToSequence node '{node.name or seq}' of {self.source}"
+            if not -len(shape) <= attrs.get("axis", 0) < len(shape):
+                raise ShapeError(f"{where}: axis {attrs.get('axis', 0)} is outside a rank-{len(shape)} input",
+                                 "fix the model")
             axis = attrs.get("axis", 0) % len(shape)
             dim = shape[axis]
             if split is None:
                 sizes = [1] * dim
             elif np.asarray(split).ndim == 0:
                 step = int(split)
+                if step < 1:
+                    raise ShapeError(f"{where}: split size {step} is not positive", "fix the model")
                 sizes = [step] * (dim // step) + ([dim % step] if dim % step else [])
             else:
                 sizes = [int(v) for v in np.asarray(split).ravel()]
+                if any(v < 0 for v in sizes) or sum(sizes) != dim:
+                    raise ShapeError(f"{where}: split sizes {sizes[:8]} do not add up to the axis length {dim}",
+                                     "fix the model")
+            if len(sizes) > fold.MAX_FOLD_ELEMENTS:
+                raise UnsupportedModelError(f"{where} splits into {len(sizes)} tensors",
+                                            "export with torch.split into fewer, larger pieces")
             parts = [f"{seq}__part{k}" for k in range(len(sizes))]
             sizes_name = f"{seq}__sizes"
             self.g.initializer.append(numpy_helper.from_array(np.asarray(sizes, np.int64), sizes_name))
             self.init_names.add(sizes_name)
             self.injected.add(sizes_name)
             for u, p in zip(readers, positions):
-                rename[u.output[0]] = parts[int(np.asarray(p).ravel()[0]) % len(sizes)]
+                k = int(np.asarray(p).ravel()[0])
+                if not -len(sizes) <= k < len(sizes):
+                    raise ShapeError(f"SequenceAt node '{u.name or u.output[0]}' of {self.source} reads position {k} "
+                                     f"of a sequence of {len(sizes)} tensors",
+                                     f"use a position from {-len(sizes)} to {len(sizes) - 1}")
+                rename[u.output[0]] = parts[k % len(sizes)]
+            for u in lengths:
+                self.g.initializer.append(numpy_helper.from_array(np.asarray(len(sizes), np.int64), u.output[0]))
+                self.init_names.add(u.output[0])
+                self.injected.add(u.output[0])
             replace[i] = helper.make_node("Split", [node.input[0], sizes_name], parts, name=node.name or seq, axis=axis)
             drop.update(users[seq])
         if not replace:
@@ -478,12 +621,57 @@ class _Extraction:
         self.g.node.extend(out)
         return True
 
+    def _bound_data_dependent(self, missing, types, values) -> bool:
+        """Give ``NonMaxSuppression`` outputs their stated size: no box suppressed.
+
+        ONNX leaves the number of selected boxes unknown.  perfseer assumes the worst case, every
+        box kept up to ``max_output_boxes_per_class``: ``batch * classes * min(boxes, max)`` rows
+        (:mod:`perfseer.features.ops.detection` documents the cost under the same assumption).
+        """
+        added = False
+        for node, tensor in missing:
+            if node.op_type != "NonMaxSuppression" or node.domain not in STANDARD_DOMAINS or tensor in self.bounded:
+                continue
+            boxes = types.get(node.input[0], (0, None))[1]
+            scores = types.get(node.input[1], (0, None))[1] if len(node.input) > 1 else None
+            if boxes is None or scores is None or len(boxes) != 3 or len(scores) != 3:
+                continue
+            n = boxes[1]
+            limit = values.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+            per_class = n if limit is None else min(n, max(int(np.asarray(limit).ravel()[0]), 0))
+            self.bounded[tensor] = helper.make_tensor_value_info(
+                tensor, onnx.TensorProto.INT64, [scores[0] * scores[1] * per_class, 3])
+            added = True
+        return added
+
+    def check_channels(self, tensors: dict[str, Tensor], device) -> None:
+        """A convolution whose input channels contradict its weight is an input-shape error."""
+        inputs = set(self.g.input[i].name for i in range(len(self.g.input)))
+        for n in device:
+            if n.op_type != "Conv" or n.domain not in STANDARD_DOMAINS or len(n.input) < 2:
+                continue
+            x, w = tensors.get(n.input[0]), tensors.get(n.input[1])
+            if x is None or w is None or x.rank < 3 or w.rank < 3:
+                continue
+            group = int(_attrs(n).get("group", 1) or 1)
+            expected = w.shape[1] * group
+            if x.shape[1] == expected:
+                continue
+            where = f"Conv node '{n.name or n.output[0]}' (weight {list(w.shape)}, group {group})"
+            if n.input[0] in inputs:
+                raise input_channel_error(x.shape[1:], expected, x.shape[1], where)
+            raise ShapeError(f"tensor '{n.input[0]}' has {x.shape[1]} channels but {where} expects {expected}",
+                             "check --input-shape against the model's input")
+
     def _inject(self, new: dict[str, np.ndarray]) -> None:
         """Replace the producers of ``new`` tensors by initializers holding the computed values."""
         keep, gone = [], []
         for n in self.g.node:
             (gone if n.output and all(o in new or not o for o in n.output) else keep).append(n)
         self.removed.update(n.op_type for n in gone)
+        for n in gone:  # a de-quantised weight stays the integer weight it was computed from
+            if n.op_type == "DequantizeLinear" and n.input[0] in self.init_names and n.input[0] not in self.injected:
+                self.dequantized[n.output[0]] = n.input[0]
         del self.g.node[:]
         self.g.node.extend(keep)
         for name, v in new.items():
@@ -496,6 +684,7 @@ class _Extraction:
         sentinel = BATCH_SENTINEL if self.batch_bound else None
         buffers = set(json.loads(self.meta[META_BUFFERS])) if META_BUFFERS in self.meta else None
         bn_stats = {n.input[i] for n in self.g.node for i in _BUFFER_INPUTS.get(n.op_type, ()) if i < len(n.input)}
+        bn_stats |= {n.input[i] for n in self.g.node for i in _QUANT_PARAM_INPUTS.get(n.op_type, ()) if i < len(n.input)}
         constant_outputs = {o for n in folded for o in n.output} | self.injected
         input_names = {vi.name for vi in self.real_inputs}
         used = {i for n in (*device, *folded) for i in n.input if i} | {o for n in device for o in n.output if o}
@@ -510,14 +699,25 @@ class _Extraction:
             n.output[0]: n.input[0] for n in folded
             if n.op_type == "Identity" and n.input[0] in self.init_names and n.input[0] not in self.injected
             and n.output[0] not in folded_inputs}
+        # QDQ models store weights as integers and de-quantise them with a DequantizeLinear that
+        # folds away: the operator reading it reads the stored integer weight (what a runtime runs).
+        for n in folded:
+            if (n.op_type == "DequantizeLinear" and n.input[0] in self.init_names and n.input[0] not in self.injected
+                    and n.output[0] not in folded_inputs):
+                alias[n.output[0]] = n.input[0]
+        alias.update(self.dequantized)
+        quant_weights = set(self.dequantized.values()) | {n.input[i] for n in (*device, *folded) for i in _QUANT_WEIGHT_INPUTS.get(n.op_type, ())
+                         if i < len(n.input) and n.input[i] in self.init_names}
         for name in used:
             elem, shape = types.get(name, (1, None))
             if shape is None:
                 continue  # only folded values can lack a shape here; no device node reads them
             stored = alias.get(name, name)
+            if stored != name and stored in types:
+                elem = types[stored][0]
             if stored in self.init_names and stored not in constant_outputs:
                 dtype = DTYPE_NAMES.get(elem, "float32")
-                is_buffer = (not dtype.startswith(("float", "bfloat"))) or (
+                is_buffer = (not dtype.startswith(("float", "bfloat")) and stored not in quant_weights) or (
                     stored in buffers if buffers is not None else (stored in bn_stats or name in bn_stats))
                 kind = TensorKind.BUFFER if is_buffer else TensorKind.PARAMETER
             elif name in input_names:
@@ -531,6 +731,7 @@ class _Extraction:
             if value is not None and value.size > SMALL_VALUE_ELEMENTS:
                 value = None
             tensors[name] = Tensor(name, DTYPE_NAMES.get(elem, "float32"), shape, scale, kind, value)
+        self.check_channels(tensors, device)
         # Empty pieces are legitimate inside a model (a slice of zero prefix tokens later
         # concatenated) and cost nothing; a model whose *output* is empty does no work at all,
         # usually because the input is too small: name the first empty tensor on the way.
@@ -545,6 +746,14 @@ class _Extraction:
                         f"{list(shown)}: the model does no work there",
                         "check --input-shape and --batch (an input too small for the model's strides?)",
                     )
+        for node in device:  # ONNX's inference of Reshape to a constant shape does not check the count
+            if node.op_type == "Reshape" and len(node.input) > 1:
+                src, dst = tensors.get(node.input[0]), tensors.get(node.output[0])
+                if src is not None and dst is not None and math.prod(src.shape) != math.prod(dst.shape):
+                    raise ShapeError(
+                        f"Reshape node '{node.name or node.output[0]}' of {self.source} turns {math.prod(src.shape)} "
+                        f"elements {list(src.shape)} into {list(dst.shape)}, {math.prod(dst.shape)} elements",
+                        "fix the model's target shape, or check --input-shape")
         nodes = []
         for i, n in enumerate(device):
             name = n.name or f"{n.op_type}_{i}"
@@ -593,4 +802,6 @@ def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None
     """
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise ShapeError(f"batch size must be a positive integer, got {batch!r}", "pass --batch N with N >= 1")
-    return _Extraction(skeleton, batch, input_shape, dims).run()
+    from perfseer.graph.canonical import canonicalize
+
+    return canonicalize(_Extraction(skeleton, batch, input_shape, dims).run())

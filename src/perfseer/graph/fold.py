@@ -8,6 +8,7 @@ implementation (:mod:`onnx.reference`), one node at a time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,18 @@ import onnx
 from onnx import helper, numpy_helper
 
 MAX_FOLD_ELEMENTS = 1 << 16  # values larger than this are not computed (only their shapes are kept)
+
+# Elementwise ops whose output shape is the broadcast of their inputs' shapes.
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greater", "LessOrEqual",
+                           "GreaterOrEqual", "And", "Or", "Xor", "Where", "Min", "Max", "Sum", "Mean",
+                           "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "PRelu"})
+
+# Ops whose output has no more elements than their first input.
+_NO_LARGER = frozenset({"Identity", "Cast", "CastLike", "Unsqueeze", "Squeeze", "Slice", "Transpose", "Flatten",
+                        "Reshape", "Neg", "Abs", "Not", "Sqrt", "Floor", "Ceil", "Reciprocal", "Sign", "Exp", "Log",
+                        "Relu", "Sigmoid", "Tanh", "Erf", "Round", "ReduceProd", "ReduceSum", "ReduceMax",
+                        "ReduceMin", "ReduceMean", "ReduceL1", "ReduceL2", "Shape", "Size", "ArgMax", "ArgMin",
+                        "Softmax", "LogSoftmax", "IsNaN", "IsInf", "Trilu", "CumSum"})
 
 Kernel = Callable[[list, dict], list]
 _KERNELS: dict[str, Kernel] = {}
@@ -190,36 +203,90 @@ for _op, _fn in {"ReduceProd": np.prod, "ReduceSum": np.sum, "ReduceMax": np.max
     _KERNELS[_op] = _reduce(_fn)
 
 
+def tensor_value(t: onnx.TensorProto, limit: int = MAX_FOLD_ELEMENTS) -> np.ndarray | None:
+    """The value of a small tensor; ``None`` when it is large, or its data disagree with its dims."""
+    if any(d < 0 for d in t.dims) or math.prod(t.dims) > limit:
+        return None
+    try:
+        return numpy_helper.to_array(t)
+    except Exception:  # corrupt data: the value is unknown, which costs only shape information
+        return None
+
+
 def constant_value(node: onnx.NodeProto) -> np.ndarray | None:
     """The value of a ``Constant`` node."""
     for attr in node.attribute:
         if attr.name == "value":
-            return numpy_helper.to_array(attr.t)
+            return tensor_value(attr.t)
         if attr.name in ("value_float", "value_int", "value_floats", "value_ints"):
             return np.asarray(helper.get_attribute_value(attr),
                               dtype=np.float32 if "float" in attr.name else np.int64)
     return None
 
 
+class FoldError(ValueError):
+    """A static node whose inputs make it invalid (a ``Range`` with step 0, a negative shape)."""
+
+
+def _shape_arg(v) -> tuple[int, ...]:
+    dims = tuple(int(d) for d in np.asarray(v).ravel())
+    if any(d < 0 for d in dims):
+        raise FoldError(f"the shape {list(dims)} has a negative dimension")
+    return dims
+
+
 def output_elements_bound(op: str, values: list) -> int | None:
-    """How many elements a shape-producing op will write, known before running it."""
+    """How many elements a static op will write, known before running it (``None``: unknown).
+
+    Elementwise ops broadcast: their output is the broadcast of their inputs' shapes, which can be
+    far larger than any input (``[65536, 1] + [65536]`` is 2^32 elements).
+
+    Raises:
+        FoldError: the inputs make the op invalid whatever the runtime (step 0, negative shape).
+    """
+    present = [v for v in values if v is not None]
     try:
         if op == "ConstantOfShape":
-            return int(np.prod(values[0]))
+            return math.prod(_shape_arg(values[0]))
         if op == "Expand":
-            return int(np.prod(np.broadcast_shapes(values[0].shape, tuple(int(d) for d in values[1]))))
+            return math.prod(np.broadcast_shapes(values[0].shape, _shape_arg(values[1])))
         if op == "Tile":
-            return int(values[0].size * np.prod(values[1]))
+            reps = _shape_arg(values[1])
+            return values[0].size * math.prod(reps)
         if op == "Range":
-            return int(max(np.ceil((values[1] - values[0]) / values[2]), 0))
-    except (ValueError, TypeError, ZeroDivisionError):
+            start, limit, delta = (np.asarray(v).ravel()[0].item() for v in values[:3])
+            if delta == 0:
+                raise FoldError("its step (delta) is 0")
+            n = math.ceil((limit - start) / delta)
+            return max(n, 0) if math.isfinite(n) else None
+        if op in _NO_LARGER:
+            return values[0].size
+        if op == "Concat":
+            return sum(v.size for v in present)
+        if op == "Gather":
+            return values[1].size * max(values[0].size, 1)  # an upper bound, without the axis
+        if op in _BROADCASTING:
+            return math.prod(np.broadcast_shapes(*(v.shape for v in present)))
+        return None  # unknown here: the caller may know the output shape from shape inference
+    except FoldError:
+        raise
+    except (ValueError, TypeError, ZeroDivisionError, OverflowError, IndexError, AttributeError):
         return None
-    return max((v.size for v in values if v is not None), default=0)
 
 
-def evaluate(node: onnx.NodeProto, attrs: dict[str, Any], values: list) -> list | None:
-    """Run one static node on numpy values; ``None`` when it cannot be (or should not be) done."""
+def evaluate(node: onnx.NodeProto, attrs: dict[str, Any], values: list, known_elements: int | None = None
+             ) -> list | None:
+    """Run one static node on numpy values; ``None`` when it cannot be (or should not be) done.
+
+    ``known_elements``: the size of the node's first output where shape inference knows it; an
+    op whose output size cannot be bounded before running it is not run.
+
+    Raises:
+        FoldError: the inputs make the node invalid (a ``Range`` with step 0, a negative shape).
+    """
     bound = output_elements_bound(node.op_type, values)
+    if bound is None:
+        bound = known_elements
     if bound is None or bound > MAX_FOLD_ELEMENTS:
         return None
     kernel = _KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
@@ -230,6 +297,8 @@ def evaluate(node: onnx.NodeProto, attrs: dict[str, Any], values: list) -> list 
             from onnx.reference import ReferenceEvaluator
 
             feeds = {n: v for n, v in zip(node.input, values) if n}
-            return list(ReferenceEvaluator(node).run(None, feeds))
+            out = ReferenceEvaluator(node).run(None, feeds)
+            # sequences (lists) and maps are not values a shape can read
+            return [v if isinstance(v, np.ndarray) else None for v in out]
     except Exception:  # a value we cannot compute only costs shape information, never extraction
         return None

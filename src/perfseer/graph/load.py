@@ -4,7 +4,8 @@ Accepted: a path to an ``.onnx`` file (external data is never read), an ``onnx.M
 ``torch.nn.Module`` with an input shape, and the references ``timm:NAME``, ``torchvision:NAME``,
 ``example:NAME`` (small model graphs that ship with perfseer), ``nb201:ARCH_STR``,
 ``fbnet:BLOCKS`` and ``ofa:ks=..;e=..;d=..;r=..`` (NAS-space networks, :mod:`perfseer.graph.spaces`;
-``ofa:`` needs the ``ofa`` extra), and ``space:CONFIG`` (a
+``ofa:`` needs the ``ofa`` extra), ``hf:NAME`` (HuggingFace transformers from their configuration,
+:mod:`perfseer.graph.hf`; needs the ``hf`` extra), and ``space:CONFIG`` (a
 network of the PerfSeer model space, :mod:`perfseer.profiling.space`).
 """
 
@@ -19,7 +20,7 @@ from perfseer.graph.onnx_io import Skeleton, read_skeleton, skeleton_from_proto
 from perfseer.graph.spaces import SPACES
 from perfseer.graph.zoo import ZOOS
 
-REFERENCE_KINDS = (*ZOOS, "example", *SPACES, "space")
+REFERENCE_KINDS = (*ZOOS, "example", *SPACES, "space", "hf")
 
 
 def examples() -> list[str]:
@@ -44,7 +45,8 @@ def split_reference(model: str) -> tuple[str, str] | None:
     return None
 
 
-def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
+def load_skeleton(model, input_shape=None, input_dtypes=None, seq_len: int | None = None,
+                  boxes: int | None = None) -> Skeleton:
     """Resolve ``model`` to a :class:`Skeleton`.
 
     Args:
@@ -52,6 +54,9 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
         input_shape: for modules and zoo references, the shape of one input sample without the
             batch (zoo models default to their configured resolution).
         input_dtypes: for modules, the torch dtype name of each input.
+        seq_len: for ``hf:`` references, tokens per sample (:mod:`perfseer.graph.hf`).
+        boxes: for torchvision detectors, the number of boxes each data-dependent selection keeps
+            (:mod:`perfseer.graph.detection`).
     """
     import onnx
 
@@ -64,6 +69,10 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
         kind, name = ref
         if kind == "example":
             return read_skeleton(example_path(name))
+        if kind == "hf":
+            from perfseer.graph.hf import export_hf_model
+
+            return export_hf_model(name, input_shape, seq_len)
         if kind == "space":
             # the collection kit's model space; imported lazily, like every builder here
             from perfseer.profiling.space import export_space
@@ -75,7 +84,7 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
             return export_space_model(kind, name, input_shape)
         from perfseer.graph.zoo import export_zoo_model
 
-        return export_zoo_model(kind, name, input_shape)[0]
+        return export_zoo_model(kind, name, input_shape, boxes=boxes)[0]
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a core dependency
@@ -83,7 +92,7 @@ def load_skeleton(model, input_shape=None, input_dtypes=None) -> Skeleton:
     if torch is not None and isinstance(model, torch.nn.Module):
         from perfseer.graph.torch_export import skeleton_from_module
 
-        return skeleton_from_module(model, input_shape, input_dtypes)
+        return skeleton_from_module(model, input_shape, input_dtypes, boxes=boxes)
     raise ModelLoadError(
         f"cannot read a model from a {type(model).__name__}",
         "pass an .onnx path, an onnx.ModelProto, a torch.nn.Module with input_shape, "

@@ -210,8 +210,8 @@ def _load_small_external(model: onnx.ModelProto, base_dir: Path, stripped: set[s
             continue  # perfseer's own skeletons: there is no data to read
         try:
             load_external_data_for_tensor(t, str(base_dir))
-        except (OSError, ValueError, onnx.checker.ValidationError):
-            continue
+        except (OSError, ValueError, TypeError, onnx.checker.ValidationError):
+            continue  # unreadable (or a corrupt location): the value stays unknown
         t.data_location = onnx.TensorProto.DEFAULT
         del t.external_data[:]
         stripped.discard(t.name)

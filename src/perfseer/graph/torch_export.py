@@ -15,10 +15,16 @@ import io
 import json
 import logging
 import math
+import os
+import re
+import signal
+import sys
+import threading
+import time
 import warnings
 from collections.abc import Sequence
 
-from perfseer.errors import ModelLoadError, ShapeError, UnsupportedModelError
+from perfseer.errors import ExportTimeoutError, ModelLoadError, ShapeError, UnsupportedModelError
 from perfseer.graph.onnx_io import NOT_EXPORTED, Skeleton
 
 # A prime no real layer width is a multiple of: dims divisible by it scale with the batch.
@@ -26,6 +32,65 @@ BATCH_SENTINEL = 7919
 META_SENTINEL = "perfseer.batch_sentinel"
 META_BUFFERS = "perfseer.buffers"  # JSON list of initializers that are not trainable parameters
 META_SOURCE = "perfseer.source"
+META_FIXED_BATCH = "perfseer.fixed_batch"  # set when the batch is baked into the export (detectors)
+# Seconds an export may take before it is abandoned with ExportTimeoutError; progress is printed
+# to stderr every PROGRESS_EVERY_S seconds once an export has run that long.
+EXPORT_TIME_LIMIT_S = 600.0
+PROGRESS_EVERY_S = 15.0
+
+
+def export_time_limit() -> float:
+    """The export time limit: ``PERFSEER_EXPORT_TIMEOUT`` (seconds) or :data:`EXPORT_TIME_LIMIT_S`."""
+    text = os.environ.get("PERFSEER_EXPORT_TIMEOUT", "")
+    try:
+        value = float(text) if text else EXPORT_TIME_LIMIT_S
+    except ValueError:
+        value = EXPORT_TIME_LIMIT_S
+    return value if value > 0 else EXPORT_TIME_LIMIT_S
+
+
+class _Expired(BaseException):
+    """Raised by the alarm inside the exporter; a BaseException so that its `except Exception` passes it on."""
+
+
+@contextlib.contextmanager
+def time_limit(source: str, seconds: float | None = None):
+    """Bound an export in time and report progress: no export hangs silently.
+
+    In the main thread a ``SIGALRM`` interrupts the (pure-Python) exporter after ``seconds`` and
+    :class:`ExportTimeoutError` is raised; in other threads only the progress lines are printed.
+    """
+    seconds = export_time_limit() if seconds is None else seconds
+    start = time.monotonic()
+    done = threading.Event()
+
+    def heartbeat():
+        while not done.wait(PROGRESS_EVERY_S):
+            print(f"perfseer: still exporting {source} ({time.monotonic() - start:.0f} s, limit {seconds:.0f} s; "
+                  "PERFSEER_EXPORT_TIMEOUT changes it)", file=sys.stderr, flush=True)
+
+    def expire(signum, frame):
+        raise _Expired()
+
+    thread = threading.Thread(target=heartbeat, daemon=True)
+    thread.start()
+    use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    previous = signal.signal(signal.SIGALRM, expire) if use_alarm else None
+    if use_alarm:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _Expired:
+        raise ExportTimeoutError(
+            f"exporting {source} did not finish within {seconds:.0f} s",
+            "set PERFSEER_EXPORT_TIMEOUT=SECONDS to allow longer, use a smaller --input-shape, "
+            "or export to ONNX yourself and pass the .onnx file",
+        ) from None
+    finally:
+        done.set()
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def meta_twin(module):
@@ -81,6 +146,9 @@ def skeleton_from_module(
     input_dtypes: Sequence[str] | None = None,
     source: str | None = None,
     on_meta: bool = False,
+    input_names: Sequence[str] | None = None,
+    opset: int | None = None,
+    boxes: int | None = None,
 ) -> Skeleton:
     """Export ``module`` to an ONNX :class:`Skeleton` with a sentinel batch dimension.
 
@@ -91,6 +159,11 @@ def skeleton_from_module(
         input_dtypes: torch dtype names per input (default ``float32``; e.g. ``int64`` for token ids).
         source: a name for messages and metadata.
         on_meta: the module already lives on the meta device.
+        input_names: names of the graph inputs (default: the exporter's, ``args_0``...).
+        opset: the ONNX opset to export at (default: the exporter's).
+        boxes: for a torchvision detector, the number of boxes each data-dependent selection keeps
+            (:mod:`perfseer.graph.detection`; default :data:`~perfseer.graph.detection.DEFAULT_BOXES`).
+            Detectors loop over the images of a batch, so they are exported at batch 1, fixed.
     """
     import onnx
     import onnx_ir as ir
@@ -107,16 +180,33 @@ def skeleton_from_module(
     source = source or type(module).__name__
     twin = module if on_meta else meta_twin(module)
     twin.eval()
-    args = tuple(torch.empty((BATCH_SENTINEL, *s), dtype=getattr(torch, d), device="meta")
+    from perfseer.graph import detection
+
+    detector = detection.is_detection_model(twin)
+    batch = 1 if detector else BATCH_SENTINEL
+    args = tuple(torch.empty((batch, *s), dtype=getattr(torch, d), device="meta")
                  for s, d in zip(shapes, dtypes))
-    param_names = {n for n, _ in twin.named_parameters()}
+    # Every name of a tied parameter (GPT-2's lm_head.weight is transformer.wte.weight): the
+    # exporter names the one initializer after any of them.
+    param_names = {n for n, _ in twin.named_parameters(remove_duplicate=False)}
+    extra = {"input_names": list(input_names)} if input_names else {}
+    if opset is not None:
+        extra["opset_version"] = opset
+    static = contextlib.nullcontext()
+    if detector:
+        extra["custom_translation_table"] = detection.translation_table()
+        static = detection.static_detection(boxes or detection.DEFAULT_BOXES)
     try:
-        with _quiet(), torch.no_grad():
-            program = torch.onnx.export(twin, args, dynamo=True, optimize=False, verbose=False)
+        with time_limit(source), _quiet(), torch.no_grad(), static:
+            program = torch.onnx.export(twin, args, dynamo=True, optimize=False, verbose=False, **extra)
+    except ExportTimeoutError:
+        raise
     except Exception as e:  # the exporter raises many unrelated types; report them as one
-        msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        mismatch = _channel_mismatch(e, shapes)
+        if mismatch is not None:
+            raise mismatch from e
         raise UnsupportedModelError(
-            f"torch.onnx.export could not export {source}: {type(e).__name__}: {msg}",
+            f"torch.onnx.export could not export {source}: {root_cause(e)}",
             "export it to ONNX yourself (torch.onnx.export) and pass the .onnx file",
         ) from e
     graph = program.model.graph
@@ -138,12 +228,87 @@ def skeleton_from_module(
     for node in proto.graph.node:
         del node.metadata_props[:]
     del proto.graph.value_info[:]
-    for key, val in ((META_SENTINEL, str(BATCH_SENTINEL)), (META_BUFFERS, json.dumps(buffers)),
-                     (META_SOURCE, source)):
+    meta = [(META_BUFFERS, json.dumps(buffers)), (META_SOURCE, source)]
+    meta.append((META_FIXED_BATCH, "1") if detector else (META_SENTINEL, str(BATCH_SENTINEL)))
+    for key, val in meta:
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, val
     assert isinstance(proto, onnx.ModelProto)
     return Skeleton(proto, stripped, source, input_shape_applied=True)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def root_cause(e: BaseException) -> str:
+    """The real cause of an export failure, in one line without terminal colour codes.
+
+    The exporter wraps the cause (an unsupported operator, a data-dependent branch, a module
+    changed during the forward pass) in layers whose messages are generic and coloured for a
+    terminal.  This gives ``Type: message`` of the innermost exception, the message of the one
+    around it when that adds something, and the deepest line of model code on the way (outside
+    torch), where the model did what the exporter could not follow.
+    """
+    chain = [e]
+    while chain[-1].__cause__ is not None and len(chain) < 20:
+        chain.append(chain[-1].__cause__)
+    inner = chain[-1]
+    text = f"{type(inner).__name__}: {_first_line(inner)}"
+    if len(chain) > 2 and _first_line(chain[-2]) not in text:
+        text += f" (in: {_first_line(chain[-2])})"
+    where = _model_frame(chain)
+    return text + (f" at {where}" if where else "")
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else type(e).__name__
+
+
+_FRAMEWORK_DIRS = ("torch", "onnxscript", "onnx_ir", "onnx", "perfseer", "contextlib.py", "functools.py")
+
+
+def _model_frame(chain) -> str:
+    """``file.py:LINE `code``` of the deepest frame in model code (not torch, not perfseer)."""
+    import os
+    import traceback
+
+    for exc in reversed(chain):
+        frames = traceback.extract_tb(exc.__traceback__)
+        for fr in reversed(frames):
+            parts = fr.filename.replace(os.sep, "/").split("/")
+            if any(p in _FRAMEWORK_DIRS for p in parts) or parts[-1] in _FRAMEWORK_DIRS:
+                continue
+            if "transformers" in parts and parts[-1] in ("generic.py", "output_capturing.py", "import_utils.py"):
+                continue  # transformers' decorators around every forward
+            code = f" `{fr.line.strip()[:120]}`" if fr.line else ""
+            return f"{parts[-1]}:{fr.lineno}{code}"
+    return ""
+
+
+_CHANNELS = re.compile(r"weight of size \[([\d, ]+)\], expected input\[([\d, ]+)\] to have (\d+) channels, "
+                       r"but got (\d+) channels")
+
+
+def _channel_mismatch(error: BaseException, shapes) -> ShapeError | None:
+    """A convolution's channel error anywhere in ``error``'s chain, as a ShapeError naming the mismatch."""
+    seen = 0
+    while error is not None and seen < 8:
+        m = _CHANNELS.search(str(error))
+        if m:
+            return input_channel_error(shapes[0], int(m.group(3)), int(m.group(4)), f"a convolution with weight [{m.group(1)}]")
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def input_channel_error(shape, expected: int, got: int, where: str) -> ShapeError:
+    """The error for an input whose channel axis (axis 1, NCHW) contradicts the model's first convolution."""
+    shown = "x".join(map(str, shape))
+    channels_last = len(shape) >= 3 and shape[-1] == expected and shape[0] != expected
+    fix = (f"the shape looks channels-last (HxWxC): give it channels first, "
+           f"{'x'.join(map(str, (shape[-1], *shape[:-1])))}" if channels_last
+           else f"give an input shape with {expected} channels first, e.g. {'x'.join(map(str, (expected, *shape[1:])))}")
+    return ShapeError(f"input shape {shown} has {got} channels on axis 1 (NCHW), but {where} expects {expected}", fix)
 
 
 def _readable_names(graph) -> None:

@@ -22,15 +22,17 @@ def _prepare_torchvision() -> None:
     The PyPI torchvision wheel is a CUDA build.  On a CPU-only torch its ``_C`` extension fails to
     load, and ``import torchvision`` then fails while registering fake kernels for operators that
     were never defined.  Defining the schemas of those operators first lets the import succeed;
-    only the compiled detection ops (``nms``, ``roi_align``) stay unusable, and perfseer never
-    calls them.
+    the installed ``torch.backends`` entry point (:mod:`_perfseer_torchvision`) does this at
+    ``import torch`` for the user's own code too.  The compiled detection ops (``nms``,
+    ``roi_align``) stay unusable; perfseer exports detectors through its own stand-ins
+    (:mod:`perfseer.graph.detection`).
     """
     import torch
 
     if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is None:
         return
     try:
-        torch.ops.torchvision.nms  # a working build registers it on load  # noqa: B018
+        torch.ops.torchvision.nms  # a working build (or the entry point) registers it  # noqa: B018
         return
     except (AttributeError, RuntimeError):
         pass
@@ -91,12 +93,15 @@ def build_zoo_model(zoo: str, name: str, meta: bool = True, reparam: bool = Fals
                                  f"check the name (similar: {', '.join(close) or 'none'})")
         create = lambda: lib.create_model(name, pretrained=False)  # noqa: E731
     else:
-        names = lib.list_models(module=lib)
+        names = [n for family in TORCHVISION_FAMILIES for n in lib.list_models(module=_tv_module(lib, family))]
         if name not in names:
             close = [n for n in names if name.split("_")[0] in n][:5]
-            raise ModelLoadError(f"torchvision has no classification model named '{name}'",
-                                 f"check the name (similar: {', '.join(close) or 'none'})")
-        create = lambda: lib.get_model(name, weights=None)  # noqa: E731
+            raise ModelLoadError(f"torchvision has no classification, detection or segmentation model named "
+                                 f"'{name}'", f"check the name (similar: {', '.join(close) or 'none'})")
+        kwargs = {"weights": None}
+        if name not in lib.list_models(module=lib):  # detection/segmentation: no ImageNet backbone download
+            kwargs["weights_backbone"] = None
+        create = lambda: lib.get_model(name, **kwargs)  # noqa: E731
     module = None
     if meta:
         try:
@@ -123,16 +128,40 @@ def _reparameterize(module):
     return reparameterize_model(module)
 
 
+def _tv_module(lib, family: str):
+    import importlib
+
+    return lib if family == "classification" else importlib.import_module(f"torchvision.models.{family}")
+
+
+# torchvision families a `torchvision:NAME` reference may name (video and optical flow models take
+# other inputs; the quantized family needs the compiled quantized kernels).
+TORCHVISION_FAMILIES = ("classification", "detection", "segmentation")
+
+
 def default_input_shape(zoo: str, name: str, module) -> tuple[int, ...]:
+    """The input a zoo model is exported at when none is given.
+
+    Detectors: the size their own transform resizes to (R-CNNs, RetinaNet and FCOS: ``min_size``
+    800, so a square 800x800 image; SSD 300, SSDlite 320); segmentation models: 520x520, the
+    resolution of torchvision's reference evaluation.
+    """
     if zoo == "timm":
         cfg = getattr(module, "pretrained_cfg", None) or {}
         return tuple(cfg.get("input_size", _DEFAULT_INPUT))
     if name == "inception_v3":
         return (3, 299, 299)
+    transform = getattr(module, "transform", None)
+    min_size = getattr(transform, "min_size", None)
+    if min_size:
+        side = int(min_size[0] if isinstance(min_size, (tuple, list)) else min_size)
+        return (3, side, side)
+    if type(module).__module__.startswith("torchvision.models.segmentation"):
+        return (3, 520, 520)
     return _DEFAULT_INPUT
 
 
-def export_zoo_model(zoo: str, name: str, input_shape=None, reparam: bool = False):
+def export_zoo_model(zoo: str, name: str, input_shape=None, reparam: bool = False, boxes: int | None = None):
     """Build and export a zoo model: ``(skeleton, module)``.
 
     timm models whose fused attention (``F.scaled_dot_product_attention``) the ONNX exporter
@@ -144,7 +173,8 @@ def export_zoo_model(zoo: str, name: str, input_shape=None, reparam: bool = Fals
 
     def attempt():
         module, default_shape, on_meta = build_zoo_model(zoo, name, reparam=reparam)
-        skel = skeleton_from_module(module, input_shape or default_shape, source=f"{zoo}:{name}", on_meta=on_meta)
+        skel = skeleton_from_module(module, input_shape or default_shape, source=f"{zoo}:{name}", on_meta=on_meta,
+                                    boxes=boxes)
         return skel, module
 
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import ClassVar
 
@@ -140,7 +141,7 @@ class GraphEstimator:
     def save(self, path: str | os.PathLike) -> None:
         """Write :meth:`to_dict` as JSON to ``path`` (atomically)."""
         path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         tmp.write_text(json.dumps(self.to_dict()))
         os.replace(tmp, path)
 

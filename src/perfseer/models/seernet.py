@@ -45,6 +45,10 @@ class SeerNetConfig(ModelConfig):
     # the head also reads the raw global features: MLP_head(u' || u), as PMGNS's FC layers read
     # [pooled || u] (the paper's head reads u' only)
     head_globals: bool = False
+    # how the metric is read out: "graph" is the paper's head on the graph embedding u'; "sum"
+    # predicts a log-cost per node and one for the global node and sums their exponentials
+    # (SeerNet-Sum, see SeerNet's docstring).  Cards written before this field existed read "graph".
+    readout: str = "graph"
 
     def validate(self) -> None:
         super().validate()
@@ -52,12 +56,33 @@ class SeerNetConfig(ModelConfig):
             _check_positive(self, name)
         _check_positive(self, "op_embedding_dim", allow_zero=True)
         _check_choice(self, "activation", tuple(ACTIVATIONS))
+        _check_choice(self, "readout", READOUTS)
         _check_dropout(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SeerNetConfig:
+        """As :meth:`ModelConfig.from_dict`; a card without ``readout`` predates the field and
+        was trained with the paper's ``"graph"`` readout."""
+        if isinstance(d, dict) and "readout" not in d:
+            d = {**d, "readout": "graph"}
+        return super().from_dict(d)
+
+
+READOUTS = ("graph", "sum")
 
 
 @dataclass
 class SeerNetMultiConfig(SeerNetConfig):
-    """Hyper-parameters of :class:`SeerNetMulti`: those of SeerNet; ``num_targets`` heads."""
+    """Hyper-parameters of :class:`SeerNetMulti`: those of SeerNet; ``num_targets`` heads, each
+    reading the graph embedding (the ``"sum"`` readout is SeerNet's only)."""
+
+    readout: str = "graph"  # one head per target on u' (the "sum" readout is not implemented here)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.readout != "graph":
+            raise PerfseerError(f"SeerNetMultiConfig.readout must be 'graph', got {self.readout!r}",
+                                "use seernet (one target per network) for the 'sum' readout")
 
 
 class SynMM(Aggregation):
@@ -201,13 +226,81 @@ class SeerNetTrunk(nn.Module):
     def forward(self, data, batch: Tensor, u: Tensor, num_graphs: int, return_nodes: bool = False):
         """``u'`` [G, hidden]; with ``return_nodes`` also the final node states: ``(x' [N, hidden], u')``
         (what the graph auto-encoder of :mod:`perfseer.models.gae` decodes)."""
+        x, u = self.states(data, batch, u, num_graphs)
+        return (x, u) if return_nodes else u
+
+    def states(self, data, batch: Tensor, u: Tensor, num_graphs: int) -> tuple[Tensor, Tensor]:
+        """The last block's node states ``x'`` [N, hidden] and graph states ``u'`` [G, hidden]."""
         x = self.node_encoder(self.node_input(data.x, getattr(data, "op_type", None)))
         e = self.edge_encoder(data.edge_attr) if self.edge_encoder is not None else None
         u = self.global_encoder(u) if self.global_encoder is not None else None
         z = self.z_init(x, batch, dim_size=num_graphs) if self.z_init is not None else None
         for block in self.blocks:
             x, e, u, z = block(x, data.edge_index, e, u, z, batch, num_graphs)
-        return (x, u) if return_nodes else u
+        return x, u
+
+
+class SumReadout(nn.Module):
+    r"""Per-operator costs composed by a sum: the ``"sum"`` readout of :class:`SeerNet`.
+
+    Each node :math:`i` of a graph gets a log-cost, and so does the graph itself (the global node:
+    what no operator accounts for, such as a per-step framework overhead); the prediction is the
+    log of the sum of their exponentials:
+
+    .. math::
+        s_i = \mathrm{MLP}_n(x'_i \| x_i) + c, \quad
+        s_G = \mathrm{MLP}_g(u' [\| u]) + c, \quad
+        \log \hat y_G = \log\big(e^{s_G} + \textstyle\sum_{i \in G} e^{s_i}\big)
+
+    The output is :math:`(\log \hat y_G - \mu) / \sigma`, the standardised log target the trainer
+    fits, with :math:`\mu, \sigma` the target scaling it hands over through
+    :meth:`set_target_scaling` (buffers, so they are saved with the weights), so that
+    :math:`\hat y_G = e^{s_G} + \sum_i e^{s_i}` holds exactly in the target's unit (milliseconds).
+    The offset :math:`c` is set once from the first training batch so that the mean prediction
+    starts at the mean target (data-dependent initialisation, as ActNorm's).
+
+    Args:
+        node_in: width of the node input (``hidden + node_dim``).
+        global_in: width of the global input (``hidden``, ``+ global_dim`` with ``head_globals``).
+        hidden: hidden units of the two MLPs.
+        num_targets: targets (one log-cost per node and target).
+        activation, dropout: of the hidden layers.
+
+    Shapes: ``forward(node_in [N, node_in], global_in [G, global_in], batch [N])`` -> [G, T].
+    """
+
+    def __init__(self, node_in: int, global_in: int, hidden: int, num_targets: int, activation: str = "relu",
+                 dropout: float = 0.0):
+        super().__init__()
+        self.node_head = mlp([node_in, hidden, num_targets], activation, dropout)
+        self.global_head = mlp([global_in, hidden, num_targets], activation, dropout)
+        self.offset = nn.Parameter(torch.zeros(num_targets))
+        self.register_buffer("target_mean", torch.zeros(num_targets))
+        self.register_buffer("target_std", torch.ones(num_targets))
+        self.register_buffer("initialised", torch.zeros((), dtype=torch.bool))
+
+    def set_target_scaling(self, mean, std) -> None:
+        """Take the trainer's target standardisation (``mean``, ``std`` of the log targets, [T])."""
+        self.target_mean.copy_(torch.as_tensor(mean, dtype=self.target_mean.dtype).reshape(-1))
+        self.target_std.copy_(torch.as_tensor(std, dtype=self.target_std.dtype).reshape(-1))
+
+    def log_total(self, node_in: Tensor, global_in: Tensor, batch: Tensor) -> Tensor:
+        """log y_hat [G, T], in the log of the target unit (before standardisation)."""
+        s_node = self.node_head(node_in) + self.offset                      # [N, T]
+        s_glob = self.global_head(global_in) + self.offset                  # [G, T]
+        G = global_in.shape[0]
+        m = scatter(s_node.detach(), batch, dim=0, dim_size=G, reduce="max")
+        m = torch.maximum(m, s_glob.detach())                                # a stable log-sum-exp
+        total = scatter(torch.exp(s_node - m[batch]), batch, dim=0, dim_size=G, reduce="sum")
+        return torch.log(total + torch.exp(s_glob - m)) + m
+
+    def forward(self, node_in: Tensor, global_in: Tensor, batch: Tensor) -> Tensor:
+        if self.training and not bool(self.initialised):
+            with torch.no_grad():
+                first = self.log_total(node_in, global_in, batch)
+                self.offset.add_(self.target_mean - first.mean(0))
+                self.initialised.fill_(True)
+        return (self.log_total(node_in, global_in, batch) - self.target_mean) / self.target_std
 
 
 class SeerNet(GraphRegressor):
@@ -218,6 +311,12 @@ class SeerNet(GraphRegressor):
 
     See :class:`SeerBlock` for equations 1-8.  At the default sizes (256 units, one block) it has
     about 1.0 M parameters (the paper reports 1.02 M).
+
+    With ``readout="sum"`` (SeerNet-Sum) the head is a :class:`SumReadout` instead: a log-cost per
+    node, read from its final state ``x'_i`` and its own features ``x_i``, plus one for the global
+    node from ``u'``; the metric is the sum of their exponentials.  A graph's cost is then composed
+    from its operators' costs, as nn-Meter composes kernels, but each operator's cost is read in
+    context (its neighbours, the global node and ``u`` reach ``x'_i`` through the SeerBlock).
 
     Args:
         config: a :class:`SeerNetConfig`.
@@ -238,12 +337,30 @@ class SeerNet(GraphRegressor):
     def __init__(self, config: SeerNetConfig):
         super().__init__(config)
         self.trunk = SeerNetTrunk(config)
-        self.head = mlp([_head_in(config), config.head_hidden_dim, config.num_targets],
-                        config.activation, config.dropout)
+        if config.readout == "sum":
+            self.head = SumReadout(config.hidden_dim + config.node_dim, _head_in(config), config.head_hidden_dim,
+                                   config.num_targets, config.activation, config.dropout)
+        else:
+            self.head = mlp([_head_in(config), config.head_hidden_dim, config.num_targets],
+                            config.activation, config.dropout)
+
+    def set_target_scaling(self, mean, std) -> None:
+        """Called by the trainer with the log-target standardisation (used by the ``"sum"`` readout)."""
+        if isinstance(self.head, SumReadout):
+            self.head.set_target_scaling(mean, std)
+
+    def embed(self, data) -> Tensor:
+        """The graph embedding the head reads: [G, hidden_dim] (``u`` appended with ``head_globals``);
+        predictors measure how far a graph lies from the training graphs in this space."""
+        batch, u, num_graphs = self._inputs(data)
+        return _readout(self.config, self.trunk(data, batch, u, num_graphs), u)
 
     def forward(self, data) -> Tensor:
-        batch, u, num_graphs = self._inputs(data)
-        return self.head(_readout(self.config, self.trunk(data, batch, u, num_graphs), u))
+        if isinstance(self.head, SumReadout):
+            batch, u, num_graphs = self._inputs(data)
+            x, emb = self.trunk.states(data, batch, u, num_graphs)
+            return self.head(_cat(x, data.x), _readout(self.config, emb, u), batch)
+        return self.head(self.embed(data))
 
 
 class SeerNetMulti(GraphRegressor):

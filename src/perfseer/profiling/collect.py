@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from perfseer.profiling.jobs import Job, Measurement, device_name, shape_text
-from perfseer.profiling.store import Store
+from perfseer.profiling.store import Store, new_owner
+from perfseer.profiling.store import _now as store_now
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Summary:
     done: int = 0
     statuses: Counter = field(default_factory=Counter)
     seconds: list = field(default_factory=list)  # per-measurement wall times of this run (ok only)
+    taken: int = 0  # jobs skipped because another collector on the store measured or leased them
 
 
 def _group(job: Job) -> tuple:
@@ -112,23 +114,39 @@ def run_local(store: Store, pending: list[tuple[int, Job]], worker, timeout: flo
     summary = summary or Summary()
     env_ids: dict[str, int] = {}
     failed_at: dict[tuple, tuple] = {}
-    for job_id, job in pending:
-        if limit is not None and summary.done >= limit:
-            break
-        m = skipped(job, failed_at)
-        env_id = None
-        if m is None:
-            m = check_contention(worker.run(job, timeout), getattr(worker, "backend", ""))
-            env = worker.info["env"] if worker.info else None
-            env_id = None
-            if env is not None:
-                key = repr(sorted(env.items()))
-                if key not in env_ids:
-                    env_ids[key] = store.environment_id(env)
-                env_id = env_ids[key]
-        note_failure(job, m, failed_at)
-        store_result(store, job_id, job, m, env_id, summary, on_result)
+    owner, since = new_owner(), store_now()
+    try:
+        for job_id, job in pending:
+            if limit is not None and summary.done >= limit:
+                break
+            # another collector on this store may have measured it since, or be measuring it now
+            if not store.claim(job_id, owner, lease_seconds(timeout), since):
+                summary.taken += 1
+                continue
+            _measure_one(store, job_id, job, worker, timeout, summary, on_result, env_ids, failed_at)
+    finally:
+        store.release(owner)
     return summary
+
+
+def lease_seconds(timeout: float) -> float:
+    """How long a claimed job stays leased: its time limit, plus a margin for the worker's restart."""
+    return float(timeout) + 120.0
+
+
+def _measure_one(store, job_id, job, worker, timeout, summary, on_result, env_ids, failed_at) -> None:
+    m = skipped(job, failed_at)
+    env_id = None
+    if m is None:
+        m = check_contention(worker.run(job, timeout), getattr(worker, "backend", ""))
+        env = worker.info["env"] if worker.info else None
+        if env is not None:
+            key = repr(sorted(env.items()))
+            if key not in env_ids:
+                env_ids[key] = store.environment_id(env)
+            env_id = env_ids[key]
+    note_failure(job, m, failed_at)
+    store_result(store, job_id, job, m, env_id, summary, on_result)
 
 
 def store_result(store: Store, job_id: int, job: Job, m: Measurement, env_id: int | None, summary: Summary,

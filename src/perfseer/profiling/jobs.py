@@ -39,7 +39,11 @@ def parse_shape(text: str | tuple | list) -> tuple[int, ...]:
     if not _SHAPE.fullmatch(t):
         raise CollectError(f"input shape {text!r} is not like 3x64x64",
                            "give one sample's dimensions without the batch, joined by 'x'")
-    return tuple(int(d) for d in t.split("x"))
+    dims = tuple(int(d) for d in t.split("x"))
+    if any(d > (1 << 24) for d in dims) or math.prod(dims) > (1 << 31):  # graph.validate's bounds
+        raise CollectError(f"input shape {text!r} is too large (each dimension at most 16,777,216, a sample at "
+                           "most 2,147,483,648 elements)", "give the real input size")
+    return dims
 
 
 def shape_text(shape) -> str:

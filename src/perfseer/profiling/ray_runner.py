@@ -116,7 +116,8 @@ class RayRunner:
     def run(self, store: Store, pending: list[tuple[int, Job]], timeout: float,
             on_result: Callable[[Job, Measurement], None] | None = None, summary=None, limit: int | None = None):
         """Measure ``pending`` with one task per slot in flight; store results as they come."""
-        from perfseer.profiling.collect import Summary, note_failure, skipped, store_result
+        from perfseer.profiling.collect import Summary, lease_seconds, note_failure, skipped, store_now, store_result
+        from perfseer.profiling.store import new_owner
 
         ray = self.ray
         summary = summary or Summary()
@@ -126,10 +127,14 @@ class RayRunner:
         env_ids: dict[str, int] = {}
         failed_at: dict[tuple, tuple] = {}
         slots = self.slots()
+        owner, since = new_owner(), store_now()
         try:
             while queue or in_flight:
                 while queue and len(in_flight) < slots:
                     job_id, job = queue.pop()
+                    if not store.claim(job_id, owner, lease_seconds(timeout), since):
+                        summary.taken += 1  # another collector on the store has it
+                        continue
                     inferred = skipped(job, failed_at)
                     if inferred is not None:
                         store_result(store, job_id, job, inferred, None, summary, on_result)
@@ -161,6 +166,7 @@ class RayRunner:
         finally:
             for ref in in_flight:
                 ray.cancel(ref, force=True)
+            store.release(owner)
         return summary
 
     def close(self) -> None:

@@ -20,6 +20,13 @@ Tables:
     environment it ran in, the attempt count and when it finished.
 ``environments``
     Each distinct environment (:mod:`perfseer.profiling.environment`), by fingerprint.
+``leases``
+    The jobs a collector is measuring now: owner, host, process id and expiry.  Several
+    ``perfseer collect run`` processes can share one store: each claims a job
+    (:meth:`Store.claim`) before measuring it, in one ``BEGIN IMMEDIATE`` transaction, so a job
+    with a result or a live lease is never measured twice.  A lease ends with the job's result;
+    one left by a collector that died is taken over when it expires, or at once when its
+    process is gone from this host.  An ``ok`` result is never replaced by a later failure.
 
 **Export** (:meth:`Store.export`): the ``ok`` results become a measurement table
 (:mod:`perfseer.data.table`).  Failed measurements (``oom``, ``crash``, ``timeout``, ``error``)
@@ -76,10 +83,35 @@ CREATE TABLE IF NOT EXISTS results (
     finished TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS results_status ON results(status);
+CREATE TABLE IF NOT EXISTS leases (
+    job_id INTEGER PRIMARY KEY REFERENCES jobs(id),
+    owner TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    expires REAL NOT NULL
+);
 """
 
 EXPORT_EXTRAS = ("optimizer", "latency_q1_ms", "latency_q3_ms", "latency_iqr_ms", "latency_mad_ms",
                  "latency_cv", "latency_ci_rel", "reps", "converged", "env")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def new_owner() -> str:
+    """A collector's lease owner id: host, process and a random part."""
+    import socket
+    import uuid
+
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _now() -> str:
@@ -186,6 +218,35 @@ class Store:
             out.update(dict(self.db.execute(q, chunk).fetchall()))
         return out
 
+    # -- leases -----------------------------------------------------------------------------------------
+    def claim(self, job_id: int, owner: str, ttl_s: float, since: str | None = None) -> bool:
+        """Lease job ``job_id`` to ``owner`` for ``ttl_s`` seconds.
+
+        Refused (``False``) when another collector holds a live lease on it, or when it has a
+        result, unless that result is a failure (oom, crash, timeout, error) stored before ``since``
+        (the claimer's start, ISO time): a retry may measure it again, but not after another
+        collector already did."""
+        import socket
+        import time
+
+        now, host = time.time(), socket.gethostname()
+        with self._transaction():
+            row = self.db.execute("SELECT status, finished FROM results WHERE job_id=?", (job_id,)).fetchone()
+            if row is not None and (row[0] not in FAILED or since is None or row[1] > since):
+                return False
+            lease = self.db.execute("SELECT owner, host, pid, expires FROM leases WHERE job_id=?", (job_id,)).fetchone()
+            if lease is not None and lease[0] != owner and lease[3] > now and not (
+                    lease[1] == host and not _alive(lease[2])):
+                return False
+            self.db.execute("INSERT OR REPLACE INTO leases (job_id, owner, host, pid, expires) VALUES (?, ?, ?, ?, ?)",
+                            (job_id, owner, host, os.getpid(), now + ttl_s))
+        return True
+
+    def release(self, owner: str) -> None:
+        """End every lease of ``owner`` (a collector that stops early)."""
+        with self._transaction():
+            self.db.execute("DELETE FROM leases WHERE owner=?", (owner,))
+
     # -- results ----------------------------------------------------------------------------------------
     def environment_id(self, env: dict) -> int:
         """The id of environment ``env`` (stored on first sight)."""
@@ -219,7 +280,9 @@ class Store:
                 "latency_cv=excluded.latency_cv, latency_ci_rel=excluded.latency_ci_rel, reps=excluded.reps, "
                 "converged=excluded.converged, timing=excluded.timing, extra=excluded.extra, error=excluded.error, "
                 "seconds=excluded.seconds, env_id=excluded.env_id, finished=excluded.finished, "
-                "attempts=results.attempts + 1", values)
+                "attempts=results.attempts + 1 "
+                "WHERE results.status != 'ok' OR excluded.status = 'ok'", values)  # ok is never lost to a failure
+            self.db.execute("DELETE FROM leases WHERE job_id=?", (job_id,))
 
     # -- reading -------------------------------------------------------------------------------------------
     def counts(self) -> dict[str, Counter]:
@@ -279,5 +342,7 @@ class Store:
         if failures is not None:
             cols = ["model", "input_shape", "batch_size", "phase", "precision", "device", "optimizer", "status",
                     "error", "seconds", "attempts", "finished"]
-            others[cols].to_csv(failures, index=False)
+            from perfseer.atomic import atomic_write_text
+
+            atomic_write_text(failures, others[cols].to_csv(index=False))
         return written, excluded

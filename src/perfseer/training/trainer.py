@@ -477,6 +477,9 @@ def _train(model, train_set, val_set, cfg, targets, test_set, feature_scaler, ta
     batch_size = cfg.batch_size or auto_batch_size(len(train_data))
 
     torch.manual_seed(cfg.seed)
+    hook = getattr(model, "set_target_scaling", None)
+    if callable(hook) and loaded is None:  # a model that composes costs in the target's unit (SeerNet-Sum)
+        hook(ts.mean_, ts.std_)
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg.lr_factor,

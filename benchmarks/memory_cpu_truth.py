@@ -1,0 +1,248 @@
+"""Simulator vs tracked CPU execution: peak allocated tensor bytes of the same step.
+
+For each model x batch size x mode (``infer``; ``train`` with SGD(momentum 0.9); ``train`` with
+AdamW), fp32:
+
+* **simulated**: :func:`perfseer.memory.step.trace_step` on fake tensors (the model built on the
+  meta device, no weight allocated), ``target="cpu"`` (the CPU kernels' memory: CPU dropout,
+  no autocast emulation) and ``foreach=False`` (what ``torch.optim`` picks for CPU parameters);
+* **measured**: the same step on real CPU tensors (random weights), with every storage
+  allocation and free recorded as it happens (the dispatch-level recorder of
+  :mod:`perfseer.memory.trace`, on real tensors: real kernels, real autograd, real optimizer).
+
+Both are the peak of live tensor bytes, unrounded: the device-independent part of the
+accounting (allocator rounding, context and workspaces come after, see docs/memory.md).  A
+configuration *agrees* when the two differ by at most 2 %.  For each disagreement the first
+allocation where the two traces part (operator and size) is recorded as its cause.
+
+Models: 14 small torchvision classification models, then timm's in increasing order of the
+GMACs timm's RTX 3090 benchmark lists (shared/datasets/timm-benchmark), up to ``--max-gmacs``,
+then 12 larger torchvision models;
+batch sizes 2, 3, 4 (small: the measured run executes on this machine's shared CPU).
+
+    nice -n 10 python benchmarks/memory_cpu_truth.py run [--limit N] [--shard I/N]  # resumable, appends JSONL
+    python benchmarks/memory_cpu_truth.py report                          # prints the table, writes JSON
+
+``run`` appends one line per configuration to benchmarks/results/memory_cpu_truth.jsonl (done
+configurations are skipped on restart); ``report`` writes benchmarks/results/memory_cpu_truth.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+JSONL = RESULTS / "memory_cpu_truth.jsonl"
+SUMMARY = RESULTS / "memory_cpu_truth.json"
+TIMM_CSV = Path(__file__).resolve().parents[1] / ".." / ".." / "shared" / "datasets" / "timm-benchmark"
+BATCHES = (2, 3, 4)
+MODES = (("infer", None), ("train", "sgd-momentum"), ("train", "adamw"))
+TORCHVISION = ("squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "mobilenet_v3_small", "squeezenet1_0",
+               "shufflenet_v2_x1_0", "mnasnet0_75", "mobilenet_v2", "mobilenet_v3_large", "mnasnet1_0",
+               "mnasnet1_3", "regnet_x_400mf", "regnet_y_400mf", "efficientnet_b0", "alexnet", "resnet18",
+               "regnet_x_800mf", "regnet_y_800mf", "googlenet", "efficientnet_b1", "densenet121", "resnet34",
+               "shufflenet_v2_x1_5", "shufflenet_v2_x2_0", "resnet50", "inception_v3")
+TOL = 0.02
+
+
+def model_list(max_gmacs: float) -> list[str]:
+    from perfseer.graph.zoo import import_zoo
+
+    timm = import_zoo("timm")
+
+    csv_dir = Path(os.environ.get("TIMM_BENCHMARK_DIR", "/work/shared/datasets/timm-benchmark"))
+    gmacs = {}
+    for f in sorted(csv_dir.glob("benchmark-infer-amp-nchw-pt*-rtx3090.csv")):
+        with open(f) as fh:
+            for row in csv.DictReader(fh):
+                try:
+                    gmacs[row["model"]] = float(row["infer_gmacs"])
+                except (KeyError, ValueError):
+                    continue
+    timm_names = sorted((g, n) for n, g in gmacs.items() if g <= max_gmacs and timm.is_model(n)
+                        and not n.startswith("test_"))
+    # the larger torchvision models after timm's: on a shared CPU the run may not reach the end
+    small, large = TORCHVISION[:14], TORCHVISION[14:]
+    return ([f"torchvision:{n}" for n in small] + [f"timm:{n}" for _, n in timm_names]
+            + [f"torchvision:{n}" for n in large])
+
+
+class Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Timeout("configuration timed out")
+
+
+def first_difference(sim, real) -> str | None:
+    """The first allocation (in order) where the simulated and measured traces differ."""
+    a = [(x.op, x.nbytes) for x in sim.allocations]
+    b = [(x.op, x.nbytes) for x in real.allocations]
+    for i, (u, v) in enumerate(zip(a, b)):
+        if u != v:
+            return f"allocation {i}: simulated {u[0]} {u[1]} B, measured {v[0]} {v[1]} B"
+    if len(a) != len(b):
+        return f"simulated {len(a)} allocations, measured {len(b)}"
+    return None
+
+
+def run_config(model: str, batch: int, phase: str, optimizer: str | None) -> dict:
+    import torch
+
+    from perfseer.graph.zoo import build_zoo_model
+    from perfseer.memory.step import StepConfig, trace_step
+
+    zoo, name = model.split(":", 1)
+    cfg = StepConfig(phase=phase, optimizer=optimizer or "sgd", precision="fp32", target="cpu", foreach=False)
+    rec = {"model": model, "batch": batch, "phase": phase, "optimizer": optimizer}
+    t0 = time.perf_counter()
+    module, shape, _ = build_zoo_model(zoo, name, meta=True)
+    rec["input_shape"] = "x".join(map(str, shape))
+    try:
+        sim = trace_step(module, shape, batch, cfg, fake=True)
+        rec["sim_peak"] = sim.peak()[0]
+    except Exception as e:  # noqa: BLE001 - recorded as the result
+        sim = None
+        rec["sim_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    rec["sim_s"] = round(time.perf_counter() - t0, 3)
+    t0 = time.perf_counter()
+    torch.manual_seed(0)
+    module, shape, _ = build_zoo_model(zoo, name, meta=False)
+    try:
+        real = trace_step(module, shape, batch, cfg, fake=False)
+        rec["real_peak"] = real.peak()[0]
+    except Exception as e:  # noqa: BLE001
+        real = None
+        rec["real_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    rec["real_s"] = round(time.perf_counter() - t0, 3)
+    if sim is not None and real is not None:
+        rec["rel_err"] = (rec["sim_peak"] - rec["real_peak"]) / rec["real_peak"]
+        if abs(rec["rel_err"]) > TOL:
+            rec["first_difference"] = first_difference(sim, real)
+    return rec
+
+
+def cmd_run(args) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if JSONL.exists():
+        for line in JSONL.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by an interrupted run: redone
+            done.add((r["model"], r["batch"], r["phase"], r["optimizer"]))
+    models = model_list(args.max_gmacs)[: args.limit]
+    index, count = (int(x) for x in args.shard.split("/"))
+    models = models[index::count]
+    signal.signal(signal.SIGALRM, _alarm)
+    with open(JSONL, "a") as out:
+        for model in models:
+            for batch in BATCHES:
+                for phase, opt in MODES:
+                    if (model, batch, phase, opt) in done:
+                        continue
+                    signal.alarm(args.timeout)
+                    try:
+                        rec = run_config(model, batch, phase, opt)
+                    except Exception as e:  # noqa: BLE001 - a model that cannot be built
+                        rec = {"model": model, "batch": batch, "phase": phase, "optimizer": opt,
+                               "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    finally:
+                        signal.alarm(0)
+                    out.write(json.dumps(rec) + "\n")
+                    out.flush()
+                    err = rec.get("rel_err")
+                    print(f"{model} b{batch} {phase} {opt or ''}: "
+                          f"{'err=%.4f' % err if err is not None else rec.get('error') or rec.get('sim_error') or rec.get('real_error')}",
+                          flush=True)
+
+
+def cmd_report(args) -> None:
+    rows = {}
+    for line in JSONL.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        rows[(r["model"], r["batch"], r["phase"], r["optimizer"])] = r
+    rows = list(rows.values())
+    compared = [r for r in rows if "rel_err" in r]
+    both_fail = [r for r in rows if "rel_err" not in r and ("real_error" in r or "error" in r)]
+    sim_only_fail = [r for r in rows if "sim_error" in r and "real_error" not in r]
+    within = [r for r in compared if abs(r["rel_err"]) <= TOL]
+    over10 = [r for r in compared if abs(r["rel_err"]) > 0.10]
+    models = sorted({r["model"] for r in compared})
+    abs_err = sorted(abs(r["rel_err"]) for r in compared)
+    summary = {
+        "configurations_run": len(rows),
+        "configurations_compared": len(compared),
+        "models_compared": len(models),
+        "within_2pct": len(within),
+        "within_2pct_share": len(within) / len(compared) if compared else None,
+        "over_10pct": len(over10),
+        "median_abs_rel_err": abs_err[len(abs_err) // 2] if abs_err else None,
+        "max_abs_rel_err": abs_err[-1] if abs_err else None,
+        "real_run_failed": len(both_fail),
+        "simulation_failed_only": len(sim_only_fail),
+        "outliers": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "sim_peak", "real_peak",
+                                            "rel_err", "first_difference")}
+                     for r in compared if abs(r["rel_err"]) > TOL],
+        "simulation_failures": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "sim_error")}
+                                for r in sim_only_fail],
+        "real_failures": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "real_error", "error")}
+                          for r in both_fail],
+    }
+    print(f"models compared: {summary['models_compared']}; configurations compared: {len(compared)} "
+          f"(run: {len(rows)})")
+    if compared:
+        print(f"within 2 %: {len(within)} ({100 * summary['within_2pct_share']:.1f} %); over 10 %: {len(over10)}; "
+              f"median |error| {100 * summary['median_abs_rel_err']:.3f} %, max {100 * summary['max_abs_rel_err']:.2f} %")
+    by_mode = {}
+    for r in compared:
+        key = f"{r['phase']} {r['optimizer'] or ''}".strip()
+        n, w = by_mode.get(key, (0, 0))
+        by_mode[key] = (n + 1, w + (abs(r["rel_err"]) <= TOL))
+    print("| mode | configurations | within 2 % |")
+    print("| --- | --- | --- |")
+    for k, (n, w) in sorted(by_mode.items()):
+        print(f"| {k} | {n} | {w} ({100 * w / n:.1f} %) |")
+    print(f"measured run failed (no ground truth): {len(both_fail)}; simulation failed where the real run worked: "
+          f"{len(sim_only_fail)}")
+    for o in summary["outliers"]:
+        print(f"outlier {o['model']} b{o['batch']} {o['phase']} {o['optimizer'] or ''}: "
+              f"{100 * o['rel_err']:+.2f} % ({o['first_difference']})")
+    for o in summary["simulation_failures"]:
+        print(f"simulation failed {o['model']} b{o['batch']} {o['phase']}: {o['sim_error']}")
+    tmp = SUMMARY.with_name(SUMMARY.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    os.replace(tmp, SUMMARY)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--limit", type=int, default=None, help="first N models of the list")
+    r.add_argument("--max-gmacs", type=float, default=2.5, help="skip timm models above this (RTX 3090 benchmark GMACs)")
+    r.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
+    r.add_argument("--shard", default="0/1", metavar="I/N", help="run models I, I+N, I+2N... (parallel runs append "
+                                                                 "to the same file)")
+    sub.add_parser("report")
+    args = ap.parse_args()
+    cmd_run(args) if args.cmd == "run" else cmd_report(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Speed of ``perfseer memory``: the first call in a fresh process (imports and model build
+included), and ``--max-batch``.
+
+Each command runs in its own Python process, ``--repeat`` times; the table gives the wall time
+and the CPU time (user + system of the child process).  On a shared machine the wall time
+includes waiting for a core; the CPU time is what the command costs.
+
+    python benchmarks/memory_speed.py [--repeat 3]
+
+Prints a table and writes benchmarks/results/memory_speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = {
+    "resnet50 b64 train sgd": ["memory", "timm:resnet50", "--batch", "64", "--phase", "train", "--optimizer", "sgd"],
+    "resnet50 train sgd --max-batch a100-40gb": ["memory", "timm:resnet50", "--batch", "64", "--phase", "train",
+                                                 "--optimizer", "sgd", "--device", "a100-40gb", "--max-batch"],
+    "resnet50 b64 infer (ONNX example)": ["memory", "example:resnet50", "--batch", "64", "--phase", "infer"],
+}
+TARGETS = {"resnet50 b64 train sgd": 3.0, "resnet50 train sgd --max-batch a100-40gb": 20.0}
+
+
+def timed(argv: list[str]) -> tuple[float, float, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "perfseer.cli.main", *argv], env=env, capture_output=True, text=True,
+                         check=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, out.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    rows = []
+    for name, argv in COMMANDS.items():
+        runs = [timed(argv) for _ in range(args.repeat)]
+        walls = sorted(r[0] for r in runs)
+        cpus = sorted(r[1] for r in runs)
+        last_line = runs[-1][2].strip().splitlines()[-1]
+        rows.append({"command": "perfseer " + " ".join(argv), "name": name, "wall_s": walls, "cpu_s": cpus,
+                     "wall_median_s": walls[len(walls) // 2], "cpu_median_s": cpus[len(cpus) // 2],
+                     "target_s": TARGETS.get(name), "output_last_line": last_line})
+    print("| command | wall s (median of %d) | CPU s (median) | target s | last line |" % args.repeat)
+    print("| --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['name']} | {r['wall_median_s']:.2f} | {r['cpu_median_s']:.2f} | {r['target_s'] or ''} | "
+              f"{r['output_last_line']} |")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "memory_speed.json"
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps({"rows": rows, "loadavg": os.getloadavg(), "cpus": os.cpu_count()}, indent=1) + "\n")
+    os.replace(tmp, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Train the bundled spec model's kernel MLPs on NeuSight's kernel measurements of all five
+NVIDIA training GPUs and write ``src/perfseer/predictors/spec-kernels.{json,safetensors}``.
+
+    python scripts/train_spec_model.py --data ../shared/datasets/neusight \
+        [--calibration benchmarks/results/spec_timm_calibration.json]
+
+``--calibration``: a JSON written by ``benchmarks/spec_timm_logo.py --fit-all`` holding the
+whole-model calibration (per precision) learned on timm runs of measured GPUs; it is copied into
+the card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(ROOT.parent.parent / "shared" / "datasets" / "neusight"))
+    ap.add_argument("--out", default=str(ROOT / "src" / "perfseer" / "predictors"))
+    ap.add_argument("--name", default="spec-kernels")
+    ap.add_argument("--max-rows", type=int, default=8000, help="kernel rows per family and GPU (0: all)")
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--time-limit", type=float, default=20.0, help="CPU seconds per family")
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--device-features", default="0", choices=("0", "power", "all"))
+    ap.add_argument("--calibration", default=None)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(1)
+    from perfseer.devices import get_device
+
+    specs = {}
+
+    def _spec(name):
+        if name not in specs:
+            specs[name] = get_device(name)
+        return specs[name]
+    from perfseer.specmodel import kernels as kt
+    from perfseer.specmodel import neusight as ns
+    from perfseer.specmodel.net import KernelModel, KernelModelConfig
+
+    k = ns.load_kernels(args.data)
+    if args.max_rows:
+        k = k.sample(frac=1.0, random_state=0).groupby(["family", "device"]).head(args.max_rows).reset_index(drop=True)
+    dev = kt.device_frame([_spec(d) for d in k["device"]], ["fp32"] * len(k), k["family"])
+    cfg = KernelModelConfig(epochs=args.epochs, time_limit_s=args.time_limit, hidden=args.hidden, layers=args.layers,
+                            device_features={"0": False, "power": "power", "all": "all"}[args.device_features])
+    t0 = time.time()
+    model = KernelModel(cfg).fit(k, dev, k["latency_us"], verbose=True)
+    extra = {
+        "about": "Kernel-latency MLPs of the perfseer spec model (perfseer.specmodel): log10(latency / roofline "
+                 "bound) per kernel family from roofline, wave and device features.",
+        "training": {"data": "NeuSight kernel measurements (shared/datasets/neusight/kernels, MIT; "
+                             "github.com/sitar-lab/NeuSight @6945927), FP32, TF32 off",
+                     "devices": sorted(k["device"].unique()), "rows": {f: int((k["family"] == f).sum())
+                                                                     for f in kt.FAMILIES},
+                     "max_rows_per_family_and_gpu": args.max_rows, "wall_s": round(time.time() - t0, 1),
+                     "command": "python scripts/train_spec_model.py " + " ".join(argv if argv is not None else sys.argv[1:])},
+        "evaluation": "benchmarks/spec_neusight.py (leave-one-GPU-out, NeuSight workloads), "
+                      "benchmarks/spec_timm_logo.py (leave-one-GPU-out, timm on RTX GPUs); see docs/devices.md",
+    }
+    if args.calibration:
+        cal = json.loads(Path(args.calibration).read_text())
+        extra["calibration"] = cal["calibration"]
+        extra["calibration_source"] = cal.get("source", args.calibration)
+    card = model.save(args.out, args.name, extra=extra)
+    print(f"wrote {card}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""``perfseer memory MODEL``: peak GPU memory of a training or inference step, its breakdown, the
+largest batch that fits a device and the smallest MIG slice."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from perfseer.memory.breakdown import LINES
+from perfseer.memory.step import OPTIMIZERS, PHASES, PRECISIONS
+
+MIB = 1 << 20
+
+
+def add_parser(sub) -> None:
+    from perfseer.cli.train import _ints
+
+    p = sub.add_parser(
+        "memory", help="peak GPU memory of a training or inference step, with its breakdown",
+        description="Simulate one step of MODEL on fake tensors (no GPU, no weights), replay its allocations "
+                    "through a model of PyTorch's CUDA caching allocator and print the peak memory with its "
+                    "breakdown; ONNX models get an inference estimate from the graph's liveness. "
+                    "See docs/memory.md.")
+    p.add_argument("model", metavar="MODEL", help="timm:NAME, torchvision:NAME, nb201:..., fbnet:..., space:..., "
+                                                  "or an .onnx file / example:NAME (inference)")
+    p.add_argument("--batch", type=_ints, default=[1], metavar="B[,B...]", help="batch sizes (default 1)")
+    p.add_argument("--phase", default="train", choices=PHASES, help="default train")
+    p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="default adamw (train only)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="fp32; amp-fp16 / amp-bf16: autocast with fp32 weights; fp16 / bf16: the model cast")
+    p.add_argument("--device", default=None, help="a GPU of 'perfseer devices' (a100-40gb, h100-sxm, h200, "
+                                                  "a100-80gb:1g.10gb...): capacity and workspace")
+    p.add_argument("--capacity-gib", type=float, default=None, help="device memory in GiB (instead of the registry's)")
+    p.add_argument("--context-mib", type=float, default=None, help="CUDA context size (default 500 MiB)")
+    p.add_argument("--input-shape", default=None, metavar="CxHxW", help="one sample's shape (default: the model's)")
+    p.add_argument("--max-batch", action="store_true", help="also find the largest batch that fits --device")
+    p.add_argument("--mig", action="store_true",
+                   help="also give the smallest MIG profile each batch fits (of --device, or of A100 40/80 GB, "
+                        "H100 80/94 GB and H200)")
+    p.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON to PATH ('-': stdout)")
+    p.add_argument("--table", metavar="PATH", default=None,
+                   help="add the totals as memory_mb rows to a measurement table (CSV/Parquet; created or "
+                        "extended): simulator labels for training a memory predictor")
+    p.set_defaults(func=run)
+
+
+def memory_report(model, batches, phase="train", optimizer="adamw", precision="fp32", device=None,
+                  capacity_gib=None, context_mib=None, input_shape=None, max_batch=False, mig=False) -> dict:
+    """What ``perfseer memory`` computes, as the dict its ``--json`` writes (tests call this)."""
+    from perfseer.memory.api import max_batch_for, memory, resolve_model
+
+    src = resolve_model(model, input_shape)
+    out = {"model": src.label, "input_shape": list(src.input_shape) if src.input_shape else None,
+           "estimates": [], "max_batch": None}
+    for b in batches:
+        est = memory(model, batch=b, phase=phase, optimizer=optimizer, precision=precision, device=device,
+                     context_mib=context_mib, capacity_gib=capacity_gib, mig=mig, _src=src)
+        out["estimates"].append(est.to_dict())
+    if max_batch:
+        mb = max_batch_for(model, device=device, phase=phase, optimizer=optimizer, precision=precision,
+                           context_mib=context_mib, capacity_gib=capacity_gib, _src=src)
+        out["max_batch"] = {"batch": mb.batch, "capped": mb.capped, "traces_run": mb.traces_run,
+                            "affine": mb.affine, "device": device, "capacity_gib": capacity_gib}
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:,.1f} MiB"
+
+
+def format_report(rep: dict) -> str:
+    lines = []
+    for e in rep["estimates"]:
+        head = f"{rep['model']}  batch {e['batch']}  {e['phase']}"
+        if e["phase"] == "train":
+            head += f" ({e['optimizer']})"
+        head += f"  {e['precision']}  [{e['method']}]"
+        if e["device"] or e["capacity"]:
+            head += f"  on {e['device'] or 'the device'} ({e['capacity'] / (1 << 30):g} GiB)"
+        lines.append(head)
+        for k in LINES:
+            v = e["breakdown"].get(k, 0)
+            if v:
+                lines.append(f"  {k.replace('_', ' '):<20}{_mib(v):>16}")
+        lines.append(f"  {'total':<20}{_mib(e['total']):>16}")
+        lines.append(f"  peak allocated {_mib(e['peak_allocated'])}, peak reserved {_mib(e['peak_reserved'])}")
+        if e["fits"] is not None:
+            lines.append("  fits" if e["fits"] else "  does not fit")
+        for n in e["notes"]:
+            lines.append(f"  note: {n}")
+        for m in e.get("mig") or []:
+            if m["smallest"]:
+                tight = next(p["tight"] for p in m["profiles"] if p["profile"] == m["smallest"])
+                lines.append(f"  MIG {m['device']}: smallest profile that fits: {m['smallest']}"
+                             + (" (tight: within 5 % of the slice's nominal size)" if tight else ""))
+            else:
+                lines.append(f"  MIG {m['device']}: fits no profile")
+    mb = rep.get("max_batch")
+    if mb:
+        where = mb["device"] or f"{mb['capacity_gib']:g} GiB"
+        if mb["batch"] == 0:
+            lines.append(f"largest batch on {where}: none (one sample does not fit)")
+        else:
+            capped = " (search ceiling reached)" if mb["capped"] else ""
+            lines.append(f"largest batch on {where}: {mb['batch']}{capped}")
+    return "\n".join(lines)
+
+
+def table_rows(rep: dict) -> list[dict]:
+    """Measurement-table rows (README, Measurement tables) of a report: ``memory_mb`` is the total
+    in MiB; ``device`` is ``GPU/PRECISION-sim`` (``cuda`` when no device was named)."""
+    from perfseer.errors import MemoryConfigError
+
+    if not rep.get("input_shape"):
+        raise MemoryConfigError("a measurement table needs the input shape", "pass --input-shape CxHxW")
+    shape = "x".join(str(d) for d in rep["input_shape"])
+    return [{"model": rep["model"], "input_shape": shape, "batch_size": e["batch"], "phase": e["phase"],
+             "device": f"{e['device'] or 'cuda'}/{e['precision']}-sim", "memory_mb": e["total"] / MIB,
+             "precision": e["precision"], "source": f"perfseer memory ({e['method']})",
+             "optimizer": e["optimizer"] or ""} for e in rep["estimates"]]
+
+
+def write_memory_table(rep: dict, path: str) -> None:
+    """Add ``rep``'s rows to the table at ``path`` (validated, written atomically by write_table)."""
+    import pandas as pd
+
+    from perfseer.data.table import read_table, write_table
+
+    rows = pd.DataFrame(table_rows(rep))
+    if Path(path).exists():
+        rows = pd.concat([read_table(path), rows], ignore_index=True)
+    write_table(rows, path)
+
+
+def _write_json(path: str, obj: dict) -> None:
+    text = json.dumps(obj, indent=1) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfseer.cli.graph import parse_shape
+
+    shape = parse_shape(args.input_shape) if args.input_shape else None
+    rep = memory_report(args.model, args.batch, phase=args.phase, optimizer=args.optimizer, precision=args.precision,
+                        device=args.device, capacity_gib=args.capacity_gib, context_mib=args.context_mib,
+                        input_shape=shape, max_batch=args.max_batch, mig=args.mig)
+    if args.json:
+        _write_json(args.json, rep)
+    if args.table:
+        write_memory_table(rep, args.table)
+    if args.json != "-":
+        print(format_report(rep))
+    return 0

@@ -1,0 +1,51 @@
+"""``perfseer serve``: the REST API and web page (FastAPI + uvicorn, ``pip install 'perfseer[serve]'``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub) -> None:
+    from perfseer.cli.train import positive
+
+    p = sub.add_parser(
+        "serve", help="serve predictions over HTTP (REST API and a web page)",
+        description="Run perfseer's REST API (/v1/..., docs at /docs) and its web page (/) with uvicorn.  Model "
+                    "files are parsed and models exported in sandboxed child processes with time and memory "
+                    "limits; extracted graphs are cached.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--jobs", type=positive(int), default=2, help="extractions at once (default 2)")
+    p.add_argument("--job-time-limit", type=positive(float), default=60.0, metavar="S",
+                   help="seconds an extraction may take (default 60)")
+    p.add_argument("--job-memory-mb", type=positive(int), default=6144, metavar="MB",
+                   help="address-space limit of an extraction process (default 6144)")
+    p.add_argument("--cache", type=positive(int), default=128, metavar="N", help="graphs kept in memory (default 128)")
+    p.add_argument("--max-upload-mb", type=positive(float), default=200.0, metavar="MB")
+    p.add_argument("--models-dir", default=None, metavar="DIR",
+                   help="a folder whose .onnx files clients may name by relative path (default: no paths)")
+    p.add_argument("--predictor", action="append", default=None, metavar="NAME",
+                   help="serve only these predictors (repeatable; default: all bundled)")
+    p.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from perfseer.errors import MissingDependencyError
+
+    try:
+        import uvicorn
+    except ImportError as e:
+        raise MissingDependencyError("uvicorn", "serve", "perfseer serve") from e
+    from perfseer.serve.app import ServeConfig, create_app
+
+    if not 0 < args.port < 65536:
+        from perfseer.errors import PerfseerError
+
+        raise PerfseerError(f"--port {args.port} is not a TCP port", "use 1-65535, e.g. 8000")
+    config = ServeConfig(jobs=args.jobs, job_time_s=args.job_time_limit, job_memory_mb=args.job_memory_mb,
+                         cache_size=args.cache, max_upload_mb=args.max_upload_mb, models_dir=args.models_dir,
+                         predictors=args.predictor or [])
+    app = create_app(config)
+    print(f"perfseer serve: http://{args.host}:{args.port}/ (API docs at /docs)")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

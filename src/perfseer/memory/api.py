@@ -1,0 +1,303 @@
+"""``perfseer.memory(...)``: the GPU memory of a step, by simulation (or ONNX liveness)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+
+from perfseer.errors import ModelLoadError, PerfseerError
+from perfseer.memory.breakdown import MemoryEstimate, analyse, fits_in
+from perfseer.memory.overheads import Overheads, overheads_for
+from perfseer.memory.step import MemoryConfigError, SimulationError, StepConfig, trace_step
+
+GIB = 1 << 30
+
+
+@dataclass
+class ModelSource:
+    """A model the simulator can run: ``build()`` returns a fresh module (on the meta device when
+    possible) each call; or an ONNX reference for the liveness analysis."""
+
+    label: str
+    build: object = None          # () -> torch.nn.Module
+    input_shape: tuple | None = None
+    onnx: object = None           # path / ModelProto / reference for perfseer.graph.load
+    export: object = None         # what load_skeleton exports when the simulation fails
+
+
+def resolve_model(model, input_shape=None) -> ModelSource:
+    """Turn a reference, path, ``onnx.ModelProto`` or ``torch.nn.Module`` into a :class:`ModelSource`."""
+    import torch
+
+    shape = tuple(input_shape) if input_shape is not None else None
+    if isinstance(model, torch.nn.Module):
+        if shape is None:
+            raise ModelLoadError("a torch.nn.Module needs its input shape",
+                                 "pass input_shape=(C, H, W) (one sample, without the batch)")
+        meta = _meta_copy(model)
+        return ModelSource(type(model).__name__, lambda: copy.deepcopy(meta), shape, export=model)
+    if isinstance(model, (str, os.PathLike)) and not isinstance(model, str):
+        model = str(model)
+    if isinstance(model, str):
+        kind, sep, name = model.partition(":")
+        if sep and kind in ("timm", "torchvision"):
+            from perfseer.graph.zoo import build_zoo_model
+
+            module, default, _ = build_zoo_model(kind, name, meta=True)
+            module = module.to("meta") if _on_cpu(module) else module
+            return ModelSource(model, lambda: copy.deepcopy(module), shape or default, export=model)
+        if sep and kind in ("nb201", "fbnet", "space"):
+            from perfseer.profiling.models import build_module
+
+            with torch.device("meta"):
+                module = build_module(model)
+            default = (3, 32, 32) if kind != "space" else (3, 224, 224)
+            return ModelSource(model, lambda: copy.deepcopy(module), shape or default, export=model)
+        return ModelSource(model, onnx=model, input_shape=shape)
+    try:
+        import onnx
+
+        if isinstance(model, onnx.ModelProto):
+            return ModelSource(model.graph.name or "onnx model", onnx=model, input_shape=shape)
+    except ImportError:  # pragma: no cover - onnx is a core dependency
+        pass
+    raise ModelLoadError(f"cannot read a model from a {type(model).__name__}",
+                         "pass a reference (timm:resnet50), an .onnx path, an onnx.ModelProto or a "
+                         "torch.nn.Module with input_shape")
+
+
+def _on_cpu(module) -> bool:
+    return any(t.device.type != "meta" for t in (*module.parameters(), *module.buffers()))
+
+
+def _meta_copy(module):
+    """A copy of ``module`` whose parameters and buffers are on the meta device (no weight copied)."""
+    import torch
+
+    memo = {}
+    for p in module.parameters():
+        memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    for b in module.buffers():
+        memo[id(b)] = torch.empty_like(b, device="meta")
+    return copy.deepcopy(module, memo)
+
+
+def device_spec(device: str):
+    """The registry's spec of ``device`` (``perfseer.devices.get_device``)."""
+    from perfseer.devices import get_device
+
+    return get_device(device)
+
+
+def _config(phase, optimizer, precision, foreach) -> StepConfig:
+    return StepConfig(phase=phase, optimizer=optimizer or "adamw", precision=precision, foreach=foreach).validate()
+
+
+def _capacity(device, capacity_gib) -> tuple[str | None, int | None, str | None]:
+    """``(device name, capacity bytes, architecture)``."""
+    spec = device_spec(device) if device is not None else None
+    if spec is not None and spec.kind != "gpu":
+        raise MemoryConfigError(f"{spec.name} is a {spec.kind}, not a GPU", "pass a GPU from 'perfseer devices'")
+    if capacity_gib is not None:
+        if capacity_gib <= 0:
+            raise MemoryConfigError(f"capacity must be > 0 GiB, got {capacity_gib}", "pass a positive --capacity-gib")
+        return (spec.name if spec else None), int(capacity_gib * GIB), (spec.architecture if spec else None)
+    if spec is None:
+        return None, None, None
+    if not spec.memory_gib:
+        raise MemoryConfigError(f"the registry gives no memory size for {spec.name}", "pass --capacity-gib")
+    return spec.name, int(spec.memory_gib * GIB), spec.architecture
+
+
+def trace_model(src: ModelSource, batch: int, config: StepConfig):
+    return trace_step(src.build(), src.input_shape, batch, config)
+
+
+def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = "adamw", precision: str = "fp32",
+           device: str | None = None, input_shape=None, context_mib: float | None = None,
+           capacity_gib: float | None = None, foreach: bool | None = None, mig: bool = False,
+           _src: ModelSource | None = None) -> MemoryEstimate:
+    """Peak GPU memory of one training or inference step, with its breakdown.
+
+    Args:
+        model: ``"timm:NAME"``, ``"torchvision:NAME"``, ``"nb201:..."``, ``"fbnet:..."``,
+            ``"space:..."``, a ``torch.nn.Module`` (with ``input_shape``), or an ONNX model (a path,
+            ``example:NAME`` or ``onnx.ModelProto``: inference only, by liveness analysis).
+        batch: samples per step.
+        phase: ``"train"`` (forward, backward, optimizer step) or ``"infer"``.
+        optimizer: ``"sgd"``, ``"sgd-momentum"``, ``"adam"`` or ``"adamw"`` (train only).
+        precision: ``"fp32"``, ``"amp-fp16"``, ``"amp-bf16"`` (autocast, fp32 weights), ``"fp16"``,
+            ``"bf16"`` (the whole model cast).
+        device: a device registry name (``"a100-40gb"``): sets the capacity, the cuBLAS workspace
+            and ``fits``.
+        input_shape: one sample without the batch (zoo models default to their own).
+        context_mib: CUDA context size (default :data:`~perfseer.memory.overheads.DEFAULT_CONTEXT_MIB`).
+        capacity_gib: device memory, instead of the registry's.
+        foreach: optimizer ``foreach`` implementation (default: on, as PyTorch picks for CUDA).
+        mig: also check the MIG profiles (of ``device`` if it has any, else of A100 40/80 GB,
+            H100 80/94 GB and H200): ``.mig`` lists each profile and the smallest that fits.
+
+    Returns:
+        a :class:`~perfseer.memory.breakdown.MemoryEstimate`; ``.to_dict()`` is its JSON.
+
+    Raises:
+        SimulationError: the step cannot run on fake tensors and no fallback applies (training).
+
+    Example:
+        >>> est = perfseer.memory("timm:resnet50", batch=64, phase="train", optimizer="sgd")  # doctest: +SKIP
+        >>> est.total / 2**30  # doctest: +SKIP
+    """
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise MemoryConfigError(f"batch size must be a positive integer, got {batch!r}", "pass batch=N with N >= 1")
+    config = _config(phase, optimizer, precision, foreach)
+    device_name, capacity, arch = _capacity(device, capacity_gib)
+    over = overheads_for(arch, context_mib)
+    src = _src or resolve_model(model, input_shape)
+    notes: list[str] = []
+    trace, method = simulate(src, batch, config, notes)
+    est = estimate_from_trace(trace, src.label, batch, config, device_name, capacity, over, notes, method)
+    if mig:
+        spec = device_spec(device) if device is not None else None
+        own = spec is not None and (spec.mig_profiles or spec.parent)
+        est.mig = mig_advice(trace, [spec.parent or spec.name] if own else None, context_mib)
+    return est
+
+
+def simulate(src: ModelSource, batch: int, config: StepConfig, notes: list[str]):
+    """``(trace, method)``: the simulated step, or the ONNX liveness trace for an ONNX model or
+    an inference whose simulation failed (the reason is appended to ``notes``)."""
+    if src.build is not None:
+        try:
+            return trace_model(src, batch, config), "simulation"
+        except SimulationError as e:
+            if config.phase != "infer" or src.export is None:
+                raise
+            notes.append(f"simulation failed ({e.problem}); inference memory from the ONNX graph's liveness")
+            src = ModelSource(src.label, onnx=src.export, input_shape=src.input_shape)
+    if config.phase != "infer":
+        raise MemoryConfigError(f"{src.label}: training memory needs the PyTorch model (an ONNX graph has no "
+                                "backward pass or optimizer)",
+                                "pass --phase infer, or the timm:/torchvision: reference or nn.Module")
+    from perfseer.memory.onnx_liveness import liveness_trace
+
+    if config.precision != "fp32":
+        notes.append("ONNX liveness uses the graph's own dtypes; precision is not applied")
+    notes.append("ONNX liveness: operators are not fused or run in place, so activations are an upper bound")
+    return liveness_trace(src.onnx, batch, src.input_shape), "onnx-liveness"
+
+
+def estimate_from_trace(trace, label, batch, config: StepConfig, device_name, capacity, over: Overheads,
+                        notes=None, method="simulation") -> MemoryEstimate:
+    r = analyse(trace, over)
+    fits = None if capacity is None else fits_in(trace, over, capacity)
+    return MemoryEstimate(
+        model=label, batch=batch, phase=config.phase,
+        optimizer=config.optimizer if config.phase == "train" else None, precision=config.precision,
+        device=device_name, method=method, peak_tensor_bytes=r.peak_tensor_bytes, peak_allocated=r.peak_allocated,
+        peak_reserved=r.peak_reserved, context=over.context, total=r.peak_reserved + over.context,
+        breakdown=r.breakdown, capacity=capacity, fits=fits, notes=list(notes or []))
+
+
+#: The GPUs ``--mig`` covers when no device is named (the registry's names).
+MIG_DEVICES = ("a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm", "h100-nvl", "h200")
+#: A job whose total is within this share of a slice's nominal size is reported as tight: a MIG
+#: slice reports somewhat less memory than its profile's name (the driver keeps part of each
+#: slice), and the registry's slice sizes are nominal.
+TIGHT_SHARE = 0.95
+
+
+def max_batch_for(model, device: str | None = None, phase: str = "train", optimizer: str | None = "adamw",
+                  precision: str = "fp32", input_shape=None, context_mib: float | None = None,
+                  capacity_gib: float | None = None, foreach: bool | None = None, _src: ModelSource | None = None):
+    """The largest batch whose step fits the device (see :mod:`perfseer.memory.fit`).
+
+    Returns:
+        a :class:`~perfseer.memory.fit.MaxBatch` (``.batch`` 0: not even one sample fits).
+    """
+    from perfseer.memory.fit import max_batch
+
+    config = _config(phase, optimizer, precision, foreach)
+    device_name, capacity, arch = _capacity(device, capacity_gib)
+    if capacity is None:
+        raise MemoryConfigError("the largest batch needs a device", "pass --device NAME or --capacity-gib N")
+    src = _src or resolve_model(model, input_shape)
+    if src.build is None:
+        raise MemoryConfigError(f"{src.label}: the largest batch is searched with the simulator, which needs a "
+                                "PyTorch model", "pass the timm:/torchvision: reference or an nn.Module")
+    return max_batch(lambda b: trace_model(src, b, config), overheads_for(arch, context_mib), capacity)
+
+
+@dataclass
+class MigFit:
+    """One MIG profile checked for a job."""
+
+    device: str
+    profile: str
+    memory_gib: float
+    fits: bool
+    tight: bool
+
+
+def mig_advice(trace, devices=None, context_mib: float | None = None) -> list[dict]:
+    """For each MIG-capable GPU, every profile checked and the smallest that fits ``trace``.
+
+    Returns:
+        one dict per GPU: ``device``, ``smallest`` (profile name or ``None``), ``profiles``
+        (list of :class:`MigFit` as dicts), ordered by memory then compute.
+    """
+    from dataclasses import asdict
+
+    out = []
+    for name in devices or MIG_DEVICES:
+        spec = device_spec(name)
+        if not spec.mig_profiles:
+            raise MemoryConfigError(f"{spec.name} has no MIG profiles",
+                                    f"use one of: {', '.join(MIG_DEVICES)}")
+        over = overheads_for(spec.architecture, context_mib)
+        total = analyse(trace, over).peak_reserved + over.context
+        rows = []
+        for p in sorted(spec.mig_profiles, key=lambda p: (p.memory_gib, p.compute_fraction)):
+            cap = int(p.memory_gib * GIB)
+            ok = fits_in(trace, over, cap)
+            rows.append(MigFit(spec.name, p.name, p.memory_gib, ok, ok and total > TIGHT_SHARE * cap))
+        smallest = next((r.profile for r in rows if r.fits), None)
+        out.append({"device": spec.name, "smallest": smallest, "profiles": [asdict(r) for r in rows]})
+    return out
+
+
+def _precision_of(setting: str) -> str:
+    """Precision of a measurement-table device string (``rtx3090/amp-nchw-pt240`` -> ``amp-fp16``)."""
+    s = setting.partition("/")[2].lower()
+    for key, prec in (("amp_bf16", "amp-bf16"), ("amp-bf16", "amp-bf16"), ("amp", "amp-fp16"), ("bf16", "bf16"),
+                      ("fp16", "fp16")):
+        if s.startswith(key):
+            return prec
+    return "fp32"
+
+
+def memory_rows(model, rows: list[dict], input_shape=None, optimizer: str = "adamw") -> tuple[list[dict], list[str]]:
+    """Simulated memory beside ``perfseer predict``'s rows: one ``memory_sim`` row (MiB) per batch,
+    device and phase whose device is a GPU of the registry.  Returns ``(rows, warnings)``; a model
+    or device the simulator cannot handle gives a warning, not an error."""
+    out, warns, seen = [], [], set()
+    src = None
+    for r in rows:
+        key = (r["batch_size"], r["device"], r["phase"])
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            spec = device_spec(r["device"])
+            if spec.kind != "gpu":
+                continue
+            src = src or resolve_model(model, input_shape)
+            est = memory(model, batch=r["batch_size"], phase=r["phase"], optimizer=optimizer,
+                         precision=_precision_of(r["device"]), device=spec.name, _src=src)
+        except PerfseerError as e:
+            warns.append(f"memory for {r['device']} {r['phase']} batch {r['batch_size']}: {e}")
+            continue
+        out.append({"batch_size": r["batch_size"], "device": r["device"], "phase": r["phase"], "metric": "memory_sim",
+                    "value": est.total / (1 << 20), "unit": "MiB", "method": est.method, "fits": est.fits,
+                    "precision": est.precision, "optimizer": est.optimizer})
+    return out, warns

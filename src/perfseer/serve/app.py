@@ -1,0 +1,378 @@
+"""The HTTP service: a versioned REST API over perfseer's predictors and a web page.
+
+Endpoints (OpenAPI docs at ``/docs``, schema at ``/openapi.json``):
+
+- ``GET /v1/health``: liveness, cache and sandbox counters.
+- ``GET /v1/predictors``: the predictors served, with coverage and scores.
+- ``GET /v1/devices``: the device registry's specs, each with the served predictors measured on it.
+- ``GET /v1/models?q=res&limit=20``: model references for completion (timm, torchvision, examples).
+- ``POST /v1/models``: upload an ONNX file (multipart field ``file``); answers its ``upload:SHA256``
+  reference and its summary.
+- ``POST /v1/predict``: a model reference, batch sizes, optional input shape / sequence length /
+  symbolic dims, predictors or devices, phase -> the rows ``perfseer predict --json`` prints.
+- ``POST /v1/memory``: simulated peak GPU memory per batch size with its breakdown, the largest
+  batch that fits a device and the smallest MIG slice (what ``perfseer memory --json`` gives).
+- ``GET /``: the web page.
+
+Errors are JSON ``{"error": {"type", "message", "fix"}}`` with a 4xx code (422 for a model or
+request that cannot be served, 404 for an unknown predictor, 413 for an upload over the limit), and
+503 with ``Retry-After`` when every extraction slot is busy (the one documented 5xx).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from perfseer.errors import MissingDependencyError, PerfseerError
+
+try:
+    from fastapi import FastAPI, File, Query, Request, UploadFile
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import FileResponse, JSONResponse
+    from fastapi.staticfiles import StaticFiles
+    from pydantic import BaseModel, Field
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise MissingDependencyError("fastapi", "serve", "perfseer serve") from e
+
+from perfseer.serve.graphs import GraphCache, ModelStore
+from perfseer.serve.sandbox import Busy, Limits, Sandbox, SandboxError
+
+API_VERSION = "v1"
+STATIC = Path(str(resources.files("perfseer") / "serve" / "static"))
+
+
+@dataclass
+class ServeConfig:
+    """How the service runs.  Every limit is per request unless said otherwise."""
+
+    jobs: int = 2  # extraction processes at once (each parses or exports one model)
+    job_time_s: float = 60.0  # an extraction still running after this is stopped (422)
+    job_memory_mb: int = 6144  # address-space limit of an extraction process
+    queue_wait_s: float = 30.0  # a request waits this long for an extraction slot, then gets 503
+    cache_size: int = 128  # PerfGraphs kept (least recently used dropped first)
+    max_upload_mb: float = 200.0  # larger uploads are refused (413); the graph, not the weights, is read
+    max_uploads: int = 64  # uploaded files kept on disk
+    max_batches: int = 32  # batch sizes in one request
+    max_batch: int = 1 << 20  # largest batch size accepted
+    models_dir: str | None = None  # a folder whose .onnx files clients may name by relative path
+    upload_dir: str | None = None  # where uploads are kept (default: a temporary folder)
+    torch_threads: int = 1  # torch threads of the serving process (predictions are small)
+    predictors: list[str] = field(default_factory=list)  # served predictors (empty: every bundled one)
+
+
+class PredictRequest(BaseModel):
+    model: str = Field(..., description="timm:NAME, torchvision:NAME, example:NAME, nb201:..., upload:SHA256, ...",
+                       examples=["timm:resnet50"])
+    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 256]])
+    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224")
+    seq_len: int | None = Field(default=None, description="tokens per sample (hf: models, or an ONNX model's "
+                                                          "symbolic sequence dimensions)")
+    dims: dict[str, int] = Field(default_factory=dict, description="values of other symbolic input dimensions")
+    predictors: list[str] = Field(default_factory=list, description="predictor names (default: every served one)")
+    devices: list[str] = Field(default_factory=list, description="only targets on these devices")
+    phase: str | None = Field(default=None, description="infer or train (default: both where covered)")
+
+
+class MemoryRequest(BaseModel):
+    model: str = Field(..., description="timm:NAME, torchvision:NAME, nb201:..., example:NAME, upload:SHA256 (ONNX: "
+                                        "inference only)", examples=["timm:resnet50"])
+    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 128]])
+    phase: str = Field(default="train", description="train or infer")
+    optimizer: str | None = Field(default="adamw", description="sgd, sgd-momentum, adam, adamw (train)")
+    precision: str = Field(default="fp32", description="fp32, amp-fp16, amp-bf16, fp16, bf16")
+    device: str | None = Field(default=None, description="a registry device (capacity, fit); GET /v1/devices")
+    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224")
+    mig: bool = Field(default=False, description="also the smallest MIG slice that fits (largest batch)")
+    max_batch: bool = Field(default=False, description="also the largest batch that fits the device")
+
+
+class ApiError(PerfseerError):
+    def __init__(self, status: int, problem: str, fix: str = ""):
+        super().__init__(problem, fix)
+        self.status = status
+
+
+def _error(status: int, kind: str, message: str, fix: str | None = None, headers=None) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message, "fix": fix or ""}}, status_code=status,
+                        headers=headers)
+
+
+class Service:
+    """The state behind the routes: sandbox, graph cache, loaded predictors."""
+
+    def __init__(self, config: ServeConfig):
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
+        self.config = config
+        self._tmp = None
+        upload_dir = config.upload_dir
+        if upload_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="perfseer-uploads-")
+            upload_dir = self._tmp.name
+        self.sandbox = Sandbox(Limits(time_s=config.job_time_s, memory_mb=config.job_memory_mb), max_jobs=config.jobs)
+        self.store = ModelStore(upload_dir, config.models_dir, config.max_uploads)
+        self.graphs = GraphCache(self.sandbox, self.store, config.cache_size)
+        self._predictors: dict = {}
+        self._lock = threading.Lock()
+        self._names: list[str] | None = None
+        self._memory_cache: dict = {}
+        self.started = time.time()
+
+    # -- predictors ------------------------------------------------------------------------------
+    def predictor_names(self) -> list[str]:
+        from perfseer.predictor import list_predictors
+
+        if self.config.predictors:
+            return list(self.config.predictors)
+        return [p["name"] for p in list_predictors()]
+
+    def predictor(self, name: str):
+        from perfseer.predictor import load_predictor
+
+        if name not in self.predictor_names():
+            raise ApiError(404, f"no predictor named '{name}' on this server",
+                           f"use one of: {', '.join(self.predictor_names())} (GET /v1/predictors)")
+        with self._lock:
+            if name not in self._predictors:
+                self._predictors[name] = load_predictor(name)
+            return self._predictors[name]
+
+    def describe_predictors(self) -> list[dict]:
+        return [self.predictor(n).describe() for n in self.predictor_names()]
+
+    def devices(self) -> list[dict]:
+        """The registry's devices with their specs, each with the served predictors measured on it."""
+        from perfseer.devices import UnknownDeviceError, get_device, list_devices
+
+        covered: dict[str, dict] = {}
+        for p in self.describe_predictors():
+            for d in p["devices"]:
+                try:
+                    name = get_device(d).name
+                except (UnknownDeviceError, PerfseerError):
+                    name = d
+                entry = covered.setdefault(name, {"predictors": [], "settings": set(), "phases": set()})
+                entry["predictors"].append(p["name"])
+                entry["settings"].add(d)
+                entry["phases"].update(p["phases"])
+        out = []
+        for spec in list_devices():
+            c = covered.pop(spec.name, None)
+            out.append({**spec.to_dict(), "predictors": c["predictors"] if c else [],
+                        "settings": sorted(c["settings"]) if c else [], "phases": sorted(c["phases"]) if c else []})
+        for name, c in covered.items():  # measured settings the registry has no spec sheet for
+            out.append({"name": name, "kind": None, "predictors": c["predictors"], "settings": sorted(c["settings"]),
+                        "phases": sorted(c["phases"])})
+        return out
+
+    def memory(self, req: MemoryRequest) -> dict:
+        from perfseer.cli.graph import parse_shape
+        from perfseer.serve.jobs import memory_job
+
+        c = self.config
+        if not req.batch or len(req.batch) > c.max_batches or any(not 1 <= b <= c.max_batch for b in req.batch):
+            raise ApiError(422, f"batch sizes must be 1 to {c.max_batches} values in 1..{c.max_batch}, got {req.batch}",
+                           "pass e.g. [1, 32, 128]")
+        if req.max_batch and not req.device:
+            raise ApiError(422, "the largest batch needs a device", "pass \"device\": \"a100-40gb\" (GET /v1/devices)")
+        shape = parse_shape(req.input_shape) if req.input_shape else None
+        target = self.store.resolve(req.model)
+        key = (target, tuple(req.batch), req.phase, req.optimizer, req.precision, req.device, shape, req.mig,
+               req.max_batch)
+        with self._lock:
+            hit = self._memory_cache.get(key)
+        if hit is not None:
+            return {**hit, "cached": True}
+        t0 = time.perf_counter()
+        try:
+            result = self.sandbox.run(memory_job, target, list(req.batch), req.phase, req.optimizer, req.precision,
+                                      req.device, shape, req.mig, req.max_batch, wait_s=c.queue_wait_s)
+        except PerfseerError as e:
+            if target != req.model:
+                e.problem = e.problem.replace(target, req.model)
+                e.args = (e.problem,)
+            raise
+        for est in result["estimates"]:
+            est["model"] = req.model
+        result = {"api": API_VERSION, "model": req.model, **result,
+                  "timing_ms": {"simulate": round((time.perf_counter() - t0) * 1e3, 2)}}
+        with self._lock:
+            self._memory_cache[key] = result
+            while len(self._memory_cache) > c.cache_size:
+                self._memory_cache.pop(next(iter(self._memory_cache)))
+        return {**result, "cached": False}
+
+    # -- completion ----------------------------------------------------------------------------
+    def model_names(self) -> list[str]:
+        if self._names is None:
+            from perfseer.graph.load import examples
+
+            names = [f"example:{e}" for e in examples()]
+            from perfseer.graph.zoo import import_zoo
+
+            for zoo in ("timm", "torchvision"):
+                try:
+                    module = import_zoo(zoo)  # timm, or torchvision.models
+                except PerfseerError:  # the zoo extra is optional
+                    continue
+                names += [f"{zoo}:{n}" for n in module.list_models()]
+            self._names = names
+        return self._names
+
+    # -- prediction ----------------------------------------------------------------------------
+    def predict(self, req: PredictRequest) -> dict:
+        import warnings
+
+        from perfseer.cli.graph import parse_shape
+        from perfseer.predictor import PredictorError, UnseenOperatorWarning
+
+        c = self.config
+        if not req.batch:
+            raise ApiError(422, "no batch sizes given", "pass e.g. \"batch\": [1, 32]")
+        if len(req.batch) > c.max_batches:
+            raise ApiError(422, f"{len(req.batch)} batch sizes in one request (at most {c.max_batches})",
+                           "split the request")
+        bad = [b for b in req.batch if b < 1 or b > c.max_batch]
+        if bad:
+            raise ApiError(422, f"batch sizes must lie in 1..{c.max_batch}, got {bad}", "pass e.g. [1, 32, 256]")
+        if req.phase not in (None, "infer", "train"):
+            raise ApiError(422, f"phase '{req.phase}' is neither infer nor train", "use infer or train, or omit it")
+        shape = parse_shape(req.input_shape) if req.input_shape else None
+        dims = dict(req.dims)
+        if req.seq_len is not None and not 1 <= req.seq_len <= 1 << 20:
+            raise ApiError(422, f"seq_len must lie in 1..{1 << 20}, got {req.seq_len}", "pass e.g. 128")
+        t0 = time.perf_counter()
+        pg, cached = self.graphs.get(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len)
+        t1 = time.perf_counter()
+        names = req.predictors or self.predictor_names()
+        rows, notes = [], []
+        for name in names:
+            p = self.predictor(name)
+            devices = [d for d in p.card["devices"] if not req.devices or d in req.devices]
+            phases = [ph for ph in p.card["phases"] if req.phase is None or ph == req.phase]
+            if not devices or not phases:
+                if req.predictors:
+                    notes.append(f"predictor {name} covers none of the devices/phase asked for")
+                continue
+            for device in devices:
+                for phase in phases:
+                    with warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always", UnseenOperatorWarning)
+                        try:
+                            out = p.predict(pg, batch=list(req.batch), device=device, phase=phase)
+                        except PredictorError as e:
+                            notes.append(f"{name}: {e}")
+                            continue
+                    for r in out:
+                        r["model"] = req.model
+                        r["predictor"] = name
+                        if r.get("metric") == "latency_ms" and r.get("value"):
+                            r["throughput_per_s"] = r["batch_size"] * 1000.0 / r["value"]
+                    rows += out
+                    notes += [str(w.message) for w in caught]
+        summary = {k: v for k, v in pg.summary().items() if k not in ("heaviest", "folded_ops")}
+        return {"api": API_VERSION, "model": req.model, "summary": summary, "predictions": rows,
+                "warnings": sorted(set(notes)), "cached": cached,
+                "timing_ms": {"extract": round((t1 - t0) * 1e3, 2),
+                              "predict": round((time.perf_counter() - t1) * 1e3, 2)}}
+
+
+def create_app(config: ServeConfig | None = None) -> FastAPI:
+    """The FastAPI application (``uvicorn`` runs it; tests call it through ``TestClient``)."""
+    from perfseer import __version__
+
+    svc = Service(config or ServeConfig())
+    app = FastAPI(title="perfseer", version=__version__,
+                  description="Predict deep-learning model performance from the computational graph.")
+    app.state.service = svc
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, e: ApiError):
+        return _error(e.status, type(e).__name__, e.problem, e.fix)
+
+    @app.exception_handler(Busy)
+    async def _busy(request: Request, e: Busy):
+        return _error(503, "Busy", e.problem, e.fix, headers={"Retry-After": "5"})
+
+    @app.exception_handler(SandboxError)
+    async def _sandbox(request: Request, e: SandboxError):
+        return _error(422, f"Sandbox{e.kind.capitalize()}", e.problem, e.fix)
+
+    @app.exception_handler(PerfseerError)
+    async def _perfseer(request: Request, e: PerfseerError):
+        return _error(422, getattr(e, "kind", None) or type(e).__name__, e.problem, e.fix)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError):
+        parts = [f"{'.'.join(str(x) for x in err.get('loc', ())[1:]) or 'body'}: {err.get('msg')}"
+                 for err in e.errors()]
+        return _error(422, "InvalidRequest", "; ".join(parts), "see the schema at /docs")
+
+    @app.get("/v1/health")
+    def health() -> dict:
+        return {"status": "ok", "version": __version__, "uptime_s": round(time.time() - svc.started, 1),
+                "cache": {"entries": len(svc.graphs), "hits": svc.graphs.hits, "misses": svc.graphs.misses},
+                "sandbox": dict(svc.sandbox.stats)}
+
+    @app.get("/v1/predictors")
+    def predictors() -> list[dict]:
+        return svc.describe_predictors()
+
+    @app.get("/v1/devices")
+    def devices() -> list[dict]:
+        return svc.devices()
+
+    @app.get("/v1/models")
+    def models(q: str = Query("", max_length=200), limit: int = Query(20, ge=1, le=200)) -> list[str]:
+        q = q.strip().lower()
+        names = svc.model_names()
+        starts = [n for n in names if n.lower().startswith(q) or n.lower().partition(":")[2].startswith(q)]
+        inner = [n for n in names if q in n.lower() and n not in set(starts)] if q else []
+        return (starts + inner)[:limit]
+
+    @app.post("/v1/models")
+    def upload(request: Request, file: UploadFile = File(...)) -> dict:
+        limit = int(svc.config.max_upload_mb * 2**20)
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit + 2**16:
+            raise ApiError(413, f"the upload is {int(declared) / 2**20:.1f} MB, over this server's "
+                                f"{svc.config.max_upload_mb:g} MB limit", "export the model without weights "
+                                "(perfseer reads only the graph) or ask the operator to raise --max-upload-mb")
+
+        def chunks():
+            seen = 0
+            while True:
+                chunk = file.file.read(1 << 20)
+                if not chunk:
+                    return
+                seen += len(chunk)
+                if seen > limit:
+                    raise ApiError(413, f"the upload is over this server's {svc.config.max_upload_mb:g} MB limit",
+                                   "export the model without weights (perfseer reads only the graph)")
+                yield chunk
+
+        ref = svc.store.add_upload(chunks())
+        pg, cached = svc.graphs.get(ref, wait_s=svc.config.queue_wait_s)
+        summary = {k: v for k, v in pg.summary().items() if k not in ("heaviest", "folded_ops")}
+        return {"model": ref, "filename": file.filename, "summary": summary, "cached": cached}
+
+    @app.post("/v1/predict")
+    def predict(req: PredictRequest) -> dict:
+        return svc.predict(req)
+
+    @app.post("/v1/memory")
+    def memory(req: MemoryRequest) -> dict:
+        return svc.memory(req)
+
+    @app.get("/", include_in_schema=False)
+    def index():
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app

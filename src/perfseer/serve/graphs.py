@@ -1,0 +1,145 @@
+"""The PerfGraphs a service has extracted: a bounded LRU cache keyed by (model, input shape, dims),
+filled through the sandbox, with concurrent requests for the same key sharing one extraction."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from perfseer.errors import ModelLoadError, PerfseerError
+from perfseer.serve.jobs import extract_job
+from perfseer.serve.sandbox import Sandbox
+
+UPLOAD_PREFIX = "upload:"
+
+
+class ModelStore:
+    """Resolves the model references a client may use to something :func:`perfseer.extract` reads.
+
+    References (``timm:``, ``torchvision:``, ``example:``, ``nb201:``...) pass through; ``upload:SHA``
+    names a file uploaded to this service; a path is accepted only inside ``models_dir`` (None:
+    refused), so that a client cannot make the service read arbitrary files.
+    """
+
+    def __init__(self, upload_dir: str | os.PathLike, models_dir: str | os.PathLike | None = None,
+                 max_uploads: int = 64):
+        self.upload_dir = Path(upload_dir)
+        self.upload_dir.mkdir(parents=True, exist_ok=True)
+        self.models_dir = Path(models_dir).resolve() if models_dir else None
+        self.max_uploads = max_uploads
+        self._lock = threading.Lock()
+
+    def add_upload(self, chunks) -> str:
+        """Store an uploaded ONNX file (an iterable of byte chunks); its ``upload:SHA256`` name."""
+        h = hashlib.sha256()
+        tmp = self.upload_dir / f".incoming-{os.getpid()}-{threading.get_ident()}-{id(chunks)}"
+        try:
+            with open(tmp, "wb") as f:
+                for chunk in chunks:
+                    h.update(chunk)
+                    f.write(chunk)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        digest = h.hexdigest()
+        final = self.upload_dir / f"{digest}.onnx"
+        os.replace(tmp, final)
+        with self._lock:
+            files = sorted(self.upload_dir.glob("*.onnx"), key=lambda p: p.stat().st_mtime)
+            for old in files[: max(0, len(files) - self.max_uploads)]:
+                if old != final:
+                    old.unlink(missing_ok=True)
+        return UPLOAD_PREFIX + digest
+
+    def resolve(self, model: str) -> str:
+        from perfseer.graph.load import split_reference
+
+        if not isinstance(model, str) or not model.strip():
+            raise ModelLoadError("no model given", "pass a reference such as timm:resnet50, or upload an ONNX file")
+        model = model.strip()
+        if model.startswith(UPLOAD_PREFIX):
+            digest = model[len(UPLOAD_PREFIX):]
+            path = self.upload_dir / f"{digest}.onnx"
+            if not (len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)) or not path.exists():
+                raise ModelLoadError(f"no uploaded model '{model}' on this server (uploads are kept for the "
+                                     f"latest {self.max_uploads})", "upload the file again (POST /v1/models)")
+            return str(path)
+        if split_reference(model) is not None:
+            return model
+        kind, sep, _ = model.partition(":")
+        if sep and kind.replace("_", "").replace("-", "").isalnum() and len(kind) > 1:
+            from perfseer.graph.load import REFERENCE_KINDS
+
+            raise ModelLoadError(f"unknown model reference kind '{kind}:'",
+                                 f"use one of: {', '.join(k + ':' for k in REFERENCE_KINDS)}, or upload the file")
+        if self.models_dir is None:
+            raise ModelLoadError(f"'{model}' is a file path, and this server reads no paths",
+                                 "use a reference (timm:NAME, torchvision:NAME, example:NAME, ...) or upload the "
+                                 "file; the operator can serve a folder with `perfseer serve --models-dir DIR`")
+        path = (self.models_dir / model).resolve()
+        if self.models_dir not in path.parents or path.suffix != ".onnx" or not path.is_file():
+            raise ModelLoadError(f"'{model}' is not an .onnx file inside the served folder",
+                                 "name a file relative to the served folder, e.g. nets/mine.onnx")
+        return str(path)
+
+
+class GraphCache:
+    """``get(model, input_shape, dims, seq_len=)`` -> PerfGraph at batch 1, extracted at most once per key.
+
+    Args:
+        sandbox: where extraction runs.
+        store: resolves references, uploads and served paths.
+        size: entries kept (least recently used dropped first).
+    """
+
+    def __init__(self, sandbox: Sandbox, store: ModelStore, size: int = 64):
+        self.sandbox, self.store, self.size = sandbox, store, size
+        self._items: OrderedDict = OrderedDict()
+        self._inflight: dict = {}
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, model: str, input_shape=None, dims=None, wait_s: float | None = None, seq_len=None):
+        """The PerfGraph and whether it came from the cache."""
+        target = self.store.resolve(model)
+        key = (target, tuple(input_shape) if input_shape else None, tuple(sorted((dims or {}).items())), seq_len)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return self._items[key], True
+            waiter = self._inflight.get(key)
+            owner = waiter is None
+            if owner:
+                waiter = self._inflight[key] = {"done": threading.Event(), "value": None, "error": None}
+            self.misses += 1
+        if not owner:
+            waiter["done"].wait()
+            if waiter["error"] is not None:
+                raise waiter["error"]
+            return waiter["value"], True
+        try:
+            pg = self.sandbox.run(extract_job, target, tuple(input_shape) if input_shape else None, dims, seq_len,
+                                  wait_s=wait_s)
+            waiter["value"] = pg
+            with self._lock:
+                self._items[key] = pg
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+            return pg, False
+        except Exception as e:  # shared with the requests waiting on the same key
+            if target != model and isinstance(e, PerfseerError):  # never show the server's own paths
+                e.problem = e.problem.replace(target, model)
+                e.args = (f"{e.problem}; fix: {e.fix}" if e.fix else e.problem,)
+            waiter["error"] = e
+            raise
+        finally:
+            with self._lock:
+                self._inflight.pop(key, None)
+            waiter["done"].set()
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,31 @@
+"""What sandboxed children run for the service (module-level functions: the sandbox imports them
+by name).  Each returns plain data or objects of perfseer's own."""
+
+from __future__ import annotations
+
+
+def extract_job(model: str, input_shape, dims, seq_len=None):
+    """The PerfGraph of ``model`` at batch 1."""
+    from perfseer.api import extract
+
+    return extract(model, batch=1, input_shape=input_shape, dims=dims or None, seq_len=seq_len)
+
+
+def memory_job(model: str, batches, phase: str, optimizer, precision: str, device, input_shape, mig: bool,
+               max_batch: bool) -> dict:
+    """Simulated peak memory of ``model`` at each batch size (``perfseer.memory``), as JSON-ready
+    dicts, and the largest batch that fits ``device`` when asked."""
+    from dataclasses import asdict
+
+    from perfseer.memory.api import max_batch_for, memory, resolve_model
+
+    src = resolve_model(model, input_shape)
+    out = {"estimates": [], "max_batch": None}
+    for i, b in enumerate(batches):
+        est = memory(model, batch=int(b), phase=phase, optimizer=optimizer, precision=precision, device=device,
+                     input_shape=input_shape, mig=mig and i == len(batches) - 1, _src=src)
+        out["estimates"].append(est.to_dict())
+    if max_batch:
+        out["max_batch"] = asdict(max_batch_for(model, device=device, phase=phase, optimizer=optimizer,
+                                                precision=precision, input_shape=input_shape, _src=src))
+    return out

@@ -1,0 +1,1 @@
+"""The spec-conditioned latency model: any GPU from its spec sheet (see docs/devices.md)."""

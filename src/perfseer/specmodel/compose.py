@@ -1,0 +1,137 @@
+"""A whole model's step from its PerfGraph: node features -> GPU kernels -> summed latency.
+
+How a PerfGraph node becomes kernels (PyTorch eager execution: one kernel per operator):
+
+- ``MatMul``/``Gemm``: a GEMM of ``mm_batch`` products ``mm_m x in_features @ in_features x
+  out_features`` (the weight read once when the node has weights);
+- ``Conv``/``ConvTranspose``: the implicit GEMM of each group (``M`` = output pixels x batch,
+  ``N`` = output channels / groups, ``K`` = MACs / (M N groups)); a depthwise-like convolution
+  (grouped, fewer than 8 output channels per group) is memory-bound and costed as a ``vec`` kernel;
+- ``Attention``: the two batched GEMMs (scores, weighted values) and a softmax;
+- ``LayerNormalization``/``RMSNormalization``: ``ln``; ``Softmax``/``LogSoftmax``: ``softmax``;
+- every other operator with memory traffic: one memory-bound ``vec`` kernel reading its inputs
+  and weights and writing its output; pure views (``Reshape``, ``Flatten``, ``Squeeze``,
+  ``Unsqueeze``, ``Identity``, ``Dropout`` at inference) launch nothing.
+
+Precision: the graph's float tensors are FP32; at ``fp16``/``bf16`` (autocast) every kernel moves
+2 bytes per element and GEMMs/convolutions run at the precision's tensor-core peak.
+
+Training step = forward + backward (:mod:`perfseer.specmodel.backward`: two GEMMs per GEMM, one
+gradient kernel per element-wise operator, the parameter gradients accumulated) + one optimizer
+pass over the parameters (``adamw``: reads parameter, gradient and two moments, writes three;
+``sgd`` with momentum: reads three, writes two; 4-byte master weights either way).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfseer.features import schema
+from perfseer.specmodel import kernels as kt
+from perfseer.specmodel.backward import backward_kernels
+
+_I = {n: i for i, n in enumerate(schema.NODE_FEATURES)}
+VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Shape", "Constant", "Size",
+            "ConstantOfShape"}
+PASS_THROUGH_OPS = {"Add", "Sub", "Sum", "Concat", "Split", "Slice", "Pad", "Expand", "Cast"}
+OPTIMIZER_BYTES = {"adamw": (4 * 4, 3 * 4), "sgd": (3 * 4, 2 * 4)}  # (read, write) per parameter
+PRECISION_BYTES = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0}
+
+
+def node_kernels(x: np.ndarray, op_types, precision: str = "fp32") -> pd.DataFrame:
+    """Forward kernels of a graph's nodes, a kernel table with a ``node`` (index) and ``op`` column.
+
+    Args:
+        x: node features ``[num_nodes, len(schema.NODE_FEATURES)]`` (raw, as in a PerfGraph).
+        op_types: the ONNX op type of each node.
+        precision: ``fp32``, ``tf32``, ``fp16`` or ``bf16``.
+    """
+    db = PRECISION_BYTES[precision]
+    scale = db / 4.0
+    ops = np.asarray(list(op_types), dtype=object)
+    col = lambda name: x[:, _I[name]].astype(float)  # noqa: E731
+    macs, flops = col("macs"), col("flops")
+    inb, outb, wb = col("input_bytes"), col("output_bytes"), col("weight_bytes")
+    mm_m, kin, nout, mmb = col("mm_m"), col("in_features"), col("out_features"), col("mm_batch")
+    groups, kh, axis, bias = col("groups"), col("kernel_h"), col("axis_size"), col("has_bias")
+    out_el = outb / 4.0
+    parts = []
+    done = np.isin(ops, list(VIEW_OPS))
+
+    def add(t: pd.DataFrame, idx: np.ndarray):
+        t["node"] = idx
+        parts.append(t)
+
+    sel = np.flatnonzero(np.isin(ops, ["MatMul", "Gemm", "MatMulInteger", "FusedMatMul"]) & (macs > 0) & ~done)
+    if len(sel):
+        b, m, k, n = (np.maximum(v[sel], 1.0) for v in (mmb, mm_m, kin, nout))
+        m = np.where(np.abs(b * m * k * n - macs[sel]) > 0.01 * macs[sel], macs[sel] / (b * k * n), m)
+        add(kt.gemm_rows(b, m, n, k, dtype_bytes=db, bias=(bias[sel] > 0).astype(float),
+                         shared_b=(wb[sel] > 0).astype(float)), sel)
+        done[sel] = True
+    conv = np.isin(ops, ["Conv", "ConvTranspose"]) & (macs > 0) & ~done
+    g = np.maximum(groups, 1.0)
+    cout = np.maximum(nout, 1.0)
+    depthwise = conv & (g > 1) & (cout / g < 8)
+    sel = np.flatnonzero(conv & ~depthwise)
+    if len(sel):
+        mm = out_el[sel] / cout[sel]
+        t = kt.gemm_rows(g[sel], mm, cout[sel] / g[sel], macs[sel] / (mm * cout[sel]), dtype_bytes=db, shared_b=1.0)
+        t["family"], t["kernel"] = "conv", np.maximum(kh[sel], 1.0)
+        t["bytes"] = (inb[sel] + wb[sel] + outb[sel]) * scale
+        t["weights"] = g[sel] * (cout[sel] / g[sel]) * (macs[sel] / (mm * cout[sel]))
+        add(t, sel)
+        done[sel] = True
+    sel = np.flatnonzero((ops == "Attention") & (macs > 0) & ~done)
+    if len(sel):
+        length, e, ev, s_ = (np.maximum(v[sel], 1.0) for v in (mm_m, kin, nout, axis))
+        bh = macs[sel] / (length * s_ * (e + ev))
+        add(kt.gemm_rows(bh, length, s_, e, dtype_bytes=db), sel)
+        add(kt.rowwise_rows("softmax", bh * length, s_, dtype_bytes=db), sel)
+        add(kt.gemm_rows(bh, length, ev, s_, dtype_bytes=db), sel)
+        done[sel] = True
+    for fam, names in (("ln", ["LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"]),
+                       ("softmax", ["Softmax", "LogSoftmax"])):
+        sel = np.flatnonzero(np.isin(ops, names) & (axis > 0) & ~done)
+        if len(sel):
+            add(kt.rowwise_rows(fam, out_el[sel] / axis[sel], axis[sel], dtype_bytes=db), sel)
+            done[sel] = True
+    sel = np.flatnonzero(~done & (inb + wb + outb > 0))
+    if len(sel):
+        e = np.maximum(out_el[sel], 1.0)
+        n_in = np.where(outb[sel] > 0, np.maximum(np.round(inb[sel] / np.maximum(outb[sel], 1.0)), 1.0), 1.0)
+        add(kt.vec_rows(e, n_in, flops[sel] / e, dtype_bytes=db, read_bytes=(inb[sel] + wb[sel]) * scale,
+                        write_bytes=outb[sel] * scale), sel)
+    if not parts:
+        t = kt.empty_table()
+        t["node"], t["op"] = pd.Series(dtype=int), pd.Series(dtype=object)
+        return t
+    t = pd.concat(parts, ignore_index=True).sort_values("node", kind="stable").reset_index(drop=True)
+    t["op"] = ops[t["node"].to_numpy()]
+    return t
+
+
+def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str = "fp32",
+                 optimizer: str = "adamw", params: float = 0.0) -> pd.DataFrame:
+    """All kernels of one inference (``infer``) or training (``train``) step, with a ``pass``
+    column (``fw``, ``bw``, ``opt``)."""
+    fw = node_kernels(x, op_types, precision)
+    fw["pass"] = "fw"
+    if phase == "infer":
+        return fw
+    if phase != "train":
+        raise ValueError(f"phase must be 'infer' or 'train', got {phase!r}")
+    parts = [fw]
+    for (node, op), rows in fw.groupby(["node", "op"], sort=False):
+        fn = "add" if op in PASS_THROUGH_OPS else op.lower()
+        b = backward_kernels(rows.drop(columns=["node", "op", "pass"]), fn)
+        if len(b):
+            b["node"], b["op"], b["pass"] = node, op, "bw"
+            parts.append(b)
+    if params > 0:
+        rd, wr = OPTIMIZER_BYTES[optimizer]
+        o = kt.vec_rows(params, rd / 4, 4, dtype_bytes=4.0, read_bytes=params * rd, write_bytes=params * wr)
+        o["node"], o["op"], o["pass"] = -1, f"optimizer:{optimizer}", "opt"
+        parts.append(o)
+    return pd.concat(parts, ignore_index=True)

@@ -1,0 +1,168 @@
+"""Kernels as the spec model sees them, and their roofline / wave-quantisation features.
+
+A *kernel table* is a :class:`pandas.DataFrame`, one row per GPU kernel, with the columns of
+:data:`COLUMNS`:
+
+- ``family``: ``gemm`` (matmul, batched matmul, linear: ``B`` independent ``M x K @ K x N``
+  products), ``conv`` (a convolution as its implicit GEMM: ``M`` = output pixels x batch, ``N`` =
+  output channels, ``K`` = input channels x kernel area, ``kernel`` the kernel side), ``vec``
+  (element-wise and other memory-bound kernels), ``ln`` (layer normalisation over rows of
+  ``cols``) or ``softmax`` (softmax over rows of ``cols``);
+- ``flops`` and ``bytes`` (read + written, at ``dtype_bytes`` per element), which place the kernel
+  on the device's roofline;
+- the family's dimensions (``B``, ``M``, ``N``, ``K``, ``kernel``, ``rows``, ``cols``,
+  ``elems``, ``inputs``; 0 where not used), and ``weights``, the parameter elements the kernel
+  reads (their gradients are accumulated in a training step).
+
+:func:`features` turns a kernel table and the device each row runs on into the inputs of the
+learned model (:mod:`perfseer.specmodel.net`).  As in NeuSight (Lee et al., ASPLOS'25), the
+model does not predict time directly: it predicts how far above the roofline bound
+``max(flops / peak, bytes / bandwidth)`` a kernel runs, from features that describe the bound
+(compute and memory time, arithmetic intensity against the ridge point), the tiling of the
+work over the SMs (waves of 128x128 and 64x64 output tiles, the occupancy of the last wave) and
+the device (SMs, bandwidth, peak, L2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+FAMILIES = ("gemm", "conv", "vec", "ln", "softmax")
+COLUMNS = ("family", "flops", "bytes", "dtype_bytes", "B", "M", "N", "K", "kernel", "rows", "cols", "elems", "inputs",
+           "weights")
+DEVICE_COLUMNS = ("peak_tflops", "bw_gbs", "sms", "l2_mib", "clock_mhz", "w_per_tflop")
+
+
+def empty_table() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object if c == "family" else float) for c in COLUMNS})
+
+
+def gemm_rows(B, M, N, K, dtype_bytes=4.0, bias=0.0, shared_b=0.0) -> pd.DataFrame:
+    """GEMM kernels: ``B`` products of ``M x K`` by ``K x N``.  ``shared_b``: the right operand
+    is one weight matrix read once for all ``B`` (a linear layer); ``bias``: a bias of ``N``
+    added to the output (counted as ``B M N`` FLOPs)."""
+    B, M, N, K = (np.asarray(v, dtype=float) for v in (B, M, N, K))
+    bias, shared_b = np.broadcast_to(np.asarray(bias, float), B.shape), np.broadcast_to(np.asarray(shared_b, float), B.shape)
+    b_elems = np.where(shared_b > 0, K * N, B * K * N)
+    elems = B * M * K + b_elems + B * M * N + bias * N
+    return _table("gemm", flops=2 * B * M * N * K + bias * B * M * N, bytes=elems * dtype_bytes,
+                  dtype_bytes=dtype_bytes, B=B, M=M, N=N, K=K, elems=B * M * N, inputs=2.0,
+                  weights=np.where(shared_b > 0, K * N + bias * N, 0.0))
+
+
+def conv_rows(batch, cin, cout, kernel, h_in, w_in, stride, pad, groups=1.0, dtype_bytes=4.0) -> pd.DataFrame:
+    """Convolutions (square kernels) as implicit GEMMs per group."""
+    batch, cin, cout, kernel, h_in, w_in, stride, pad, groups = (
+        np.asarray(v, dtype=float) for v in (batch, cin, cout, kernel, h_in, w_in, stride, pad, groups))
+    ho = np.floor((h_in + 2 * pad - kernel) / stride) + 1
+    wo = np.floor((w_in + 2 * pad - kernel) / stride) + 1
+    M, N, K = batch * ho * wo, cout / groups, cin / groups * kernel * kernel
+    elems = batch * cin * h_in * w_in + cout * K + batch * cout * ho * wo
+    return _table("conv", flops=2 * groups * M * N * K, bytes=elems * dtype_bytes, dtype_bytes=dtype_bytes,
+                  B=groups, M=M, N=N, K=K, kernel=kernel, elems=batch * cout * ho * wo, inputs=2.0, weights=cout * K)
+
+
+def vec_rows(elems, inputs, flops_per_elem, dtype_bytes=4.0, read_bytes=None, write_bytes=None) -> pd.DataFrame:
+    """Memory-bound kernels of ``elems`` output elements reading ``inputs`` tensors of that size
+    (or ``read_bytes``/``write_bytes`` where they differ: gathers, reductions, copies)."""
+    elems, inputs = np.asarray(elems, float), np.asarray(inputs, float)
+    rb = elems * inputs * dtype_bytes if read_bytes is None else np.asarray(read_bytes, float)
+    wb = elems * dtype_bytes if write_bytes is None else np.asarray(write_bytes, float)
+    return _table("vec", flops=elems * np.asarray(flops_per_elem, float), bytes=rb + wb, dtype_bytes=dtype_bytes,
+                  elems=elems, inputs=inputs)
+
+
+def rowwise_rows(family: str, rows, cols, dtype_bytes=4.0, affine=True) -> pd.DataFrame:
+    """Layer norm (``ln``: 8 FLOPs per element, a weight and bias of ``cols``) or softmax (5 FLOPs
+    per element) over ``rows`` rows of ``cols``."""
+    rows, cols = np.asarray(rows, float), np.asarray(cols, float)
+    n = rows * cols
+    extra = 2 * cols if (family == "ln" and affine) else 0 * cols
+    return _table(family, flops=(8.0 if family == "ln" else 5.0) * n, bytes=(2 * n + extra) * dtype_bytes,
+                  dtype_bytes=dtype_bytes, rows=rows, cols=cols, elems=n, inputs=1.0, weights=extra / 1.0)
+
+
+def _table(family: str, **cols) -> pd.DataFrame:
+    n = max(np.size(v) for v in cols.values())
+    out = {"family": np.full(n, family, dtype=object)}
+    for c in COLUMNS[1:]:
+        v = cols.get(c, 0.0)
+        out[c] = np.broadcast_to(np.asarray(v, dtype=float), (n,)).copy()
+    return pd.DataFrame(out)
+
+
+def _waves(tiles: np.ndarray, sms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``log10(tiles / SMs)`` and the occupancy of the work over whole waves (1 = no idle SM)."""
+    tiles = np.maximum(tiles, 1.0)
+    waves = np.ceil(tiles / sms)
+    return np.log10(tiles / sms), tiles / (waves * sms)
+
+
+def roofline_us(table: pd.DataFrame, dev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Compute time and memory time of each kernel at the device's peaks, microseconds."""
+    t_flop = table["flops"].to_numpy() / (dev["peak_tflops"].to_numpy() * 1e6)
+    t_mem = table["bytes"].to_numpy() / (dev["bw_gbs"].to_numpy() * 1e3)
+    return t_flop, t_mem
+
+
+def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
+             device_features: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Model inputs ``[n, F]`` of the kernels of one family, and their roofline time (µs).
+
+    Args:
+        family: one of :data:`FAMILIES`; every row of ``table`` must be of it.
+        table: kernel rows (:data:`COLUMNS`).
+        dev: per row, the device's ``peak_tflops`` (at the kernel's precision), ``bw_gbs``,
+            ``sms``, ``l2_mib``, ``clock_mhz``.
+        device_features: also the device's own specs (log SMs, bandwidth, peak, L2, clock).
+            Off by default: with five training GPUs they let the model recognise a GPU instead
+            of learning from the roofline, and it then extrapolates worse to a new one.
+    """
+    t_flop, t_mem = roofline_us(table, dev)
+    t_roof = np.maximum(np.maximum(t_flop, t_mem), 1e-6)
+    sms = dev["sms"].to_numpy(dtype=float)
+    lg = lambda v: np.log10(np.maximum(np.asarray(v, dtype=float), 1e-9))  # noqa: E731
+    byt = table["bytes"].to_numpy()
+    common = [lg(t_flop), lg(t_mem), lg(t_roof), lg(t_flop) - lg(t_mem), lg(byt / (dev["l2_mib"].to_numpy() * 2**20)),
+              table["dtype_bytes"].to_numpy() / 4.0]
+    if device_features in (True, "all"):
+        common += [lg(sms), lg(dev["bw_gbs"]), lg(dev["peak_tflops"]), lg(dev["l2_mib"]), lg(dev["clock_mhz"])]
+    if device_features in ("power", "all"):
+        common += [lg(dev["w_per_tflop"])]
+    if family in ("gemm", "conv"):
+        B, M, N, K = (table[c].to_numpy() for c in "BMNK")
+        extra = [lg(B), lg(M), lg(N), lg(K)]
+        for tile in (128.0, 64.0):
+            w, occ = _waves(B * np.ceil(M / tile) * np.ceil(N / tile), sms)
+            extra += [w, occ]
+        # the K loop: FLOPs per output element against the SM's compute/bandwidth balance
+        extra += [lg(K / 128.0)]
+        if family == "conv":
+            extra += [table["kernel"].to_numpy()]
+    elif family == "vec":
+        e = table["elems"].to_numpy()
+        w, occ = _waves(np.ceil(e / 512.0), sms)  # 128 threads x 4 elements per block
+        extra = [lg(e), table["inputs"].to_numpy(), lg(table["flops"].to_numpy() / np.maximum(e, 1)), w, occ]
+    else:
+        rows, cols = table["rows"].to_numpy(), table["cols"].to_numpy()
+        w, occ = _waves(rows, sms)
+        extra = [lg(rows), lg(cols), w, occ]
+    return np.stack(common + extra, axis=1).astype(np.float32), t_roof
+
+
+def device_frame(specs, precisions, families) -> pd.DataFrame:
+    """Per-row device columns (:data:`DEVICE_COLUMNS`) from :class:`~perfseer.devices.DeviceSpec`
+    objects and precisions (``fp32``, ``fp16``, ``bf16``, ``tf32``).  GEMM and convolution rows
+    use the precision's (tensor-core) peak; the others the FP32 vector peak at FP32 and twice it
+    (packed half-precision arithmetic) at 16 bits."""
+    cache: dict = {}
+    rows = []
+    for s, p, fam in zip(specs, precisions, families):
+        key = (id(s), p, fam in ("gemm", "conv"))
+        if key not in cache:
+            peak = s.peak(p) if key[2] else s.peak("fp32") * (2.0 if p in ("fp16", "bf16") else 1.0)
+            cache[key] = (peak, s.mem_bandwidth_gbs, s.sms, s.l2_mib or 1.0, s.clock_mhz or 1500.0,
+                          (s.tdp_w or 250.0) / s.peak("fp32"))
+        rows.append(cache[key])
+    return pd.DataFrame(rows, columns=list(DEVICE_COLUMNS))

@@ -1,0 +1,212 @@
+"""A predictor's domain of validity: what its training graphs looked like, and a verdict per graph.
+
+A network answers any graph, but only graphs like its training graphs deserve trust.  The domain
+is stored in the predictor's card (``card["domain"]``) and summarises the graphs the network was
+fitted on:
+
+- ``op_types``: the operator types seen (a graph with another type is out of domain);
+- ``batch_sizes``: ``[lo, hi]`` of the training batch sizes;
+- ``inputs``: channels seen and the range of input values per sample (``3x224x224`` is 150,528);
+- ``precision``: the element sizes of the training graphs' activations (``fp32`` = 4 bytes);
+  a graph exported in fp16 is out of domain for a predictor trained on fp32 exports;
+- ``globals``: for each global feature (schema :data:`~perfseer.features.schema.GLOBAL_FEATURES`
+  but the batch size, checked above) a robust range in ``log10(1 + value)``: the 0.5 % and
+  99.5 % quantiles of the training graphs, padded by 5 % of their width on each side, so that one
+  odd training graph does not stretch the range;
+- ``embedding``: for networks, the encoder embeddings of the training graphs (the vector the head
+  reads; stored beside the weights as ``domain.embeddings``) and a distance threshold: the
+  ``quantile`` (0.99) of the distances from each *validation* graph to its nearest training
+  graph.  Validation graphs are architectures the network never trained on, drawn like the
+  training ones, so about 1 % of graphs like the training data land beyond the threshold; graphs
+  of other kinds land beyond it far more often.
+
+:func:`verdicts` checks graphs against a domain and returns, per graph, ``in_domain`` and the
+human-readable reasons when it is not.  :func:`build_domain` computes a domain from training and
+validation graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from perfseer.features import schema
+
+DOMAIN_VERSION = 1
+GLOBAL_QUANTILES = (0.005, 0.995)  # robust range of each global feature over the training graphs
+GLOBAL_PAD = 0.05  # ... padded by this share of its width (in log10(1 + value)) on each side
+EMBEDDING_QUANTILE = 0.99  # the NN-distance threshold: this quantile over the validation graphs
+MAX_EMBEDDINGS = 4096  # training embeddings kept in the predictor file (a hash-chosen subset beyond)
+_CHECKED_GLOBALS = [i for i, n in enumerate(schema.GLOBAL_FEATURES) if n != "batch_size"]
+_EDGE_BYTES, _EDGE_ELEMENTS = schema.EDGE_FEATURES.index("bytes"), schema.EDGE_FEATURES.index("elements")
+PRECISION_NAMES = {8: "fp64", 4: "fp32", 2: "16-bit (fp16/bf16)", 1: "8-bit"}
+
+
+def graph_precision(data) -> int:
+    """The element size in bytes carrying most of a graph's activation elements (4 for fp32)."""
+    ea = data.edge_attr.detach().cpu().numpy() if hasattr(data.edge_attr, "detach") else np.asarray(data.edge_attr)
+    if ea.shape[0] == 0:
+        return 4
+    elems = ea[:, _EDGE_ELEMENTS].astype(np.float64)
+    size = np.rint(ea[:, _EDGE_BYTES] / np.maximum(elems, 1)).astype(np.int64)
+    sizes, idx = np.unique(size, return_inverse=True)
+    return int(sizes[np.argmax(np.bincount(idx, weights=elems))])
+
+
+def _u(data) -> np.ndarray:
+    u = data.u.detach().cpu().numpy() if hasattr(data.u, "detach") else np.asarray(data.u)
+    return u.reshape(-1).astype(np.float64)
+
+
+def _log(v: np.ndarray) -> np.ndarray:
+    return np.log10(1.0 + np.maximum(v, 0.0))
+
+
+def parse_input(shape: str | Sequence[int] | None) -> tuple[int, int] | None:
+    """``(channels, values per sample)`` of ``3x224x224`` (or a shape tuple without the batch)."""
+    if shape is None:
+        return None
+    try:
+        dims = [int(d) for d in (shape.split("x") if isinstance(shape, str) else shape)]
+    except ValueError:
+        return None
+    if not dims or any(d < 1 for d in dims):
+        return None
+    return dims[0], int(np.prod(dims))
+
+
+def build_domain(train: Sequence, op_types: Sequence[str], batch_sizes: Sequence[int],
+                 input_shapes: Sequence[str | None], train_embeddings: np.ndarray | None = None,
+                 val_embeddings: np.ndarray | None = None, source: str = "") -> tuple[dict, np.ndarray | None]:
+    """The domain of a network fitted on ``train`` (PyG graphs of raw features).
+
+    Args:
+        train: the training graphs.
+        op_types: operator types of the training graphs.
+        batch_sizes, input_shapes: per training graph (``"3x224x224"``; ``None`` if unknown).
+        train_embeddings, val_embeddings: ``[N, D]`` encoder embeddings of the training and
+            validation graphs (``None``: no embedding check, as for baselines).
+        source: how the training graphs were found (shown by ``perfseer predictors``).
+
+    Returns:
+        ``(domain dict for the card, training embeddings to store or None)``.
+    """
+    u = _log(np.stack([_u(g) for g in train]))
+    lo, hi = np.quantile(u, GLOBAL_QUANTILES[0], axis=0), np.quantile(u, GLOBAL_QUANTILES[1], axis=0)
+    pad = GLOBAL_PAD * (hi - lo)
+    inputs = [p for p in (parse_input(s) for s in input_shapes) if p is not None]
+    batches = [int(b) for b in batch_sizes]
+    domain = {
+        "version": DOMAIN_VERSION, "source": source, "graphs": len(train),
+        "op_types": sorted(set(op_types)),
+        "batch_sizes": [min(batches), max(batches)] if batches else None,
+        "inputs": ({"channels": sorted({c for c, _ in inputs}), "values_per_sample": [min(v for _, v in inputs),
+                                                                                      max(v for _, v in inputs)]}
+                   if inputs else None),
+        "precision": sorted({graph_precision(g) for g in train}),
+        "globals": {"space": "log10(1+x)", "quantiles": list(GLOBAL_QUANTILES), "pad": GLOBAL_PAD,
+                    "ranges": {schema.GLOBAL_FEATURES[i]: [float(lo[i] - pad[i]), float(hi[i] + pad[i])]
+                               for i in _CHECKED_GLOBALS}},
+        "embedding": None,
+    }
+    stored = None
+    if train_embeddings is not None and len(train_embeddings) and val_embeddings is not None and len(val_embeddings):
+        stored = _subset(np.asarray(train_embeddings, dtype=np.float32))
+        d = nearest_distance(stored, val_embeddings)
+        domain["embedding"] = {"dim": int(stored.shape[1]), "stored": int(len(stored)), "metric": "euclidean",
+                               "threshold": float(np.quantile(d, EMBEDDING_QUANTILE)), "quantile": EMBEDDING_QUANTILE,
+                               "calibration": f"{len(d)} validation graphs", "val_median": float(np.median(d))}
+    return domain, stored
+
+
+def _subset(e: np.ndarray) -> np.ndarray:
+    if len(e) <= MAX_EMBEDDINGS:
+        return e
+    rng = np.random.default_rng(0)
+    return e[np.sort(rng.choice(len(e), MAX_EMBEDDINGS, replace=False))]
+
+
+def nearest_distance(reference: np.ndarray, queries: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """Euclidean distance from each query row to its nearest ``reference`` row."""
+    ref = np.asarray(reference, dtype=np.float64)
+    q = np.asarray(queries, dtype=np.float64)
+    rr = (ref * ref).sum(1)
+    out = np.empty(len(q))
+    for i in range(0, len(q), chunk):
+        part = q[i:i + chunk]
+        d2 = (part * part).sum(1)[:, None] + rr[None, :] - 2 * part @ ref.T
+        out[i:i + chunk] = np.sqrt(np.maximum(d2.min(1), 0.0))
+    return out
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) < 1e6 else f"{v:.3g}"
+
+
+def verdicts(domain: dict | None, graphs: Sequence, op_types: Sequence[Sequence[str]],
+             input_shapes: Sequence | None = None, embeddings: np.ndarray | None = None,
+             stored_embeddings: np.ndarray | None = None) -> list[tuple[bool, list[str]]]:
+    """``(in_domain, reasons)`` per graph.
+
+    Args:
+        domain: a card's ``domain`` (``None``: no domain known; every graph gets that as its reason).
+        graphs: PyG graphs of raw features.
+        op_types: per graph, its operator types.
+        input_shapes: per graph, one sample's input shape (``"3x224x224"`` or a tuple; ``None`` skips).
+        embeddings: ``[N, D]`` the graphs' encoder embeddings; ``stored_embeddings`` the training ones.
+    """
+    if domain is None:
+        return [(False, ["the predictor's card has no domain of validity (re-train it, or run "
+                         "scripts/calibrate_predictors.py)"])] * len(graphs)
+    seen = set(domain.get("op_types", []))
+    emb = domain.get("embedding")
+    dist = None
+    if emb and embeddings is not None and stored_embeddings is not None and len(stored_embeddings):
+        dist = nearest_distance(stored_embeddings, embeddings)
+    ranges = (domain.get("globals") or {}).get("ranges", {})
+    names = list(schema.GLOBAL_FEATURES)
+    out = []
+    for i, g in enumerate(graphs):
+        reasons = []
+        unseen = sorted({op for op in op_types[i] if op not in seen})
+        if unseen:
+            reasons.append(f"operator types never seen in training: {', '.join(unseen)}")
+        u = _u(g)
+        b = int(round(u[names.index("batch_size")]))
+        br = domain.get("batch_sizes")
+        if br and not br[0] <= b <= br[1]:
+            reasons.append(f"batch {b} outside the training batch sizes {br[0]}-{br[1]}")
+        inp = parse_input(input_shapes[i]) if input_shapes is not None else None
+        di = domain.get("inputs")
+        if inp and di:
+            c, v = inp
+            if c not in di["channels"]:
+                reasons.append(f"{c} input channels; training inputs had {', '.join(map(str, di['channels']))}")
+            lo, hi = di["values_per_sample"]
+            if not lo <= v <= hi:
+                reasons.append(f"input of {_fmt(v)} values per sample outside the training range {_fmt(lo)}-{_fmt(hi)}")
+        prec = domain.get("precision")
+        if prec:
+            p = graph_precision(g)
+            if p not in prec:
+                reasons.append(f"graph precision {PRECISION_NAMES.get(p, f'{p}-byte')}; training graphs were "
+                               f"{', '.join(PRECISION_NAMES.get(x, f'{x}-byte') for x in prec)}")
+        lu = _log(u)
+        outside = []
+        for name, (lo, hi) in ranges.items():
+            v = lu[names.index(name)]
+            if v < lo or v > hi:
+                raw = 10 ** v - 1
+                bound = 10 ** (hi if v > hi else lo) - 1
+                outside.append((abs(v - (hi if v > hi else lo)), f"{name} {_fmt(raw)} {'>' if v > hi else '<'} {_fmt(bound)}"))
+        if outside:
+            outside.sort(reverse=True)
+            more = f" and {len(outside) - 3} more" if len(outside) > 3 else ""
+            reasons.append("global features outside the training range: "
+                           + "; ".join(t for _, t in outside[:3]) + more)
+        if dist is not None and dist[i] > emb["threshold"]:
+            reasons.append(f"embedding {dist[i] / emb['threshold']:.1f}x the distance threshold from the nearest "
+                           f"training graph")
+        out.append((not reasons, reasons))
+    return out

@@ -1,0 +1,49 @@
+"""``perfseer memory``: JSON, text, and bad input as a clear error with exit status 2."""
+
+import json
+
+from perfseer.cli.main import main
+
+
+def test_cli_json_for_an_onnx_example(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["memory", "example:resnet18", "--batch", "1,4", "--phase", "infer", "--device", "a100-40gb",
+                 "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    a, b = rep["estimates"]
+    assert (a["batch"], b["batch"]) == (1, 4) and a["method"] == "onnx-liveness"
+    assert b["peak_tensor_bytes"] > a["peak_tensor_bytes"] and a["fits"] is True
+    text = capsys.readouterr().out
+    assert "activations" in text and "total" in text and "fits" in text
+
+
+def test_cli_bad_input_exits_2(capsys):
+    assert main(["memory", "example:resnet18", "--phase", "train"]) == 2
+    assert "--phase infer" in capsys.readouterr().err
+    assert main(["memory", "example:resnet18", "--phase", "infer", "--device", "no-such-gpu"]) == 2
+    assert "unknown device" in capsys.readouterr().err
+    assert main(["memory", "example:resnet18", "--phase", "infer", "--max-batch"]) == 2
+    assert "needs a device" in capsys.readouterr().err
+
+
+def test_memory_rows_beside_predictions():
+    from perfseer.memory.api import memory_rows
+
+    rows = [{"batch_size": 2, "device": "rtx3090/amp-nchw-pt240", "phase": "infer", "metric": "latency_ms"},
+            {"batch_size": 2, "device": "i9_10940x/fp32-nchw-pt240", "phase": "infer", "metric": "latency_ms"}]
+    extra, warns = memory_rows("example:resnet18", rows)
+    assert [(r["device"], r["metric"], r["unit"], r["precision"]) for r in extra] == \
+        [("rtx3090/amp-nchw-pt240", "memory_sim", "MiB", "amp-fp16")]
+    assert extra[0]["value"] > 500 and not warns  # the 500 MiB context at least
+
+
+def test_table_rows_are_a_valid_measurement_table(tmp_path):
+    from perfseer.data.table import read_table
+
+    out = tmp_path / "mem.csv"
+    for batch in ("1", "2"):
+        assert main(["memory", "example:resnet18", "--batch", batch, "--phase", "infer", "--input-shape", "3x224x224",
+                     "--device", "h100-sxm", "--table", str(out)]) == 0
+    df = read_table(out)
+    assert list(df["batch_size"]) == [1, 2] and set(df["device"]) == {"h100-sxm/fp32-sim"}
+    assert (df["memory_mb"] > 500).all() and set(df["phase"]) == {"infer"}

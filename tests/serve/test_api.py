@@ -1,0 +1,162 @@
+"""The REST API through FastAPI's TestClient (no network): bundled example graphs, bad input."""
+
+import io
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from perfseer.serve.app import ServeConfig, create_app  # noqa: E402
+
+P3090 = "rtx3090-amp-nchw-pt240.infer"
+P4090 = "rtx4090-amp-nchw-pt291.infer"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    models = tmp_path_factory.mktemp("served")
+    (models / "nets").mkdir()
+    (models / "nets" / "tiny.onnx").write_bytes(_tiny_conv())
+    app = create_app(ServeConfig(jobs=1, job_time_s=300, cache_size=4, max_upload_mb=1, models_dir=str(models),
+                                 upload_dir=str(tmp_path_factory.mktemp("uploads"))))
+    with TestClient(app) as c:
+        yield c
+
+
+def _tiny_conv() -> bytes:
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], [0.0] * 216)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 32, 32])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_predict_returns_the_cli_rows_with_throughput(client):
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1, 8, 32], "predictors": [P3090, P4090]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    rows = body["predictions"]
+    assert {(x["predictor"], x["batch_size"]) for x in rows} == {(p, b) for p in (P3090, P4090) for b in (1, 8, 32)}
+    for x in rows:
+        assert x["metric"] == "latency_ms" and x["value"] > 0
+        assert x["throughput_per_s"] == pytest.approx(x["batch_size"] * 1000 / x["value"])
+    assert body["summary"]["params"] == pytest.approx(11.69e6, rel=0.01)
+
+
+def test_the_same_graph_is_extracted_once(client):
+    client.post("/v1/predict", json={"model": "example:mobilenet_v3_small", "batch": [1], "predictors": [P3090]})
+    r = client.post("/v1/predict", json={"model": "example:mobilenet_v3_small", "batch": [4], "predictors": [P3090]})
+    assert r.json()["cached"] is True
+
+
+def test_device_and_phase_filters(client):
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [2], "phase": "train",
+                                         "devices": ["rtx3090/amp-nchw-pt112"]})
+    rows = r.json()["predictions"]
+    assert rows and all(x["phase"] == "train" and x["device"] == "rtx3090/amp-nchw-pt112" for x in rows)
+
+
+@pytest.mark.parametrize("payload, status, words", [
+    ({"model": "timm_typo:resnet50", "batch": [1]}, 422, "unknown model reference kind"),
+    ({"model": "/etc/passwd", "batch": [1]}, 422, "inside the served folder"),
+    ({"model": "../../etc/passwd.onnx", "batch": [1]}, 422, "inside the served folder"),
+    ({"model": "example:nope", "batch": [1]}, 422, "no bundled example"),
+    ({"model": "example:resnet18", "batch": [0]}, 422, "batch sizes must lie"),
+    ({"model": "example:resnet18", "batch": list(range(1, 40))}, 422, "at most 32"),
+    ({"model": "example:resnet18", "batch": "many"}, 422, "valid list"),
+    ({"model": "example:resnet18", "batch": [1], "predictors": ["nope"]}, 404, "no predictor named"),
+    ({"model": "example:resnet18", "batch": [1], "phase": "both"}, 422, "neither infer nor train"),
+    ({"model": "example:resnet18", "batch": [1], "input_shape": "abc"}, 422, "cannot read input shape"),
+])
+def test_bad_requests_are_json_errors_with_a_4xx(client, payload, status, words):
+    r = client.post("/v1/predict", json=payload)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert words in err["message"] and err["type"]
+
+
+def test_a_served_folder_file_by_relative_path(client):
+    r = client.post("/v1/predict", json={"model": "nets/tiny.onnx", "batch": [1, 2], "predictors": [P3090]})
+    assert r.status_code == 200, r.text
+    assert r.json()["summary"]["macs"] == 8 * 3 * 9 * 32 * 32
+
+
+def test_upload_then_predict_by_digest(client):
+    r = client.post("/v1/models", files={"file": ("tiny.onnx", io.BytesIO(_tiny_conv()), "application/octet-stream")})
+    assert r.status_code == 200, r.text
+    ref = r.json()["model"]
+    assert ref.startswith("upload:") and r.json()["summary"]["params"] == 216
+    r = client.post("/v1/predict", json={"model": ref, "batch": [1], "predictors": [P3090]})
+    assert r.status_code == 200 and r.json()["cached"] is True
+
+
+def test_a_broken_upload_names_the_problem_without_server_paths(client):
+    r = client.post("/v1/models", files={"file": ("bad.onnx", io.BytesIO(b"\x08\x07garbage"), "application/octet-stream")})
+    assert r.status_code == 422
+    msg = r.json()["error"]["message"]
+    assert "upload:" in msg and "/tmp" not in msg
+
+
+def test_an_upload_over_the_limit_is_413(client):
+    r = client.post("/v1/models", files={"file": ("big.onnx", io.BytesIO(b"\0" * (2 * 2**20)), "application/octet-stream")})
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+
+
+def test_listing_endpoints_and_the_page(client):
+    names = [p["name"] for p in client.get("/v1/predictors").json()]
+    assert P3090 in names and P4090 in names
+    devices = {d["name"]: d for d in client.get("/v1/devices").json()}
+    assert "rtx3090/amp-nchw-pt240" in devices["rtx3090"]["settings"] and P3090 in devices["rtx3090"]["predictors"]
+    assert devices["h100-sxm"]["memory_gib"] == 80 and devices["h100-sxm"]["predictors"] == []
+    assert client.get("/v1/models", params={"q": "example:res"}).json()[:2] == ["example:resnet18", "example:resnet50"]
+    health = client.get("/v1/health").json()
+    assert health["status"] == "ok" and health["cache"]["entries"] >= 1
+    page = client.get("/")
+    assert page.status_code == 200 and "/static/app.js" in page.text
+    assert client.get("/static/plot.js").status_code == 200
+    assert "/v1/predict" in client.get("/openapi.json").json()["paths"]
+
+
+def test_without_a_served_folder_no_path_is_read(tmp_path):
+    from perfseer.errors import ModelLoadError
+    from perfseer.serve.graphs import ModelStore
+
+    store = ModelStore(tmp_path / "up")
+    assert store.resolve("timm:resnet50") == "timm:resnet50"
+    for path in ("/etc/passwd", "model.onnx", str(tmp_path / "up")):
+        with pytest.raises(ModelLoadError, match="reads no paths"):
+            store.resolve(path)
+    with pytest.raises(ModelLoadError, match="no uploaded model"):
+        store.resolve("upload:" + "0" * 64)
+    with pytest.raises(ModelLoadError, match="no uploaded model"):
+        store.resolve("upload:../../etc/passwd")
+
+
+NB201 = "nb201:|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
+
+
+def test_memory_of_a_training_step_with_the_largest_batch(client):
+    r = client.post("/v1/memory", json={"model": NB201, "batch": [1, 64], "phase": "train", "optimizer": "sgd",
+                                        "device": "a100-40gb-sxm", "max_batch": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    small, big = body["estimates"]
+    assert small["method"] == "simulation" and small["fits"] is True
+    assert big["breakdown"]["activations"] > small["breakdown"]["activations"] > 0
+    assert sum(big["breakdown"].values()) == big["total"]
+    assert body["max_batch"]["batch"] > 64
+    again = client.post("/v1/memory", json={"model": NB201, "batch": [1, 64], "phase": "train", "optimizer": "sgd",
+                                            "device": "a100-40gb-sxm", "max_batch": True})
+    assert again.json()["cached"] is True and again.json()["estimates"] == body["estimates"]
+
+
+def test_memory_errors_are_json(client):
+    r = client.post("/v1/memory", json={"model": "example:resnet18", "batch": [4], "phase": "train"})
+    assert r.status_code == 422 and "ONNX graph has no backward pass" in r.json()["error"]["message"]
+    r = client.post("/v1/memory", json={"model": NB201, "batch": [4], "device": "no-such-gpu"})
+    assert r.status_code == 422 and r.json()["error"]["type"] == "UnknownDeviceError"
+    r = client.post("/v1/memory", json={"model": NB201, "batch": [4], "max_batch": True})
+    assert r.status_code == 422 and "needs a device" in r.json()["error"]["message"]

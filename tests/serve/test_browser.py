@@ -1,0 +1,119 @@
+"""The web page in a real headless Chromium (Debian's chromium + chromium-driver, driven by
+selenium): a prediction renders a table and plots, a bad model name shows its error.
+
+Screenshots are kept in ``test-artifacts/`` (or ``$PERFSEER_TEST_ARTIFACTS``).  Without a
+chromium the test is skipped, except in CI (``CI`` set), where ``.ci/run`` installs it and a
+missing browser is a failure.
+"""
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("PERFSEER_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+
+
+def _browser_paths():
+    chrome = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    return chrome, driver
+
+
+@pytest.fixture(scope="module")
+def server():
+    from perfseer.serve.app import ServeConfig, create_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = create_app(ServeConfig(jobs=1, job_time_s=120))
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chrome, driver = _browser_paths()
+    if not (chrome and driver):
+        if os.environ.get("CI"):
+            pytest.fail("chromium and chromedriver are not installed; .ci/run installs them with apt-get")
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chrome
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1200,1400"):
+        opts.add_argument(arg)
+    b = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
+    b.set_page_load_timeout(60)
+    yield b
+    b.quit()
+
+
+def _wait(browser, condition, timeout=180):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout, poll_frequency=0.2).until(condition)
+
+
+def _fill(browser, element_id, text):
+    el = browser.find_element("id", element_id)
+    el.clear()
+    el.send_keys(text)
+
+
+def test_a_prediction_renders_a_table_and_plots(server, browser):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.get(server + "/")
+    _wait(browser, lambda b: b.find_elements("css selector", "input[name=predictor]"))
+    wanted = {"rtx3090-amp-nchw-pt240.infer", "rtx4090-amp-nchw-pt291.infer"}
+    for cb in browser.find_elements("css selector", "input[name=predictor]"):
+        if cb.is_selected() != (cb.get_attribute("value") in wanted):
+            cb.click()
+    _fill(browser, "model", "timm:resnet50")
+    _fill(browser, "batch", "1,16,64")
+    browser.find_element("id", "go").click()
+    _wait(browser, lambda b: b.find_element("id", "result").is_displayed()
+          or b.find_element("id", "error").is_displayed())
+    browser.save_screenshot(str(ARTIFACTS / "predict-resnet50.png"))
+    assert not browser.find_element("id", "error").is_displayed(), browser.find_element("id", "error").text
+    rows = browser.find_elements("css selector", "#table tbody tr")
+    cells = [[td.text for td in r.find_elements("tag name", "td")] for r in rows]
+    assert len(cells) == 6
+    assert {c[0] for c in cells} == {"1", "16", "64"}
+    assert {c[1] for c in cells} == {"rtx3090/amp-nchw-pt240", "rtx4090/amp-nchw-pt291"}
+    assert all(c[4].endswith("ms") and float(c[4].split()[0]) > 0 for c in cells)
+    plots = browser.find_elements("css selector", "#plots svg.plot")
+    assert len(plots) == 2  # latency and throughput
+    assert len(plots[0].find_elements("css selector", "path[stroke-width='2']")) == 2  # one line per device
+    assert "25.5" in browser.find_element("id", "summary").text  # ResNet-50's 25.56 M parameters
+
+
+def test_an_invalid_model_shows_its_error_on_the_page(server, browser):
+    browser.get(server + "/")
+    _wait(browser, lambda b: b.find_elements("css selector", "input[name=predictor]"))
+    _fill(browser, "model", "timm:no_such_model_anywhere")
+    browser.find_element("id", "go").click()
+    _wait(browser, lambda b: b.find_element("id", "error").is_displayed())
+    browser.save_screenshot(str(ARTIFACTS / "predict-error.png"))
+    text = browser.find_element("id", "error").text
+    assert "no_such_model_anywhere" in text and "Fix:" in text
+    assert not browser.find_element("id", "result").is_displayed()

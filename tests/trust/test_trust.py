@@ -1,0 +1,116 @@
+"""Domain of validity, conformal intervals and physical sanity bounds, on tiny synthetic graphs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from perfseer.errors import PerfseerError
+from perfseer.features import schema
+from perfseer.trust import bounds as bnd
+from perfseer.trust import domain as dom
+from perfseer.trust import intervals as itv
+
+U = {n: i for i, n in enumerate(schema.GLOBAL_FEATURES)}
+
+
+def graph(flops: float = 1e9, batch: int = 1, nodes: int = 10, weights: float = 1e6, elem_bytes: int = 4) -> Data:
+    """A graph whose features hold what the checks read: globals, and edge bytes / elements."""
+    u = np.zeros(len(schema.GLOBAL_FEATURES), np.float32)
+    u[U["flops_total"]], u[U["batch_size"]], u[U["num_nodes"]], u[U["weight_total"]] = flops, batch, nodes, weights
+    u[U["num_edges"]] = nodes - 1
+    ea = np.zeros((nodes - 1, len(schema.EDGE_FEATURES)), np.float32)
+    ea[:, schema.EDGE_FEATURES.index("elements")] = 1000
+    ea[:, schema.EDGE_FEATURES.index("bytes")] = 1000 * elem_bytes
+    return Data(x=torch.zeros(nodes, len(schema.NODE_FEATURES)), edge_index=torch.zeros(2, nodes - 1, dtype=torch.long),
+                edge_attr=torch.from_numpy(ea), u=torch.from_numpy(u)[None], num_nodes=nodes)
+
+
+@pytest.fixture(scope="module")
+def domain():
+    train = [graph(flops=f, batch=b) for f in np.geomspace(1e8, 1e10, 20) for b in (1, 8)]
+    d, stored = dom.build_domain(train, ["Conv", "Relu"], [1, 8] * 20, ["3x224x224", "3x160x160"] * 20,
+                                 np.random.default_rng(0).normal(size=(40, 4)),
+                                 np.random.default_rng(1).normal(size=(30, 4)), source="test")
+    return d, stored
+
+
+def test_training_like_graph_is_in_domain(domain):
+    d, stored = domain
+    (ok, reasons), = dom.verdicts(d, [graph(flops=1e9)], [["Conv"]], ["3x192x192"], stored[:1], stored)
+    assert ok and reasons == []
+    assert d["batch_sizes"] == [1, 8] and d["inputs"] == {"channels": [3], "values_per_sample": [76800, 150528]}
+    assert d["precision"] == [4] and d["embedding"]["stored"] == 40 and d["embedding"]["threshold"] > 0
+
+
+def test_each_reason_is_named(domain):
+    d, stored = domain
+    far = stored[:1] + 100.0
+    (ok, reasons), = dom.verdicts(d, [graph(flops=1e13, batch=64, elem_bytes=2)], [["Conv", "LSTM"]],
+                                  ["1x600x600"], far, stored)
+    text = "\n".join(reasons)
+    assert not ok
+    for part in ("LSTM", "batch 64 outside the training batch sizes 1-8", "1 input channels",
+                 "outside the training range", "16-bit", "flops_total", "distance threshold"):
+        assert part in text, part
+
+
+def test_no_domain_is_out_of_domain():
+    (ok, reasons), = dom.verdicts(None, [graph()], [["Conv"]])
+    assert not ok and "no domain" in reasons[0]
+
+
+def test_conformal_quantile_rank_and_too_few_rows():
+    r = np.arange(1, 20) / 100  # 19 residuals: ceil(20 * 0.9) = 18th smallest
+    assert itv.conformal_quantile(r, 0.9) == pytest.approx(0.18)
+    with pytest.raises(PerfseerError, match="at least 9"):
+        itv.conformal_quantile(r[:5], 0.9)
+    assert itv.calibrate([1, 2], [1, 2])["q"] is None
+
+
+def test_conformal_intervals_cover_exchangeable_data():
+    rng = np.random.default_rng(0)
+    pred = np.exp(rng.uniform(0, 5, 4000))
+    meas = pred * np.exp(rng.normal(0, 0.1, 4000))
+    q = itv.calibrate(meas[:2000], pred[:2000])["q"]
+    lo, hi = itv.bounds(pred[2000:], q, np.ones(2000, bool))
+    assert 88 <= itv.coverage(meas[2000:], lo, hi) <= 92
+    lo2, hi2 = itv.bounds(pred[:1], q, [False], ood_factor=2.0)
+    assert math.log(hi2[0] / pred[0]) == pytest.approx(2 * q)
+    assert np.isnan(itv.bounds([0.0], q, [True])[0][0])
+
+
+class Spec:
+    name, kind, mem_bandwidth_gbs, l2_mib = "gpu-x", "gpu", 1000.0, 0.0
+    peak_tflops = {"fp32": 10.0, "fp16": 100.0, "int8": 400.0}
+
+
+def test_latency_floor_is_the_roofline_maximum():
+    costs = {"flops": 2e12, "weight_bytes": 4e9, "ops": 50, "matmul_ops": 20}
+    floor, ceiling, how = bnd.latency_bounds_ms(costs, Spec, "infer")
+    assert floor == pytest.approx(20.0) and how == "compute"  # 2e12 / 100 TFLOP/s (fp16, not int8) = 20 ms
+    train_floor, _, _ = bnd.latency_bounds_ms(costs, Spec, "train")
+    assert train_floor == pytest.approx(40.0)
+    small = {"flops": 1e3, "weight_bytes": 0.0, "ops": 5, "matmul_ops": 3}
+    assert bnd.latency_bounds_ms(small, Spec, "infer")[:1] == pytest.approx((3e-3,))  # 3 kernels x 1 us
+    assert ceiling == pytest.approx(1000 * (20 + 4.0) + 50 * 10.0)
+
+
+def test_check_clips_and_flags():
+    v, lo, hi, flags = bnd.check(1e-6, 0.5e-6, 2e-6, 1.0, 100.0, "ms", "spec")
+    assert (v, lo, hi) == (1.0, 1.0, 2.0) and "below the physical floor" in flags[0]
+    v, lo, hi, flags = bnd.check(1e304, 0.5e304, 2e304, 1.0, 100.0, "ms", "spec")
+    assert (v, hi) == (100.0, 100.0) and lo == pytest.approx(50.0) and "above the sanity ceiling" in flags[0]
+    v, lo, hi, flags = bnd.check(float("nan"), float("nan"), float("nan"), 1.0, 100.0, "ms", "spec")
+    assert (v, lo, hi) == (10.0, 1.0, 100.0) and "nan" in flags[0]
+    assert bnd.check(5.0, 4.0, 6.0, 1.0, 100.0, "ms", "spec") == (5.0, 4.0, 6.0, [])
+
+
+def test_spec_free_bounds():
+    costs = {"flops": 4e9, "weight_bytes": 0.0, "ops": 5, "matmul_ops": 1}
+    assert bnd.spec_free_bounds("util_pct", costs, None, None) == (0.0, 100.0)
+    assert bnd.spec_free_bounds("latency_ms", costs, [1.0, 10.0], [1e8, 1e9]) == (0.0, 40000.0)
