@@ -596,12 +596,16 @@ class CalibratedNet:
         reasons = domain_check(cal["domain"], graphs)
         k = len(cal["rows"])
         for row, why in zip(rows, reasons):
+            # the source network's own checks (perfseer.trust: its domain, physical bounds) stay; the
+            # interval is the calibration's, which is the only one measured on the new device
             v = row["value"]
             row["interval"] = [v / factor, v * factor]
             row["interval_level"] = cal["interval"]["level"]
-            row["in_domain"] = not why
-            row["domain_reasons"] = why
-            row["flags"] = [f"calibrated:{cal['method']}:k={k}"] + (["outside-calibration-domain"] if why else [])
+            row["in_domain"] = bool(row.get("in_domain", True)) and not why
+            row["domain_reasons"] = list(row.get("domain_reasons") or []) + why
+            row["flags"] = ([f for f in row.get("flags") or [] if not str(f).startswith("no interval")]
+                            + [f"calibrated:{cal['method']}:k={k}"] + (["outside-calibration-domain"] if why else []))
+            row["basis"] = f"calibrated from {cal['source']['name']} by {cal['method']} on {k} rows"
 
 
 def wrap_loaded(card: dict, net):
