@@ -17,6 +17,7 @@ Example::
     python benchmarks/pretraining.py pretrain --out benchmarks/results/pretrain --time-limit 420
     python benchmarks/pretraining.py finetune --card benchmarks/results/pretrain/gae-timm-nas.json \\
         --sizes 50,200,all --seeds 0,1,2 --time-limit 120 --json out.json
+    python benchmarks/pretraining.py report out.json     # the table of docs/calibration.md
 """
 
 from __future__ import annotations
@@ -107,7 +108,27 @@ def cmd_finetune(args, console) -> list[dict]:
     return out
 
 
+def summary(results: list[dict]) -> str:
+    """Markdown: test MAPE (mean ± sd over seeds) and Spearman per size and start."""
+    import pandas as pd
+
+    df = pd.DataFrame(results)
+    rows = ["| labelled models | start | seeds | test MAPE % | Spearman | validation MAPE % | epochs |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for (size, init), g in df.groupby(["size", "init"], sort=False):
+        sd = f" ± {g['test_mape'].std():.2f}" if len(g) > 1 else ""
+        rows.append(f"| {size} ({int(g['train_models'].iloc[0])}) | {init} | {len(g)} | {g['test_mape'].mean():.2f}{sd} | "
+                    f"{g['test_spearman'].mean():.3f} | {g['val_mape'].mean():.2f} | "
+                    f"{int(g['epochs'].min())}-{int(g['epochs'].max())} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 2 and sys.argv[1] == "report":
+        import json
+
+        print(summary(json.loads(Path(sys.argv[2]).read_text())["results"]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="step", required=True)
