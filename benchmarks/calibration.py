@@ -325,7 +325,7 @@ def report(paths: list[str]) -> str:
         g = t.groupby(["target", "k", "method"]).agg(mape=("mape", "mean"), rho=("spearman", "mean"),
                                                       cover=("coverage", "mean"), n=("draw", "count"))
         g["cell"] = [f"{a:.2f} / {b:.3f}" for a, b in zip(g["mape"], g["rho"])]
-        w = g["cell"].unstack("method").reset_index()
+        w = g["cell"].unstack("method").fillna("—").reset_index()
         if "titan_rtx@256" in set(t["target"]):
             w["HELP Spearman"] = w["target"].map(HELP_PUBLISHED).map(lambda x: f"{x:.3f}" if x == x else "")
         out.append(f"\nTest devices, {sel} calibration models, MAPE % / Spearman (mean of "
