@@ -108,18 +108,33 @@ def run_pair(src_ref, src, ds, target, role, args, console, meta_devices, embed_
     y = test["latency_ms"].to_numpy()
     cols = [i for i, t in enumerate(src.targets) if t.metric == "latency_ms"]
     t0 = time.perf_counter()
-    logp = np.log(np.maximum(src.predict_graphs(tg)[:, cols], 1e-12))
-    glob = C.global_design(tg)
     neural = getattr(getattr(src.net, "model", None), "name", "") in ("seernet", "seernet-multi")
-    emb = C.embed(src.net, tg) if neural else None
+
+    def embed_rows(df):
+        """Trunk embeddings of the rows' graphs, each graph embedded once per run (shared cache)."""
+        gi = [int(g) for g in df["graph"]]
+        need = sorted({g for g in gi if g not in embed_cache})
+        if need:
+            e = C.embed(src.net, [ds.graphs[g] for g in need])
+            embed_cache.update({g: e[i] for i, g in enumerate(need)})
+        return torch.stack([embed_cache[g] for g in gi])
+
+    emb = embed_rows(test) if neural else None
+    outputs = C.heads_output(src.net, emb) if neural else src.predict_graphs(tg)
+    logp = np.log(np.maximum(outputs[:, cols], 1e-12))
+    glob = C.global_design(tg)
     tb.log(console, f"{target}: {len(test)} test rows, {len(pool)} candidates, cached in {time.perf_counter() - t0:.0f} s")
     meta_head = None
     if "meta" in args.methods and neural:
         t0 = time.perf_counter()
-        tasks = _meta_tasks(src, ds, [d for d in meta_devices if d.split("/")[0] != target.split("/")[0]], embed_cache)
-        _, heads = C._parts(src.net)
-        meta_head = C.meta_init(heads[0], tasks, k=10, iterations=args.meta_iterations, seed=0)
-        tb.log(console, f"  meta-init over {len(tasks)} source devices in {time.perf_counter() - t0:.0f} s")
+        devs = tuple(d for d in meta_devices if d.split("/")[0] != target.split("/")[0])
+        key = ("meta", devs)
+        if key not in embed_cache:  # the same source devices: the same meta-learned head
+            tasks = _meta_tasks(src, ds, list(devs), embed_cache)
+            _, heads = C._parts(src.net)
+            embed_cache[key] = (C.meta_init(heads[0], tasks, k=10, iterations=args.meta_iterations, seed=0), len(tasks))
+        meta_head, n_tasks = embed_cache[key]
+        tb.log(console, f"  meta-init over {n_tasks} source devices in {time.perf_counter() - t0:.0f} s")
 
     # the candidates' graphs, one per model (the spanning set is chosen on batch-free features)
     cand_models = np.array(sorted(pool["model"].astype(str).unique(), key=_hash))
@@ -137,15 +152,17 @@ def run_pair(src_ref, src, ds, target, role, args, console, meta_devices, embed_
         for sel_name, d, models in draws:
             cal_rows = pool[pool["model"].astype(str).isin(models)]
             cg = [ds.graphs[int(g)] for g in cal_rows["graph"]]
+            cemb = embed_rows(cal_rows) if neural else None
+            cout = C.heads_output(src.net, cemb) if neural else None
             for method in args.methods:
                 if method in ("head", "full", "meta") and not neural:
                     continue
-                if method == "full" and d >= args.full_draws:
-                    continue
+                if method == "full" and (d >= args.full_draws or k > args.full_max_k or sel_name != "random"):
+                    continue  # whole-network refits: the costliest method, run on fewer draws
                 cfg = C.CalibrationConfig(method=method, coverage=args.coverage, seed=d)
                 t0 = time.perf_counter()
                 cal = C.calibrate(src, cg, cal_rows["latency_ms"].to_numpy(), cal_rows["model"].astype(str).tolist(),
-                                  config=cfg, meta_head=meta_head)
+                                  config=cfg, meta_head=meta_head, source_outputs=cout, embeddings=cemb)
                 fit_s = time.perf_counter() - t0
                 if method == "loglinear":
                     pred = np.exp(cal.correction.predict_log(logp, glob))
@@ -308,7 +325,7 @@ def report(paths: list[str]) -> str:
         g = t.groupby(["target", "k", "method"]).agg(mape=("mape", "mean"), rho=("spearman", "mean"),
                                                       cover=("coverage", "mean"), n=("draw", "count"))
         g["cell"] = [f"{a:.2f} / {b:.3f}" for a, b in zip(g["mape"], g["rho"])]
-        w = g["cell"].unstack("method").reset_index()
+        w = g["cell"].unstack("method").fillna("—").reset_index()
         if "titan_rtx@256" in set(t["target"]):
             w["HELP Spearman"] = w["target"].map(HELP_PUBLISHED).map(lambda x: f"{x:.3f}" if x == x else "")
         out.append(f"\nTest devices, {sel} calibration models, MAPE % / Spearman (mean of "
@@ -343,6 +360,7 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=lambda t: [int(v) for v in t.split(",")], default=[10])
     ap.add_argument("--draws", type=tb.positive(int), default=3, help="random draws per K")
     ap.add_argument("--full-draws", type=int, default=1, help="draws that also run the (slow) full fine-tuning")
+    ap.add_argument("--full-max-k", type=int, default=50, help="run full fine-tuning only up to this K")
     ap.add_argument("--selection", default="random,spanning")
     ap.add_argument("--methods", default="loglinear,head,full,meta")
     ap.add_argument("--coverage", type=float, default=0.9)
@@ -388,9 +406,10 @@ def main(argv=None) -> int:
         ds = load_dataset(resolve_dataset("timm"))
         infer = sorted(ds.labels.loc[ds.labels["phase"].astype(str) == "infer", "device"].astype(str).unique())
         pairs = TIMM_PAIRS if not args.targets else [p for p in TIMM_PAIRS if p[1] in tb.parse_list(args.targets)]
+        caches: dict = {}
         for src_ref, target, role in pairs:
             src = load_predictor(src_ref)
-            results += run_pair(src_ref, src, ds, target, role, args, console, infer, {})
+            results += run_pair(src_ref, src, ds, target, role, args, console, infer, caches.setdefault(src_ref, {}))
     summarise(results, console)
     tb.write_json(args.json, {"benchmark": "calibration", "args": vars(args), "environment": tb.environment(),
                               "wall_s": round(time.perf_counter() - start, 1), "results": results})

@@ -136,6 +136,14 @@ def embed(net, graphs: Sequence, batch_size: int = 64) -> torch.Tensor:
     return torch.cat(out) if out else torch.zeros(0, 1)
 
 
+def heads_output(net, emb: torch.Tensor) -> np.ndarray:
+    """The source's predictions ``[N, T]`` in the targets' units from trunk embeddings ``[N, H]``."""
+    _, heads = _parts(net)
+    with torch.no_grad():
+        z = torch.cat([h(emb) for h in heads], dim=1).double().numpy()
+    return net.target_scaler.inverse_transform(z)
+
+
 def global_design(graphs: Sequence) -> np.ndarray:
     """``[N, 5]`` log of :data:`DOMAIN_FEATURES` of raw graphs."""
     u = np.stack([g.u.reshape(-1).double().numpy() for g in graphs]) if len(graphs) else np.zeros((0, len(GLOBAL_FEATURES)))
@@ -311,7 +319,8 @@ def _groups(models: Sequence[str]) -> np.ndarray:
 
 
 def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], metric: str = "latency_ms",
-              config: CalibrationConfig | None = None, meta_head: torch.nn.Module | None = None) -> Calibration:
+              config: CalibrationConfig | None = None, meta_head: torch.nn.Module | None = None,
+              source_outputs: np.ndarray | None = None, embeddings: torch.Tensor | None = None) -> Calibration:
     """Fit ``config.method`` on K measured rows of the new device.
 
     Args:
@@ -321,6 +330,8 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         models: ``[K]`` the model of each row (leave-one-model-out groups).
         metric: the measured metric; the source's outputs for it are the correction's inputs.
         meta_head: the ``meta`` method's initialisation (:func:`meta_init`).
+        source_outputs, embeddings: the source's predictions ``[K, T]`` and trunk embeddings
+            ``[K, H]`` of ``graphs`` when already computed (benchmarks reuse them across draws).
 
     Raises:
         PerfseerError: fewer than :data:`MIN_MODELS` models, non-positive values, a source without
@@ -343,7 +354,8 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         raise PerfseerError(f"predictor {source.name} predicts no {metric}",
                             f"calibrate a predictor of {metric}: its targets are {', '.join(t.key for t in source.targets)}")
     logy = np.log(y)
-    logp = np.log(np.maximum(source.predict_graphs(list(graphs))[:, cols], 1e-12))
+    outputs = source_outputs if source_outputs is not None else source.predict_graphs(list(graphs))
+    logp = np.log(np.maximum(np.asarray(outputs)[:, cols], 1e-12))
     glob = global_design(graphs)
     domain = domain_of(glob)
 
@@ -369,7 +381,7 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
     z = torch.as_tensor((logy - m) / s, dtype=torch.float32)
 
     if cfg.method in ("head", "meta"):
-        emb = embed(source.net, list(graphs))
+        emb = embeddings if embeddings is not None else embed(source.net, list(graphs))
 
         def fit(idx):
             return adapt_head(start_head, emb[idx], z[idx], cfg.steps, cfg.lr_head, cfg.l2sp, cfg.seed)
@@ -584,12 +596,16 @@ class CalibratedNet:
         reasons = domain_check(cal["domain"], graphs)
         k = len(cal["rows"])
         for row, why in zip(rows, reasons):
+            # the source network's own checks (perfseer.trust: its domain, physical bounds) stay; the
+            # interval is the calibration's, which is the only one measured on the new device
             v = row["value"]
             row["interval"] = [v / factor, v * factor]
             row["interval_level"] = cal["interval"]["level"]
-            row["in_domain"] = not why
-            row["domain_reasons"] = why
-            row["flags"] = [f"calibrated:{cal['method']}:k={k}"] + (["outside-calibration-domain"] if why else [])
+            row["in_domain"] = bool(row.get("in_domain", True)) and not why
+            row["domain_reasons"] = list(row.get("domain_reasons") or []) + why
+            row["flags"] = ([f for f in row.get("flags") or [] if not str(f).startswith("no interval")]
+                            + [f"calibrated:{cal['method']}:k={k}"] + (["outside-calibration-domain"] if why else []))
+            row["basis"] = f"calibrated from {cal['source']['name']} by {cal['method']} on {k} rows"
 
 
 def wrap_loaded(card: dict, net):

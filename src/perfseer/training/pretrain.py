@@ -108,6 +108,9 @@ def save_pretrained(directory, name: str, gae, feature_scaler, data: dict, histo
     tmp = weights.with_name(weights.name + ".tmp")
     save_file({k: v.detach().cpu().contiguous() for k, v in gae.trunk.state_dict().items()}, str(tmp),
               metadata={"format": FORMAT, "name": name})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # safetensors writes 0600; cards are shared files
     os.replace(tmp, weights)
     card = {"format": FORMAT, "format_version": VERSION, "name": name, "perfseer_version": __version__,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "schema_version": schema.SCHEMA_VERSION,
