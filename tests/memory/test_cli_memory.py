@@ -47,3 +47,15 @@ def test_table_rows_are_a_valid_measurement_table(tmp_path):
     df = read_table(out)
     assert list(df["batch_size"]) == [1, 2] and set(df["device"]) == {"h100-sxm/fp32-sim"}
     assert (df["memory_mb"] > 500).all() and set(df["phase"]) == {"infer"}
+
+
+def test_json_flag_prints_and_out_writes(tmp_path, capsys):
+    import json
+
+    from perfseer.cli.main import main
+
+    out = tmp_path / "m.json"
+    nb = "nb201:|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
+    assert main(["memory", nb, "--batch", "2", "--phase", "infer", "--json", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text())

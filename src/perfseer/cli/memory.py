@@ -4,8 +4,6 @@ largest batch that fits a device and the smallest MIG slice."""
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -40,7 +38,10 @@ def add_parser(sub) -> None:
     p.add_argument("--mig", action="store_true",
                    help="also give the smallest MIG profile each batch fits (of --device, or of A100 40/80 GB, "
                         "H100 80/94 GB and H200)")
-    p.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON to PATH ('-': stdout)")
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                   help="print the results as JSON on stdout (as every command's --json); --json PATH writes them "
+                        "to PATH like --out")
+    p.add_argument("--out", metavar="FILE", default=None, help="also write the results as JSON to FILE (atomically)")
     p.add_argument("--table", metavar="PATH", default=None,
                    help="add the totals as memory_mb rows to a measurement table (CSV/Parquet; created or "
                         "extended): simulator labels for training a memory predictor")
@@ -136,14 +137,14 @@ def write_memory_table(rep: dict, path: str) -> None:
 
 
 def _write_json(path: str, obj: dict) -> None:
-    text = json.dumps(obj, indent=1) + "\n"
+    from perfseer.cli.bounds import dumps
+    from perfseer.cli.graph import _write_atomic
+
+    text = dumps(obj, indent=1) + "\n"
     if path == "-":
         sys.stdout.write(text)
         return
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, p)
+    _write_atomic(Path(path), text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
     rep = memory_report(args.model, args.batch, phase=args.phase, optimizer=args.optimizer, precision=args.precision,
                         device=args.device, capacity_gib=args.capacity_gib, context_mib=args.context_mib,
                         input_shape=shape, max_batch=args.max_batch, mig=args.mig)
+    if args.out:
+        _write_json(args.out, rep)
     if args.json:
         _write_json(args.json, rep)
     if args.table:
