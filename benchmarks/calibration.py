@@ -93,7 +93,6 @@ def _meta_tasks(src, ds, devices, embed_cache, task_models: int = 500):
 def run_pair(src_ref, src, ds, target, role, args, console, meta_devices, embed_cache):
     import torch
 
-    from perfseer.predictor import Target
     from perfseer.training import calibrate as C
     from perfseer.training.metrics import evaluate
 
@@ -203,7 +202,6 @@ def train_source(args, console) -> None:
     epoch.  Written as an ordinary predictor card."""
     import math
 
-    import pandas as pd
     import torch
     from torch_geometric.data import Batch
 
