@@ -575,8 +575,7 @@ def calibrated_predictor(source, source_ref: str, cal: Calibration, target, rows
         "extra": cal.extra,
         "interval": cal.interval, "domain": cal.domain, "rows": rows,
     }
-    net = cal.net if cal.correction is not None else cal.net
-    return Predictor(card, CalibratedNet(card, net), name)
+    return Predictor(card, CalibratedNet(card, cal.net), name)
 
 
 class CalibratedNet:
