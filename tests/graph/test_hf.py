@@ -290,3 +290,26 @@ def test_transformers_module_objects_export_without_cache():
     assert pg.graph.inputs == ("input_ids", "decoder_input_ids")
     assert [pg.graph.tensors[i].shape for i in pg.graph.inputs] == [(1, 16), (1, 8)]
     assert pg.graph.tensors[pg.graph.outputs[0]].shape == (1, 8, 1000)  # logits: no cache outputs
+
+
+def test_root_cause_is_plain_text_with_the_model_line():
+    # The exporter's wrapper messages are coloured and generic; the cause is the innermost one.
+    from perfseer.graph.torch_export import root_cause
+
+    def model_forward():
+        raise RuntimeError("Cannot swap t1 because it has weakref associated with it")
+
+    try:
+        try:
+            try:
+                model_forward()
+            except RuntimeError as inner:
+                raise RuntimeError("_apply(): Couldn't swap Linear.weight") from inner
+        except RuntimeError as middle:
+            raise ValueError("Failed to export the model. \x1b[96mThis is step 1/3\x1b[0m of exporting") from middle
+    except ValueError as outer:
+        text = root_cause(outer)
+    assert text.startswith("RuntimeError: Cannot swap t1") and "(in: _apply(): Couldn't swap Linear.weight)" in text
+    assert "\x1b" not in text and "step 1/3" not in text
+    # this test file is model code as far as the filter knows: its raising line is named
+    assert "test_hf.py:" in text and "raise RuntimeError(\"Cannot swap" in text

@@ -265,7 +265,7 @@ def _first_line(e: BaseException) -> str:
     return lines[0][:300] if lines else type(e).__name__
 
 
-_FRAMEWORK_DIRS = ("torch", "onnxscript", "onnx_ir", "onnx", "perfseer", "contextlib.py", "functools.py")
+_FRAMEWORK_DIRS = ("torch", "onnxscript", "onnx_ir", "onnx", "perfseer", "contextlib.py", "functools.py")  # path parts
 
 
 def _model_frame(chain) -> str:
@@ -277,8 +277,8 @@ def _model_frame(chain) -> str:
         frames = traceback.extract_tb(exc.__traceback__)
         for fr in reversed(frames):
             parts = fr.filename.replace(os.sep, "/").split("/")
-            if any(p in _FRAMEWORK_DIRS for p in parts) or parts[-1] in _FRAMEWORK_DIRS:
-                continue
+            if any(p in _FRAMEWORK_DIRS for p in parts) or parts[-1].startswith("<"):
+                continue  # torch, the exporter, perfseer, generated code (<string>)
             if "transformers" in parts and parts[-1] in ("generic.py", "output_capturing.py", "import_utils.py"):
                 continue  # transformers' decorators around every forward
             code = f" `{fr.line.strip()[:120]}`" if fr.line else ""
