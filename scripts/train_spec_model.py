@@ -32,7 +32,11 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--device-features", default="0", choices=("0", "power", "all"))
     ap.add_argument("--calibration", default=None)
+    ap.add_argument("--attach-only", action="store_true",
+                    help="do not train: copy --calibration into the existing card OUT/NAME.json")
     args = ap.parse_args(argv)
+    if args.attach_only:
+        return attach(Path(args.out) / f"{args.name}.json", Path(args.calibration), argv)
 
     import torch
 
@@ -75,6 +79,22 @@ def main(argv=None) -> int:
         extra["calibration_source"] = cal.get("source", args.calibration)
     card = model.save(args.out, args.name, extra=extra)
     print(f"wrote {card}")
+    return 0
+
+
+def attach(card_path: Path, calibration: Path, argv) -> int:
+    """Put a calibration (written by benchmarks/spec_timm_logo.py --fit-all) into a card, atomically."""
+    import os
+
+    card = json.loads(card_path.read_text())
+    cal = json.loads(calibration.read_text())
+    card["calibration"] = cal["calibration"]
+    card["calibration_source"] = cal.get("source", str(calibration))
+    card["calibration_command"] = "python scripts/train_spec_model.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    tmp = card_path.with_name(card_path.name + ".tmp")
+    tmp.write_text(json.dumps(card, indent=1) + "\n")
+    os.replace(tmp, card_path)
+    print(f"calibration attached to {card_path}")
     return 0
 
 

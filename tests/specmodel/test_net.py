@@ -12,7 +12,7 @@ from perfseer.specmodel import kernels as kt
 from perfseer.specmodel.net import KernelModel, KernelModelConfig, SpecModelError
 
 
-def _world(n=600, seed=0):
+def _world(n=400, seed=0):
     """GEMMs on two GPUs whose true time is 1.6x the roofline bound plus 5 µs of launch."""
     rng = np.random.default_rng(seed)
     t = kt.gemm_rows(rng.integers(1, 8, n), rng.integers(16, 2048, n), rng.integers(16, 2048, n), rng.integers(16, 2048, n))
@@ -24,7 +24,7 @@ def _world(n=600, seed=0):
 
 def test_fit_predict_save_load(tmp_path):
     t, dev, y = _world()
-    m = KernelModel(KernelModelConfig(hidden=16, layers=2, epochs=30, time_limit_s=20, batch_size=64)).fit(t, dev, y)
+    m = KernelModel(KernelModelConfig(hidden=16, layers=2, epochs=25, time_limit_s=10, batch_size=64)).fit(t, dev, y)
     p = m.predict(t, dev)
     assert np.mean(np.abs(p / y - 1)) < 0.25  # learned well beyond the roofline's 1/1.6 - 1 = 37 % error
     card = m.save(tmp_path, "tiny", extra={"training": {"rows": len(t)}})

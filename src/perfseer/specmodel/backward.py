@@ -7,12 +7,15 @@ The rules (what PyTorch's autograd launches, simplified to one kernel per gradie
   ``K x N`` over ``M``); a bias adds a column-sum of ``dC`` (a memory-bound kernel reading it).
 - ``conv``: data gradient and weight gradient, each an implicit GEMM of the forward's FLOPs
   (``dX``: ``M x K`` over ``N``; ``dW``: ``N x K`` over ``M``).
+- reductions (a bias gradient, layer norm's weight gradients) are costed as a memory-bound pass
+  over the elements they read.
 - ``vec``: one kernel reading the output gradient and the saved inputs, writing each input's
   gradient (an addition's gradient is the output gradient itself: no kernel).
 - ``ln``: the input gradient (reads ``x``, ``dy``; writes ``dx``: twice the forward's traffic)
   plus the weight/bias gradient column sums (a memory-bound read of ``x`` and ``dy``).
 - ``softmax``: reads ``y`` and ``dy``, writes ``dx`` (1.5x the forward's traffic).
-- parameters: the gradient is accumulated into ``.grad`` (read 2, write 1 per parameter).
+- parameters: no accumulation kernel (``zero_grad(set_to_none=True)``, PyTorch's default since
+  2.0: the first gradient is stored, not added).
 
 The optimizer step is not part of the backward pass; :mod:`perfseer.specmodel.compose` adds it.
 """
@@ -39,17 +42,16 @@ def backward_kernels(fw: pd.DataFrame, fn: str = "") -> pd.DataFrame:
             parts.append(kt.gemm_rows(B, M, K, N, dtype_bytes=db, shared_b=float(shared)))
             if shared:
                 parts.append(kt.gemm_rows(1, K, N, B * M, dtype_bytes=db))
-                parts.append(kt.vec_rows(r["weights"], 2, 1, dtype_bytes=db))  # accumulate into .grad
             else:
                 parts.append(kt.gemm_rows(B, K, N, M, dtype_bytes=db))
             if r["flops"] > 2 * B * M * N * K * 1.0000001:  # had a bias
-                parts.append(kt.vec_rows(N, 1, 1, dtype_bytes=db, read_bytes=B * M * N * db, write_bytes=N * db))
+                # a column sum: costed as a memory-bound pass over what it reads
+                parts.append(kt.vec_rows(B * M * N, 1, 1, dtype_bytes=db, read_bytes=B * M * N * db, write_bytes=N * db))
         elif fam == "conv":
             for m, n, k in ((r["M"], r["K"], r["N"]), (r["N"], r["K"], r["M"])):
                 g = kt.gemm_rows(r["B"], m, n, k, dtype_bytes=db)
                 g["family"], g["kernel"], g["weights"] = "conv", r["kernel"], 0.0
                 parts.append(g)
-            parts.append(kt.vec_rows(r["B"] * r["N"] * r["K"], 2, 1, dtype_bytes=db))  # accumulate into .grad
         elif fam == "vec":
             if fn in PASS_THROUGH or r["inputs"] == 0:
                 continue
@@ -62,7 +64,7 @@ def backward_kernels(fw: pd.DataFrame, fn: str = "") -> pd.DataFrame:
             t["bytes"] *= 2.0
             t["flops"] *= 2.0
             parts.append(t)
-            parts.append(kt.vec_rows(2 * r["cols"], 2, 2 * r["rows"], dtype_bytes=db,
+            parts.append(kt.vec_rows(r["rows"] * r["cols"], 2, 2, dtype_bytes=db,
                                      read_bytes=2 * r["rows"] * r["cols"] * db, write_bytes=2 * r["cols"] * db))
         elif fam == "softmax":
             t = kt.rowwise_rows("softmax", r["rows"], r["cols"], dtype_bytes=db)

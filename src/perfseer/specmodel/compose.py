@@ -10,7 +10,7 @@ How a PerfGraph node becomes kernels (PyTorch eager execution: one kernel per op
 - ``Attention``: the two batched GEMMs (scores, weighted values) and a softmax;
 - ``LayerNormalization``/``RMSNormalization``: ``ln``; ``Softmax``/``LogSoftmax``: ``softmax``;
 - every other operator with memory traffic: one memory-bound ``vec`` kernel reading its inputs
-  and weights and writing its output; pure views (``Reshape``, ``Flatten``, ``Squeeze``,
+  and weights and writing its output (a reduction counts the elements it reads); pure views (``Reshape``, ``Flatten``, ``Squeeze``,
   ``Unsqueeze``, ``Identity``, ``Dropout`` at inference) launch nothing.
 
 Precision: the graph's float tensors are FP32; at ``fp16``/``bf16`` (autocast) every kernel moves
@@ -99,8 +99,9 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32") -> pd.DataFra
             done[sel] = True
     sel = np.flatnonzero(~done & (inb + wb + outb > 0))
     if len(sel):
-        e = np.maximum(out_el[sel], 1.0)
-        n_in = np.where(outb[sel] > 0, np.maximum(np.round(inb[sel] / np.maximum(outb[sel], 1.0)), 1.0), 1.0)
+        # elements of the larger side: a reduction (pooling, ReduceMean) is a pass over its input
+        e = np.maximum(np.maximum(out_el[sel], inb[sel] / 4.0), 1.0)
+        n_in = np.maximum(np.round(inb[sel] / (4.0 * e)), 1.0)
         add(kt.vec_rows(e, n_in, flops[sel] / e, dtype_bytes=db, read_bytes=(inb[sel] + wb[sel]) * scale,
                         write_bytes=outb[sel] * scale), sel)
     if not parts:

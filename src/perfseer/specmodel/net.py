@@ -42,6 +42,7 @@ class KernelModelConfig:
     time_limit_s: float = 120.0  # CPU seconds per family (process time: robust to a busy machine)
     seed: int = 0
     device_features: bool = False  # see perfseer.specmodel.kernels.features
+    threads: int = 1  # torch threads while fitting: these MLPs are too small to gain from more
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,6 +75,16 @@ class KernelModel:
         import torch
 
         torch.manual_seed(self.config.seed)
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.config.threads)
+        try:
+            return self._fit(table, dev, latency_us, verbose)
+        finally:
+            torch.set_num_threads(before)
+
+    def _fit(self, table, dev, latency_us, verbose):
+        import torch
+
         y_all = np.asarray(latency_us, dtype=float)
         fam_col = table["family"].to_numpy()
         for fam in kt.FAMILIES:

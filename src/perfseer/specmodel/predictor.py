@@ -11,8 +11,8 @@ Example::
 
 The bundled model (``perfseer/predictors/spec-kernels.*``) is a :class:`~perfseer.specmodel.net.KernelModel`
 trained on NeuSight's kernel measurements of five GPUs (P4, P100, T4, V100, A100-40GB; FP32);
-its card records the command that trained it.  At ``fp16``/``bf16`` an optional whole-model
-calibration (``calibration`` in the card: a linear correction of ``log10`` latency learned on
+its card records the command that trained it.  For inference at ``fp16``/``bf16`` an optional
+whole-model calibration (``calibration`` in the card: a linear correction of ``log10`` latency learned on
 measured GPUs' timm runs, without any device feature) is applied; the card says on which data.
 """
 
@@ -71,7 +71,7 @@ class SpecModel:
         total = float(us.sum()) / 1000
         cal = (self.card.get("calibration") or {}).get(precision if precision in ("fp16", "bf16") else "none")
         calibrated = False
-        if calibrate and cal:
+        if calibrate and cal and phase == "infer":  # fitted on inference runs only
             z = float(calibration_features(table, us) @ np.asarray(cal["coef"], dtype=float))
             total *= 10 ** z
             calibrated = True
