@@ -124,6 +124,8 @@ def analyse(report: dict, data_root=None) -> dict:
         res["excess_top_decile_families"] = {str(k): int(v) for k, v in res["excess_top_decile_families"].items()}
         for m, e in rows["err"].items():
             e = np.asarray(e)
+            if len(e) != len(dist):  # a method missing from some folds (a run stopped early)
+                continue
             ape = np.abs(np.expm1(e)) * 100
             per_fam = {}
             for f_ in sorted(set(fam)):
