@@ -96,5 +96,6 @@ def test_onnx_views_share_their_input_buffer():
     g = helper.make_graph(nodes, "views", [x], [z], initializer=[shape])
     t = liveness_trace(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), batch=2)
     # x, y1 (= v = w) and z: three 8 KiB buffers at the last Relu, the views add nothing;
-    # the shape initializer s is 2 int64 = 16 B
-    assert t.peak()[0] == 3 * 2 * 1024 * 4 + 16
+    # the shape initializer s is 2 int64 = 16 B, and so is the one of the Reshape that the
+    # canonical PerfGraph writes for the Flatten (perfseer.graph.canonical)
+    assert t.peak()[0] == 3 * 2 * 1024 * 4 + 16 + 16

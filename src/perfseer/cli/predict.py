@@ -260,7 +260,7 @@ def _predictor_block(it: dict) -> str:
                 parts.append(f"k-fold {sum(h * v for h, v in held) / n:.2f} % ({len(held)}/{tr['kfold']['k']})")
         q = intervals.get(key)
         if q is not None:
-            parts.append(f"90\u00a0%\u00a0x/{math.exp(q):.2f}")  # kept on one line by the wrap below
+            parts.append(f"90\u00a0%\u00a0×/÷{math.exp(q):.2f}")  # kept on one line by the wrap below
         device = rest.rpartition(":")[0]
         who = metric if len(it.get("devices") or []) < 2 else f"{metric} {device}"
         import textwrap
