@@ -102,8 +102,9 @@ def spec_free_bounds(metric: str, costs: dict, target_range, flops_range) -> tup
 
 
 def check(value: float, lo: float, hi: float, floor: float, ceiling: float, unit: str,
-          basis: str) -> tuple[float, float, float, list[str]]:
-    """Clip ``value`` and its interval ``[lo, hi]`` to ``[floor, ceiling]``; the flags say what was done.
+          basis: str, floor_basis: str | None = None) -> tuple[float, float, float, list[str]]:
+    """Clip ``value`` and its interval ``[lo, hi]`` to ``[floor, ceiling]``; the flags say what was done
+    (``basis``: where the bounds come from; ``floor_basis``: the floor's, if more specific).
 
     Returns:
         ``(value, lo, hi, flags)``.
@@ -118,7 +119,7 @@ def check(value: float, lo: float, hi: float, floor: float, ceiling: float, unit
     ok = v > 0 and math.isfinite(lo) and math.isfinite(hi)
     r_lo, r_hi = (lo / v, hi / v) if ok else (1.0, 1.0)  # the interval keeps its width when the value moves
     if v < floor:
-        flags.append(f"predicted {_f(v)} {unit} is below the physical floor {_f(floor)} {unit} ({basis}); "
+        flags.append(f"predicted {_f(v)} {unit} is below the physical floor {_f(floor)} {unit} ({floor_basis or basis}); "
                      f"raised to it")
         v = floor
     elif v > ceiling:
