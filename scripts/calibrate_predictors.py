@@ -26,10 +26,32 @@ def main(argv=None) -> int:
     ap.add_argument("cards", nargs="*", help="predictor cards (default: the bundled ones)")
     ap.add_argument("--ood-factor", type=float, default=None, help="q's multiplier out of domain (default: keep)")
     ap.add_argument("--ood-source", default=None, help="where --ood-factor was measured")
+    ap.add_argument("--inputs-only", action="store_true",
+                    help="only fill the domain's input sizes from the dataset's labels (cards calibrated from "
+                         "several devices before this was read)")
     ap.add_argument("--factor-only", action="store_true",
                     help="only set --ood-factor / --ood-source on cards already calibrated (no data is read)")
     args = ap.parse_args(argv)
     cards = [Path(c) for c in args.cards] or sorted(BUNDLED.glob("*.json"))
+    if args.inputs_only:  # cards whose domain lacks the input sizes: read them from the dataset's labels
+        import json
+        import os
+
+        from perfseer.data.dataset import load_dataset, resolve_dataset
+        from perfseer.trust.domain import inputs_summary
+
+        for card in cards:
+            c = json.loads(card.read_text())
+            t = c["training"]
+            lab = load_dataset(resolve_dataset(t["dataset"].removeprefix("datasets/"))).labels
+            lab = lab[lab["device"].astype(str).isin({x["device"] for x in c["targets"]})
+                      & lab[t.get("split_column") or "split"].astype(str).isin(t.get("fit_splits") or ["train"])]
+            c["domain"]["inputs"] = inputs_summary(lab["input_shape"].astype(str).unique())
+            tmp = card.with_name(card.name + ".tmp")
+            tmp.write_text(json.dumps(c, indent=1) + "\n")
+            os.replace(tmp, card)
+            print(f"{card}: inputs {c['domain']['inputs']}")
+        return 0
     if args.factor_only:
         import json
         import os

@@ -266,12 +266,13 @@ class Predictor:
             for i in range(len(graphs)):
                 if spec is not None:
                     floor, ceiling, how = bnd.latency_bounds_ms(costs[i], spec, t.phase)
-                    basis = f"{spec.name} spec, floor set by {how}"
+                    basis, floor_basis = f"{spec.name} spec", f"{spec.name} spec, set by {how}"
                 else:
                     floor, ceiling = bnd.spec_free_bounds(t.metric, costs[i], (domain or {}).get("targets", {}).get(t.key),
                                                           flops_range)
-                    basis = "no device spec: training range"
-                value, l, h, flags = bnd.check(float(v[i]), float(lo[i]), float(hi[i]), floor, ceiling, t.unit, basis)
+                    basis = floor_basis = "no device spec: training range"
+                value, l, h, flags = bnd.check(float(v[i]), float(lo[i]), float(hi[i]), floor, ceiling, t.unit, basis,
+                                               floor_basis)
                 if q is None:
                     flags.append("no interval: the card has no calibration (too few validation rows, or a card "
                                  "from before calibration: run scripts/calibrate_predictors.py)")

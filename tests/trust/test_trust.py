@@ -101,10 +101,11 @@ def test_latency_floor_is_the_roofline_maximum():
 
 
 def test_check_clips_and_flags():
-    v, lo, hi, flags = bnd.check(1e-6, 0.5e-6, 2e-6, 1.0, 100.0, "ms", "spec")
-    assert (v, lo, hi) == (1.0, 1.0, 2.0) and "below the physical floor" in flags[0]
+    v, lo, hi, flags = bnd.check(1e-6, 0.5e-6, 2e-6, 1.0, 100.0, "ms", "spec", "spec, set by compute")
+    assert (v, lo, hi) == (1.0, 1.0, 100.0) and "below the physical floor 1 ms (spec, set by compute)" in flags[0]
     v, lo, hi, flags = bnd.check(1e304, 0.5e304, 2e304, 1.0, 100.0, "ms", "spec")
-    assert (v, hi) == (100.0, 100.0) and lo == pytest.approx(50.0) and "above the sanity ceiling" in flags[0]
+    assert (v, lo, hi) == (100.0, 1.0, 100.0) and "above the sanity ceiling 100 ms (spec)" in flags[0]
+    assert bnd.check(50.0, 40.0, 200.0, 1.0, 100.0, "ms", "spec") == (50.0, 40.0, 100.0, [])
     v, lo, hi, flags = bnd.check(float("nan"), float("nan"), float("nan"), 1.0, 100.0, "ms", "spec")
     assert (v, lo, hi) == (10.0, 1.0, 100.0) and "nan" in flags[0]
     assert bnd.check(5.0, 4.0, 6.0, 1.0, 100.0, "ms", "spec") == (5.0, 4.0, 6.0, [])

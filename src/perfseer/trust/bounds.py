@@ -24,7 +24,8 @@ The **ceiling** catches absurd values: ``C_F (F / P + W / B) + n\, t_{op}`` with
 Without a spec (or for memory), the ceiling is 1,000 times the largest training target, scaled up
 by the FLOPs ratio to the largest training graph when the graph is larger; utilisation is bounded
 by 0 and 100 %.  A prediction outside its bounds, or not finite, is clipped to them and flagged
-(:func:`check`), never shown bare.
+(:func:`check`), never shown bare; its interval is then the whole ``[floor, ceiling]``: a network
+that left the physical range says nothing about where in it the answer lies.
 """
 
 from __future__ import annotations
@@ -102,8 +103,9 @@ def spec_free_bounds(metric: str, costs: dict, target_range, flops_range) -> tup
 
 
 def check(value: float, lo: float, hi: float, floor: float, ceiling: float, unit: str,
-          basis: str) -> tuple[float, float, float, list[str]]:
-    """Clip ``value`` and its interval ``[lo, hi]`` to ``[floor, ceiling]``; the flags say what was done.
+          basis: str, floor_basis: str | None = None) -> tuple[float, float, float, list[str]]:
+    """Clip ``value`` and its interval ``[lo, hi]`` to ``[floor, ceiling]``; the flags say what was done
+    (``basis``: where the bounds come from; ``floor_basis``: the floor's, if more specific).
 
     Returns:
         ``(value, lo, hi, flags)``.
@@ -115,17 +117,17 @@ def check(value: float, lo: float, hi: float, floor: float, ceiling: float, unit
         flags.append(f"the network returned {v}; shown: the middle of the physical bounds {_f(floor)}-{_f(ceiling)} "
                      f"{unit} ({basis})")
         return mid, floor, ceiling, flags
-    ok = v > 0 and math.isfinite(lo) and math.isfinite(hi)
-    r_lo, r_hi = (lo / v, hi / v) if ok else (1.0, 1.0)  # the interval keeps its width when the value moves
+    if v < floor or v > ceiling:  # the network is off its map: the interval is all the bounds allow
+        lo, hi = floor, ceiling
     if v < floor:
-        flags.append(f"predicted {_f(v)} {unit} is below the physical floor {_f(floor)} {unit} ({basis}); "
+        flags.append(f"predicted {_f(v)} {unit} is below the physical floor {_f(floor)} {unit} ({floor_basis or basis}); "
                      f"raised to it")
         v = floor
     elif v > ceiling:
         flags.append(f"predicted {_f(v)} {unit} is above the sanity ceiling {_f(ceiling)} {unit} ({basis}); "
                      f"lowered to it")
         v = ceiling
-    return v, max(v * r_lo, floor), min(v * r_hi, ceiling), flags
+    return v, max(lo, floor) if math.isfinite(lo) else lo, min(hi, ceiling) if math.isfinite(hi) else hi, flags
 
 
 def _f(v: float) -> str:

@@ -45,6 +45,9 @@ def selection_for(card: dict, data=None):
     split = t.get("split_column") or "split"
     if len(devices) > 1:
         sel = select_devices(ds, metrics[0], devices, phase, split)
+        if "input_shape" in ds.labels and "graph" in sel.labels:  # one graph, one input shape
+            shape_of = ds.labels.drop_duplicates("graph").set_index("graph")["input_shape"]
+            sel.labels["input_shape"] = sel.labels["graph"].map(shape_of).astype(str).to_numpy()
     else:
         sel = select(ds, metrics, devices, phase, split)
     fit = _fit_splits(t.get("fit_splits") or ["train"])

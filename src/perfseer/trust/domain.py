@@ -76,6 +76,15 @@ def parse_input(shape: str | Sequence[int] | None) -> tuple[int, int] | None:
     return dims[0], int(np.prod(dims))
 
 
+def inputs_summary(input_shapes) -> dict | None:
+    """``{"channels", "values_per_sample": [lo, hi]}`` of one-sample input shapes (``None``: none known)."""
+    inputs = [p for p in (parse_input(s) for s in input_shapes) if p is not None]
+    if not inputs:
+        return None
+    return {"channels": sorted({c for c, _ in inputs}),
+            "values_per_sample": [min(v for _, v in inputs), max(v for _, v in inputs)]}
+
+
 def build_domain(train: Sequence, op_types: Sequence[str], batch_sizes: Sequence[int],
                  input_shapes: Sequence[str | None], train_embeddings: np.ndarray | None = None,
                  val_embeddings: np.ndarray | None = None, source: str = "") -> tuple[dict, np.ndarray | None]:
@@ -95,15 +104,12 @@ def build_domain(train: Sequence, op_types: Sequence[str], batch_sizes: Sequence
     u = _log(np.stack([_u(g) for g in train]))
     lo, hi = np.quantile(u, GLOBAL_QUANTILES[0], axis=0), np.quantile(u, GLOBAL_QUANTILES[1], axis=0)
     pad = GLOBAL_PAD * (hi - lo)
-    inputs = [p for p in (parse_input(s) for s in input_shapes) if p is not None]
     batches = [int(b) for b in batch_sizes]
     domain = {
         "version": DOMAIN_VERSION, "source": source, "graphs": len(train),
         "op_types": sorted(set(op_types)),
         "batch_sizes": [min(batches), max(batches)] if batches else None,
-        "inputs": ({"channels": sorted({c for c, _ in inputs}), "values_per_sample": [min(v for _, v in inputs),
-                                                                                      max(v for _, v in inputs)]}
-                   if inputs else None),
+        "inputs": inputs_summary(input_shapes),
         "precision": sorted({graph_precision(g) for g in train}),
         "globals": {"space": "log10(1+x)", "quantiles": list(GLOBAL_QUANTILES), "pad": GLOBAL_PAD,
                     "ranges": {schema.GLOBAL_FEATURES[i]: [float(lo[i] - pad[i]), float(hi[i] + pad[i])]
@@ -206,7 +212,7 @@ def verdicts(domain: dict | None, graphs: Sequence, op_types: Sequence[Sequence[
             reasons.append("global features outside the training range: "
                            + "; ".join(t for _, t in outside[:3]) + more)
         if dist is not None and dist[i] > emb["threshold"]:
-            reasons.append(f"embedding {dist[i] / emb['threshold']:.1f}x the distance threshold from the nearest "
+            reasons.append(f"embedding {dist[i] / emb['threshold']:.3g}x the distance threshold from the nearest "
                            f"training graph")
         out.append((not reasons, reasons))
     return out
