@@ -182,9 +182,14 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
             ax_l.fill_between(b, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
             ax_t.fill_between(b, [x / h * 1e3 for x, h in zip(b, hi)], [x / lo_ * 1e3 for x, lo_ in zip(b, lo)],
                               color=line.get_color(), alpha=0.15, linewidth=0)
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     for ax, label in ((ax_l, "latency per step (ms)"), (ax_t, "throughput (samples / s)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 32, not 2^5
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("batch size")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
