@@ -47,17 +47,23 @@ async function loadDevices() {
   } catch (e) { /* memory then runs without a device */ }
 }
 
-function fillTable(table, cols, rows) {
+// rows: arrays of cell texts; classOf(rowIndex, cellIndex) names a cell's CSS class, if any
+function fillTable(table, cols, rows, classOf = () => "") {
   const thead = table.querySelector("thead"), tbody = table.querySelector("tbody");
   thead.textContent = ""; tbody.textContent = "";
   const hr = document.createElement("tr");
   for (const c of cols) { const th = document.createElement("th"); th.textContent = c; hr.appendChild(th); }
   thead.appendChild(hr);
-  for (const cells of rows) {
+  rows.forEach((cells, i) => {
     const tr = document.createElement("tr");
-    for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
+    cells.forEach((c, j) => {
+      const td = document.createElement("td"); td.textContent = c;
+      const cls = classOf(i, j);
+      if (cls) td.className = cls;
+      tr.appendChild(td);
+    });
     tbody.appendChild(tr);
-  }
+  });
 }
 
 const MiB = 1048576;
@@ -132,26 +138,16 @@ function render(res) {
   if (hasInterval) cols.push("90 % interval");
   if (hasDomain) cols.push("domain");
   if (hasBasis) cols.push("basis");
-  const thead = $("table").querySelector("thead"), tbody = $("table").querySelector("tbody");
-  thead.textContent = ""; tbody.textContent = "";
-  const hr = document.createElement("tr");
-  for (const c of cols) { const th = document.createElement("th"); th.textContent = c; hr.appendChild(th); }
-  thead.appendChild(hr);
-  for (const r of rows) {
-    const tr = document.createElement("tr");
+  const domainAt = cols.indexOf("domain");
+  const cellRows = rows.map(r => {
     const cells = [r.batch_size, r.device, r.phase, r.metric, fmtValue(r.value, r.unit),
                    r.throughput_per_s ? Number(r.throughput_per_s).toPrecision(4) : ""];
     if (hasInterval) cells.push(Array.isArray(r.interval) ? `${Number(r.interval[0]).toPrecision(3)}–${Number(r.interval[1]).toPrecision(3)}` : "");
-    const domainAt = cells.length;
     if (hasDomain) cells.push(r.in_domain === false ? "out: " + (r.domain_reasons || []).join("; ") : (r.in_domain ? "in" : "-"));
     if (hasBasis) cells.push(r.basis || "");
-    cells.forEach((c, i) => {
-      const td = document.createElement("td"); td.textContent = c;
-      if (hasDomain && i === domainAt && r.in_domain === false) td.className = "out";
-      tr.appendChild(td);
-    });
-    tbody.appendChild(tr);
-  }
+    return cells;
+  });
+  fillTable($("table"), cols, cellRows, (i, j) => (j === domainAt && rows[i].in_domain === false ? "out" : ""));
   const plots = $("plots"); plots.textContent = "";
   const lat = rows.filter(r => r.metric === "latency_ms");
   const groups = {};
