@@ -50,12 +50,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     from perfseer.devices import get_device
 
-    specs = {}
+    import functools
 
-    def _spec(name):
-        if name not in specs:
-            specs[name] = get_device(name)
-        return specs[name]
+    _spec = functools.lru_cache(maxsize=None)(get_device)  # one registry look-up per device name
     from perfseer.specmodel import kernels as kt
     from perfseer.specmodel import neusight as ns
     from perfseer.specmodel.net import KernelModel, KernelModelConfig
