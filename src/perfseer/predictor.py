@@ -197,17 +197,33 @@ class Predictor:
         batches = [batch] if isinstance(batch, int) else list(batch)
         if not batches or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 for b in batches):
             raise PredictorError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
-        cols = self.columns(device, phase)
+        self.columns(device, phase)  # an uncovered device fails before the extraction
         pg = model if isinstance(model, PerfGraph) else extract(model, batch=int(batches[0]), input_shape=input_shape,
                                                                  dims=dims, seq_len=seq_len)
-        graphs = [(pg if b == pg.batch_size else pg.with_batch(int(b))).to_pyg() for b in batches]
+        name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
+        return self.predict_bound(pg, batches, device=device, phase=phase, name=name, _stacklevel=3)
+
+    def predict_bound(self, pg, batches: Sequence[int], graphs: Sequence | None = None, device: str | None = None,
+                      phase: str | None = None, name: str | None = None, _stacklevel: int = 2) -> list[dict]:
+        """The rows of :meth:`predict` for an extracted PerfGraph ``pg`` at each of ``batches``.
+
+        Args:
+            graphs: the PyG graphs of ``pg`` bound to each batch size, when the caller has them
+                (``perfseer serve`` builds them once for all its predictors); ``None``: built here.
+            name: the rows' ``model`` (default: the graph's name).
+        """
+        cols = self.columns(device, phase)
+        if graphs is None:
+            graphs = [(pg if b == pg.batch_size else pg.with_batch(int(b))).to_pyg() for b in batches]
+        elif len(graphs) != len(batches):
+            raise PredictorError(f"{len(graphs)} graphs for {len(batches)} batch sizes", "pass one graph per batch size")
         unseen = self.unseen_ops(pg.op_types)
         if unseen:
             warnings.warn(f"{pg.graph.name or 'the model'} has operator types never seen in training by predictor "
                           f"{self.name}: {', '.join(unseen)}; their cost features still count, but treat the "
-                          f"prediction with care", UnseenOperatorWarning, stacklevel=2)
+                          f"prediction with care", UnseenOperatorWarning, stacklevel=_stacklevel)
         values = self.predict_graphs(graphs)
-        name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
+        name = pg.graph.name if name is None else name
         shape = _input_shape(pg)
         verdicts, checked = self.assess(graphs, values, [pg.op_types] * len(graphs), [shape] * len(graphs))
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
