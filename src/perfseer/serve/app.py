@@ -192,8 +192,8 @@ class Service:
             raise ApiError(422, "the largest batch needs a device", "pass \"device\": \"a100-40gb\" (GET /v1/devices)")
         shape = parse_shape(req.input_shape) if req.input_shape else None
         target = self.store.resolve(req.model)
-        key = (target, self.store.version(target), tuple(req.batch), req.phase, req.optimizer, req.precision, req.device, shape, req.mig,
-               req.max_batch)
+        key = (target, self.store.version(target), tuple(req.batch), req.phase, req.optimizer, req.precision,
+               req.device, shape, req.mig, req.max_batch)
         with self._lock:
             hit = self._memory_cache.get(key)
         if hit is not None:
@@ -275,15 +275,13 @@ class Service:
         hits = len(found)
         missing = [(b, u) for u in units for b in batches if (b, u) not in found]
         if missing:
-            found.update(self._compute(entry, missing, req))
+            found.update(self._compute(entry, missing))
         rows = []
         for unit in units:
             for b in req.batch:
-                got = found.get((int(b), unit))
-                if got is None:  # a predictor that failed on this graph: its note says why
-                    continue
-                rows += [dict(r, model=req.model) for r in got[0]]
-                notes += got[1]
+                got_rows, got_notes = found[int(b), unit]  # a predictor that failed: no rows, a note
+                rows += [dict(r, model=req.model) for r in got_rows]
+                notes += got_notes
         if entry.summary is None:
             entry.summary = {k: v for k, v in entry.pg.summary().items() if k not in ("heaviest", "folded_ops")}
         return {"api": API_VERSION, "model": req.model, "summary": entry.summary, "predictions": rows,
@@ -306,7 +304,7 @@ class Service:
             units += [("predictor", name, d, ph) for d in devices for ph in phases]
         return units
 
-    def _compute(self, entry, missing: list[tuple], req: PredictRequest) -> dict:
+    def _compute(self, entry, missing: list[tuple]) -> dict:
         """Rows for the (batch, unit) pairs the row cache lacked; each is put in the cache."""
         import warnings
 
@@ -334,10 +332,10 @@ class Service:
                 bound[b] = (pg if b == pg.batch_size else pg.with_batch(b)).to_pyg()
             return bound[b]
 
-        by_unit_kind: dict = {}
+        groups: dict = {}
         for b, unit in missing:
-            by_unit_kind.setdefault(unit[:2] if unit[0] == "predictor" else unit, []).append(b)
-        for group, bs in by_unit_kind.items():
+            groups.setdefault(unit[:2] if unit[0] == "predictor" else unit, []).append(b)
+        for group, bs in groups.items():
             bs = sorted(set(bs))
             if group[0] == "device":
                 from perfseer.specmodel.route import predict_on_device
