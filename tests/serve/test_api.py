@@ -251,3 +251,10 @@ def test_row_cache_bound_and_graph_eviction():
     assert dropped == [a.token] and a.token != b.token and not cached
     again, _ = graphs.entry("a")  # extracted again: a new token, so no old row can answer for it
     assert again.token not in (a.token, b.token) and dropped == [a.token, b.token]
+
+
+def test_serve_refuses_a_negative_row_cache(capsys):
+    from helpers import run_cli
+
+    code, _, err = run_cli(capsys, "serve", "--row-cache", "-1")
+    assert code == 2 and "--row-cache: expected a whole number >= 0, got '-1'" in err
