@@ -8,7 +8,8 @@ sending its next request as soon as the last answered:
 
 * **cached**: ``POST /v1/predict`` of the bundled example graphs at random batch sizes with one
   predictor (the graphs are extracted in a warm-up before the clock starts, then served from the
-  cache);
+  graph cache; the 16 (graph, batch) rows from the row cache after their first request, unless
+  ``--row-cache 0``);
 * **uncached**: every request a NAS-Bench-201 architecture not asked for before (an extraction in
   a sandboxed child each time), so the extraction slots (``--jobs``) are the bottleneck and clients
   past them wait or get the documented 503 (Busy, Retry-After).
@@ -123,13 +124,15 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="the server's extraction slots")
     ap.add_argument("--predictor", default="rtx3090-amp-nchw-pt240.infer")
     ap.add_argument("--phases", default="cached,uncached")
+    ap.add_argument("--row-cache", type=int, default=4096,
+                    help="the server's row cache (entries; 0: off, every cached-phase request recomputes its rows)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "perfseer.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--jobs", str(args.jobs), "--predictor", args.predictor]
+           "--jobs", str(args.jobs), "--predictor", args.predictor, "--row-cache", str(args.row_cache)]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ})
     import httpx
 
@@ -174,7 +177,7 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     t = Table(title=f"perfseer serve: {args.clients} clients, {args.duration:g} s per phase, {args.jobs} extraction "
-                    f"slots, {os.cpu_count()} CPUs", title_justify="left")
+                    f"slots, row cache {args.row_cache or 'off'}, {os.cpu_count()} CPUs", title_justify="left")
     for c in ("phase", "requests", "req/s", "p50 ms", "p99 ms", "responses", "peak RSS MB"):
         t.add_column(c, justify="left" if c in ("phase", "responses") else "right")
     for phase, r in results.items():
@@ -183,7 +186,8 @@ def main(argv=None) -> int:
     Console().print(t)
     print(f"warm-up (fork server, predictor, {len(EXAMPLES)} example graphs): {warm:.1f} s")
     print(f"server after the run: {health}")
-    tb.write_json(args.json, {"clients": args.clients, "duration_s": args.duration, "jobs": args.jobs, "warmup_s": warm,
+    tb.write_json(args.json, {"clients": args.clients, "duration_s": args.duration, "jobs": args.jobs,
+                              "row_cache": args.row_cache, "warmup_s": warm,
                               "cpus": os.cpu_count(), "phases": results, "peak_rss_mb": round(peak / 2**20),
                               "health": health})
     return 0

@@ -132,3 +132,12 @@ def build_or_crash(task):
     if "crash" in task.model:
         os._exit(3)
     return build_pair(task)
+
+
+NB201_OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
+
+
+def nb201_arch(rng) -> str:
+    """A random NAS-Bench-201 cell reference (``nb201:|...|``) drawn from ``rng`` (a ``random.Random``)."""
+    o = [rng.choice(NB201_OPS) for _ in range(6)]
+    return f"nb201:|{o[0]}~0|+|{o[1]}~0|{o[2]}~1|+|{o[3]}~0|{o[4]}~1|{o[5]}~2|"

@@ -9,39 +9,19 @@ import random
 import numpy as np
 import pytest
 
+from helpers import nb201_arch as arch
 from helpers import run_cli
-from perfseer.data.dataset import build_dataset, load_dataset
+from perfseer.data.dataset import load_dataset
 from perfseer.data.table import write_table
 from perfseer.evaluate import evaluate_predictor
 from perfseer.predictor import PredictorError, UnseenOperatorWarning, load_predictor, train_predictor
 from perfseer.training.trainer import TrainConfig
 
-OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
-
-
-def arch(rng: random.Random) -> str:
-    o = [rng.choice(OPS) for _ in range(6)]
-    return f"nb201:|{o[0]}~0|+|{o[1]}~0|{o[2]}~1|+|{o[3]}~0|{o[4]}~1|{o[5]}~2|"
-
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
+def dataset(nb201_dataset):
     """16 NB201 cells at batches 1 and 8 on two devices; latency grows with the FLOPs."""
-    from perfseer.api import extract
-
-    rng = random.Random(0)
-    archs = sorted({arch(rng) for _ in range(16)})
-    rows = []
-    for a in archs:
-        gflops = extract(a).flops / 1e9
-        for b in (1, 8):
-            for dev, k in (("gpu-a", 1.0), ("gpu-b", 2.0)):
-                rows.append({"model": a, "input_shape": "3x32x32", "batch_size": b, "phase": "infer", "device": dev,
-                             "latency_ms": k * (0.5 + 3.0 * gflops * b)})
-    d = tmp_path_factory.mktemp("pred")
-    write_table(rows, d / "t.csv")
-    build_dataset(d / "t.csv", d / "ds", workers=0, compact=True)
-    return d
+    return nb201_dataset(seed=0, draws=16, batches=(1, 8), devices={"gpu-a": 1.0, "gpu-b": 2.0})
 
 
 CFG = dict(max_epochs=3, progress=False, num_threads=1, batch_size=16)
@@ -109,6 +89,17 @@ def test_bad_predictor_files(trained, dataset, tmp_path):
     with pytest.raises(PredictorError, match="does not fit its network"):
         load_predictor(write("mismatch", dict(card, model=dict(card["model"], config=dict(card["model"]["config"],
                                                                                         hidden_dim=16))), weights))
+    from safetensors.torch import load, save
+
+    state = load(weights)
+    state.pop(next(k for k in sorted(state) if not k.startswith("domain.")))
+    with pytest.raises(PredictorError, match=r"lack the tensor\(s\) "):
+        load_predictor(write("lacking", card, save(state)))
+    (tmp_path / "lacking.safetensors").unlink()
+    with pytest.raises(PredictorError, match="predictor weights .* are missing"):
+        load_predictor(tmp_path / "lacking.json")
+    with pytest.raises(PredictorError, match="is not a predictor card"):
+        load_predictor(write("foreign", dict(card, format="perfseer.specmodel"), weights))
     (tmp_path / "junk.json").write_text("{not json")
     with pytest.raises(PredictorError, match="unreadable"):
         load_predictor(tmp_path / "junk.json")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfseer.cards import CardFormat
 from perfseer.errors import PerfseerError
 from perfseer.features import schema
 
@@ -50,6 +51,10 @@ EMBEDDINGS_KEY = "domain.embeddings"  # the training graphs' embeddings, stored 
 class PredictorError(PerfseerError):
     """A predictor file that cannot be used (missing, corrupt, incompatible), or a request it does
     not cover."""
+
+
+PREDICTOR_CARD = CardFormat(CARD_FORMAT, CARD_VERSION, "predictor", writer="perfseer train",
+                            remedy="re-train or re-download the predictor", schema=True, error=PredictorError)
 
 
 @dataclass(frozen=True)
@@ -197,17 +202,33 @@ class Predictor:
         batches = [batch] if isinstance(batch, int) else list(batch)
         if not batches or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 for b in batches):
             raise PredictorError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
-        cols = self.columns(device, phase)
+        self.columns(device, phase)  # an uncovered device fails before the extraction
         pg = model if isinstance(model, PerfGraph) else extract(model, batch=int(batches[0]), input_shape=input_shape,
                                                                  dims=dims, seq_len=seq_len)
-        graphs = [(pg if b == pg.batch_size else pg.with_batch(int(b))).to_pyg() for b in batches]
+        name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
+        return self.predict_bound(pg, batches, device=device, phase=phase, name=name, _stacklevel=3)
+
+    def predict_bound(self, pg, batches: Sequence[int], graphs: Sequence | None = None, device: str | None = None,
+                      phase: str | None = None, name: str | None = None, _stacklevel: int = 2) -> list[dict]:
+        """The rows of :meth:`predict` for an extracted PerfGraph ``pg`` at each of ``batches``.
+
+        Args:
+            graphs: the PyG graphs of ``pg`` bound to each batch size, when the caller has them
+                (``perfseer serve`` builds them once for all its predictors); ``None``: built here.
+            name: the rows' ``model`` (default: the graph's name).
+        """
+        cols = self.columns(device, phase)
+        if graphs is None:
+            graphs = [(pg if b == pg.batch_size else pg.with_batch(int(b))).to_pyg() for b in batches]
+        elif len(graphs) != len(batches):
+            raise PredictorError(f"{len(graphs)} graphs for {len(batches)} batch sizes", "pass one graph per batch size")
         unseen = self.unseen_ops(pg.op_types)
         if unseen:
             warnings.warn(f"{pg.graph.name or 'the model'} has operator types never seen in training by predictor "
                           f"{self.name}: {', '.join(unseen)}; their cost features still count, but treat the "
-                          f"prediction with care", UnseenOperatorWarning, stacklevel=2)
+                          f"prediction with care", UnseenOperatorWarning, stacklevel=_stacklevel)
         values = self.predict_graphs(graphs)
-        name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
+        name = pg.graph.name if name is None else name
         shape = _input_shape(pg)
         verdicts, checked = self.assess(graphs, values, [pg.op_types] * len(graphs), [shape] * len(graphs))
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
@@ -325,6 +346,7 @@ class UnseenOperatorWarning(UserWarning):
 
 
 def _paths(name_or_path: str | os.PathLike) -> tuple[Path, Path]:
+    """The card and weights of a bundled name, a card path or a weights path."""
     text = str(name_or_path)
     p = Path(text)
     if p.is_dir():
@@ -357,28 +379,18 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
             version or feature schema; weights that do not fit the card's network.
     """
     import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
+    from perfseer.cards import read_card, read_weights
     from perfseer.models.registry import build_from_dict
     from perfseer.training.scaling import FeatureScaler, TargetScaler
     from perfseer.training.trainer import NeuralPredictor
 
-    card_path, weights_path = _paths(name_or_path)
+    card_path, weights = _paths(name_or_path)
     if not card_path.is_file():
         names = ", ".join(p["name"] for p in list_predictors()) or "none"
         raise PredictorError(f"no predictor named or at {name_or_path}",
                              f"use a bundled name ({names}) or the path of a predictor's .json card")
-    try:
-        card = json.loads(card_path.read_text())
-    except (OSError, ValueError) as e:
-        raise PredictorError(f"predictor card {card_path} is unreadable ({e})", "re-train or re-download it") from e
-    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-        raise PredictorError(f"{card_path} is not a perfseer predictor card", "pass a card written by perfseer train")
-    version = card.get("format_version", 0)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise PredictorError(f"{card_path} has format_version {version!r}, not a version number",
-                             "the card is corrupt: re-train or re-download the predictor")
+    card = read_card(card_path, PREDICTOR_CARD)
     kind = card.get("model", {}).get("kind", "neural") if isinstance(card.get("model"), dict) else None
     if kind not in ("neural", "estimator"):
         raise PredictorError(f"{card_path} has model kind {kind!r} (expected 'neural' or 'estimator')",
@@ -386,34 +398,25 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
     if not _all_finite(card.get("scaling")):
         raise PredictorError(f"{card_path} holds a non-finite (NaN or infinite) scaling value",
                              "the card is corrupt: re-train or re-download the predictor")
-    if card.get("format_version", 0) > CARD_VERSION:
-        raise PredictorError(f"{card_path} is predictor format {card.get('format_version')}, this perfseer reads "
-                             f"up to {CARD_VERSION}", "upgrade perfseer")
-    if card.get("schema_version") != schema.SCHEMA_VERSION:
-        raise PredictorError(f"{card_path} was trained on feature schema {card.get('schema_version')}, this "
-                             f"perfseer computes schema {schema.SCHEMA_VERSION}",
-                             "use a perfseer version with that schema, or re-train the predictor")
     # a calibrated card (perfseer calibrate) whose correction reads the source network's outputs
     outputs = card.get("calibration", {}).get("source_targets") if card.get("calibration", {}).get("correction") \
         else None
     outputs = outputs or card["targets"]
-    if card.get("model", {}).get("kind") == "estimator":
+    if kind == "estimator":
         return Predictor(card, _calibrated(card, _load_estimator(card, card_path, len(outputs))),
                          card.get("name") or card_path.stem)
     try:
-        state = load_file(str(weights_path))
-    except FileNotFoundError:
-        raise PredictorError(f"predictor weights {weights_path} are missing",
-                             "keep the .safetensors file next to its .json card") from None
-    except (SafetensorError, OSError, ValueError) as e:
-        raise PredictorError(f"predictor weights {weights_path} are corrupt ({e})", "re-train or re-download them") from e
-    stored = state.pop(EMBEDDINGS_KEY, None)
-    try:
         model = build_from_dict(card["model"]["name"], card["model"]["config"])
-        model.load_state_dict(state, strict=True)
         fs = FeatureScaler.from_dict(card["scaling"]["features"])
         ts = TargetScaler.from_dict(card["scaling"]["targets"])
     except (KeyError, RuntimeError, TypeError) as e:
+        raise PredictorError(f"predictor {card_path} does not fit its network ({str(e).splitlines()[0]})",
+                             "re-train it with this perfseer version") from e
+    state = read_weights(weights, PREDICTOR_CARD, required=model.state_dict())
+    stored = state.pop(EMBEDDINGS_KEY, None)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
         raise PredictorError(f"predictor {card_path} does not fit its network ({str(e).splitlines()[0]})",
                              "re-train it with this perfseer version") from e
     if len(ts.targets) != len(outputs):

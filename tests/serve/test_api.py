@@ -26,11 +26,11 @@ def client(tmp_path_factory):
         yield c
 
 
-def _tiny_conv() -> bytes:
-    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], [0.0] * 216)
+def _tiny_conv(channels: int = 8) -> bytes:
+    w = helper.make_tensor("w", TensorProto.FLOAT, [channels, 3, 3, 3], [0.0] * (channels * 27))
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
     g = helper.make_graph([node], "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 32, 32])], [w])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", channels, 32, 32])], [w])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
@@ -171,3 +171,90 @@ def test_any_registered_device_through_the_spec_model(client):
     assert len(by) == 4 and all(v > 0 for v in by.values())
     r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1], "devices": ["no-such-gpu"]})
     assert r.status_code == 422 and r.json()["error"]["type"] == "UnknownDeviceError"
+
+
+def test_a_repeated_request_is_answered_from_the_row_cache(client):
+    ask = {"model": "example:resnet18", "batch": [3, 5], "predictors": [P3090, P4090]}
+    first = client.post("/v1/predict", json=ask).json()
+    again = client.post("/v1/predict", json=ask).json()
+    assert first["row_cache"] == {"hits": 0, "misses": 4} and again["row_cache"] == {"hits": 4, "misses": 0}
+    assert again["predictions"] == first["predictions"]
+    svc = client.app.state.service
+    pg, _ = svc.graphs.get("example:resnet18")
+    direct = svc.predictor(P4090).predict(pg, batch=[3, 5])
+    assert [r["value"] for r in first["predictions"] if r["predictor"] == P4090] == pytest.approx(
+        [r["value"] for r in direct], rel=1e-6)
+    part = client.post("/v1/predict", json=dict(ask, batch=[5, 6, 5])).json()  # one new batch size, one repeated
+    assert part["row_cache"] == {"hits": 2, "misses": 2}
+    assert [r["batch_size"] for r in part["predictions"]] == [5, 6, 5, 5, 6, 5]
+    assert client.get("/v1/health").json()["row_cache"]["hits"] >= 6
+
+
+def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypatch):
+    from perfseer.features.perfgraph import PerfGraph
+    from perfseer.predictor import Predictor
+
+    binds, forwards = [], []
+    with_batch, predict_graphs = PerfGraph.with_batch, Predictor.predict_graphs
+    monkeypatch.setattr(PerfGraph, "with_batch", lambda self, b: binds.append(b) or with_batch(self, b))
+    monkeypatch.setattr(Predictor, "predict_graphs",
+                        lambda self, graphs: forwards.append((self.name, len(graphs))) or predict_graphs(self, graphs))
+    r = client.post("/v1/predict", json={"model": "example:mobilenet_v3_small", "batch": [9, 10, 11]}).json()
+    names = client.app.state.service.predictor_names()
+    assert sorted(binds) == [9, 10, 11]  # once per batch size for every predictor
+    assert sorted(forwards) == sorted((n, 3) for n in names)  # one pass per predictor, all its devices and phases
+    assert {x["predictor"] for x in r["predictions"]} == set(names)
+    nb201 = [x for x in r["predictions"] if x["predictor"] == "nb201-gpus.infer"]
+    assert len(nb201) == 5 * 3 and len({x["device"] for x in nb201}) == 5
+
+
+def test_a_served_file_replaced_in_place_is_extracted_again(client):
+    folder = client.app.state.service.store.models_dir / "nets"
+    (folder / "swap.onnx").write_bytes(_tiny_conv(8))
+    ask = {"model": "nets/swap.onnx", "batch": [2], "predictors": [P3090]}
+    a = client.post("/v1/predict", json=ask).json()
+    (folder / "swap.onnx").write_bytes(_tiny_conv(16))
+    b = client.post("/v1/predict", json=ask).json()
+    assert b["cached"] is False and b["row_cache"]["hits"] == 0
+    assert b["summary"]["macs"] == 2 * a["summary"]["macs"]
+    assert client.post("/v1/predict", json=ask).json()["row_cache"] == {"hits": 1, "misses": 0}
+
+
+def test_row_cache_bound_and_graph_eviction():
+    from perfseer.serve.graphs import GraphCache
+    from perfseer.serve.rows import RowCache
+
+    rows = RowCache(size=3)
+    for b in range(5):
+        rows.put((1, b, "u"), [{"batch_size": b}], [])
+    assert len(rows) == 3 and rows.get((1, 0, "u")) is None and rows.get((1, 4, "u"))[0] == ({"batch_size": 4},)
+    rows.put((2, 1, "u"), [], ["w"])
+    rows.drop_graph(1)
+    assert len(rows) == 1 and rows.get((2, 1, "u")) == ((), ("w",))
+    assert RowCache(size=0).put((1, 1, "u"), [], []) is None and len(RowCache(size=0)) == 0
+
+    class Store:
+        def resolve(self, model):
+            return model
+
+        def version(self, target):
+            return ""
+
+    class Sandbox:
+        def run(self, fn, model, *args, wait_s=None):
+            return f"graph of {model}"
+
+    dropped = []
+    graphs = GraphCache(Sandbox(), Store(), size=1, on_evict=dropped.append)
+    a, _ = graphs.entry("a")
+    b, cached = graphs.entry("b")
+    assert dropped == [a.token] and a.token != b.token and not cached
+    again, _ = graphs.entry("a")  # extracted again: a new token, so no old row can answer for it
+    assert again.token not in (a.token, b.token) and dropped == [a.token, b.token]
+
+
+def test_serve_refuses_a_negative_row_cache(capsys):
+    from helpers import run_cli
+
+    code, _, err = run_cli(capsys, "serve", "--row-cache", "-1")
+    assert code == 2 and "--row-cache: expected a whole number >= 0, got '-1'" in err

@@ -8,37 +8,17 @@ import random
 import numpy as np
 import pytest
 
+from helpers import nb201_arch as arch
 from helpers import run_cli
-from perfseer.data.dataset import build_dataset, load_dataset
-from perfseer.data.table import write_table
+from perfseer.data.dataset import load_dataset
 from perfseer.predictor import PredictorError, UnseenOperatorWarning, kfold_of, load_predictor, train_predictor
 from perfseer.training.trainer import TrainConfig
 
-OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
-
-
-def arch(rng: random.Random) -> str:
-    o = [rng.choice(OPS) for _ in range(6)]
-    return f"nb201:|{o[0]}~0|+|{o[1]}~0|{o[2]}~1|+|{o[3]}~0|{o[4]}~1|{o[5]}~2|"
-
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
+def data(nb201_dataset):
     """40 NB201 cells at batches 1, 4 and 16 on one device (enough validation rows for a 90 % quantile)."""
-    from perfseer.api import extract
-
-    rng = random.Random(1)
-    archs = sorted({arch(rng) for _ in range(48)})[:40]
-    rows = []
-    for a in archs:
-        gflops = extract(a).flops / 1e9
-        for b in (1, 4, 16):
-            rows.append({"model": a, "input_shape": "3x32x32", "batch_size": b, "phase": "infer",
-                         "device": "rtx3090/amp-nchw-pt240", "latency_ms": 0.5 + 3.0 * gflops * b})
-    d = tmp_path_factory.mktemp("trust")
-    write_table(rows, d / "t.csv")
-    build_dataset(d / "t.csv", d / "ds", workers=0, compact=True)
-    return d
+    return nb201_dataset(seed=1, draws=48, keep=40, batches=(1, 4, 16), devices={"rtx3090/amp-nchw-pt240": 1.0})
 
 
 CFG = dict(max_epochs=2, progress=False, num_threads=1, batch_size=16)

@@ -21,12 +21,21 @@ def add_parser(sub) -> None:
     p.add_argument("--job-memory-mb", type=positive(int), default=6144, metavar="MB",
                    help="address-space limit of an extraction process (default 6144)")
     p.add_argument("--cache", type=positive(int), default=128, metavar="N", help="graphs kept in memory (default 128)")
+    p.add_argument("--row-cache", type=_entries, default=4096, metavar="N",
+                   help="prediction rows kept, one entry per graph, batch size, predictor or device, and phase "
+                        "(default 4096; 0: off)")
     p.add_argument("--max-upload-mb", type=positive(float), default=200.0, metavar="MB")
     p.add_argument("--models-dir", default=None, metavar="DIR",
                    help="a folder whose .onnx files clients may name by relative path (default: no paths)")
     p.add_argument("--predictor", action="append", default=None, metavar="NAME",
                    help="serve only these predictors (repeatable; default: all bundled)")
     p.set_defaults(func=run_serve)
+
+
+def _entries(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -43,7 +52,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
         raise PerfseerError(f"--port {args.port} is not a TCP port", "use 1-65535, e.g. 8000")
     config = ServeConfig(jobs=args.jobs, job_time_s=args.job_time_limit, job_memory_mb=args.job_memory_mb,
-                         cache_size=args.cache, max_upload_mb=args.max_upload_mb, models_dir=args.models_dir,
+                         cache_size=args.cache, row_cache_size=args.row_cache, max_upload_mb=args.max_upload_mb, models_dir=args.models_dir,
                          predictors=args.predictor or [])
     app = create_app(config)
     print(f"perfseer serve: http://{args.host}:{args.port}/ (API docs at /docs)")

@@ -40,6 +40,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError("fastapi", "serve", "perfseer serve") from e
 
 from perfseer.serve.graphs import GraphCache, ModelStore
+from perfseer.serve.rows import RowCache
 from perfseer.serve.sandbox import Busy, Limits, Sandbox, SandboxError
 
 API_VERSION = "v1"
@@ -55,6 +56,7 @@ class ServeConfig:
     job_memory_mb: int = 6144  # address-space limit of an extraction process
     queue_wait_s: float = 30.0  # a request waits this long for an extraction slot, then gets 503
     cache_size: int = 128  # PerfGraphs kept (least recently used dropped first)
+    row_cache_size: int = 4096  # prediction rows kept, one entry per graph x batch x predictor/device x phase (0: off)
     max_upload_mb: float = 200.0  # larger uploads are refused (413); the graph, not the weights, is read
     max_uploads: int = 64  # uploaded files kept on disk
     max_batches: int = 32  # batch sizes in one request
@@ -122,10 +124,12 @@ class Service:
             upload_dir = self._tmp.name
         self.sandbox = Sandbox(Limits(time_s=config.job_time_s, memory_mb=config.job_memory_mb), max_jobs=config.jobs)
         self.store = ModelStore(upload_dir, config.models_dir, config.max_uploads)
-        self.graphs = GraphCache(self.sandbox, self.store, config.cache_size)
+        self.rows = RowCache(config.row_cache_size)
+        self.graphs = GraphCache(self.sandbox, self.store, config.cache_size, on_evict=self.rows.drop_graph)
         self._predictors: dict = {}
         self._lock = threading.Lock()
         self._names: list[str] | None = None
+        self._served: list[str] | None = None
         self._memory_cache: dict = {}
         self.started = time.time()
 
@@ -133,9 +137,9 @@ class Service:
     def predictor_names(self) -> list[str]:
         from perfseer.predictor import list_predictors
 
-        if self.config.predictors:
-            return list(self.config.predictors)
-        return [p["name"] for p in list_predictors()]
+        if self._served is None:  # read once: the bundled cards do not change under a running server
+            self._served = list(self.config.predictors) or [p["name"] for p in list_predictors()]
+        return list(self._served)
 
     def predictor(self, name: str):
         from perfseer.predictor import load_predictor
@@ -188,8 +192,8 @@ class Service:
             raise ApiError(422, "the largest batch needs a device", "pass \"device\": \"a100-40gb\" (GET /v1/devices)")
         shape = parse_shape(req.input_shape) if req.input_shape else None
         target = self.store.resolve(req.model)
-        key = (target, tuple(req.batch), req.phase, req.optimizer, req.precision, req.device, shape, req.mig,
-               req.max_batch)
+        key = (target, self.store.version(target), tuple(req.batch), req.phase, req.optimizer, req.precision,
+               req.device, shape, req.mig, req.max_batch)
         with self._lock:
             hit = self._memory_cache.get(key)
         if hit is not None:
@@ -232,10 +236,14 @@ class Service:
 
     # -- prediction ----------------------------------------------------------------------------
     def predict(self, req: PredictRequest) -> dict:
-        import warnings
+        """Rows for every (unit, batch size) of the request, from the row cache where it has them.
 
+        A *unit* is what one set of rows is computed for: a predictor on one of its devices in one
+        phase, or (devices alone) a device with its phase, precision and basis.  The misses are
+        computed together: each missing batch size is bound and its features built once for every
+        predictor, and each predictor runs one forward pass for all its devices and phases.
+        """
         from perfseer.cli.graph import parse_shape
-        from perfseer.predictor import PredictorError, UnseenOperatorWarning
 
         c = self.config
         if not req.batch:
@@ -253,53 +261,107 @@ class Service:
         if req.seq_len is not None and not 1 <= req.seq_len <= 1 << 20:
             raise ApiError(422, f"seq_len must lie in 1..{1 << 20}, got {req.seq_len}", "pass e.g. 128")
         t0 = time.perf_counter()
-        pg, cached = self.graphs.get(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len)
+        entry, cached = self.graphs.entry(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len)
         t1 = time.perf_counter()
-        rows, notes = [], []
-        if req.devices and not req.predictors:
-            from perfseer.specmodel.route import predict_on_device
-
-            for device in req.devices:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always", UnseenOperatorWarning)
-                    out = predict_on_device(pg, device, batch=list(req.batch), phase=req.phase or "infer",
-                                            precision=req.precision, prefer=req.basis)
-                for r in out:
-                    r["model"] = req.model
-                    if r.get("metric") == "latency_ms" and r.get("value"):
-                        r["throughput_per_s"] = r["batch_size"] * 1000.0 / r["value"]
-                rows += out
-                notes += [str(w.message) for w in caught]
-        names = [] if (req.devices and not req.predictors) else (req.predictors or self.predictor_names())
-        for name in names:
-            p = self.predictor(name)
-            devices = [d for d in p.card["devices"] if not req.devices or d in req.devices]
-            phases = [ph for ph in p.card["phases"] if req.phase is None or ph == req.phase]
-            if not devices or not phases:
-                if req.predictors:
-                    notes.append(f"predictor {name} covers none of the devices/phase asked for")
-                continue
-            for device in devices:
-                for phase in phases:
-                    with warnings.catch_warnings(record=True) as caught:
-                        warnings.simplefilter("always", UnseenOperatorWarning)
-                        try:
-                            out = p.predict(pg, batch=list(req.batch), device=device, phase=phase)
-                        except PredictorError as e:
-                            notes.append(f"{name}: {e}")
-                            continue
-                    for r in out:
-                        r["model"] = req.model
-                        r["predictor"] = name
-                        if r.get("metric") == "latency_ms" and r.get("value"):
-                            r["throughput_per_s"] = r["batch_size"] * 1000.0 / r["value"]
-                    rows += out
-                    notes += [str(w.message) for w in caught]
-        summary = {k: v for k, v in pg.summary().items() if k not in ("heaviest", "folded_ops")}
-        return {"api": API_VERSION, "model": req.model, "summary": summary, "predictions": rows,
+        notes: list[str] = []
+        units = self._units(req, notes)
+        batches = list(dict.fromkeys(int(b) for b in req.batch))
+        found = {}
+        for unit in units:
+            for b in batches:
+                hit = self.rows.get((entry.token, b, unit))
+                if hit is not None:
+                    found[b, unit] = hit
+        hits = len(found)
+        missing = [(b, u) for u in units for b in batches if (b, u) not in found]
+        if missing:
+            found.update(self._compute(entry, missing))
+        rows = []
+        for unit in units:
+            for b in req.batch:
+                got_rows, got_notes = found[int(b), unit]  # a predictor that failed: no rows, a note
+                rows += [dict(r, model=req.model) for r in got_rows]
+                notes += got_notes
+        if entry.summary is None:
+            entry.summary = {k: v for k, v in entry.pg.summary().items() if k not in ("heaviest", "folded_ops")}
+        return {"api": API_VERSION, "model": req.model, "summary": entry.summary, "predictions": rows,
                 "warnings": sorted(set(notes)), "cached": cached,
+                "row_cache": {"hits": hits, "misses": len(missing)},
                 "timing_ms": {"extract": round((t1 - t0) * 1e3, 2),
                               "predict": round((time.perf_counter() - t1) * 1e3, 2)}}
+
+    def _units(self, req: PredictRequest, notes: list[str]) -> list[tuple]:
+        """The units of a request, in the order its rows are answered (see :meth:`predict`)."""
+        if req.devices and not req.predictors:
+            return [("device", d, req.phase or "infer", req.precision, req.basis) for d in req.devices]
+        units = []
+        for name in req.predictors or self.predictor_names():
+            card = self.predictor(name).card
+            devices = [d for d in card["devices"] if not req.devices or d in req.devices]
+            phases = [ph for ph in card["phases"] if req.phase is None or ph == req.phase]
+            if (not devices or not phases) and req.predictors:
+                notes.append(f"predictor {name} covers none of the devices/phase asked for")
+            units += [("predictor", name, d, ph) for d in devices for ph in phases]
+        return units
+
+    def _compute(self, entry, missing: list[tuple]) -> dict:
+        """Rows for the (batch, unit) pairs the row cache lacked; each is put in the cache."""
+        import warnings
+
+        from perfseer.predictor import PredictorError, UnseenOperatorWarning
+
+        pg, out = entry.pg, {}
+
+        def keep(b: int, unit: tuple, rows: list[dict], notes: list[str]) -> None:
+            for r in rows:
+                if r.get("metric") == "latency_ms" and r.get("value"):
+                    r["throughput_per_s"] = r["batch_size"] * 1000.0 / r["value"]
+            self.rows.put((entry.token, b, unit), rows, notes)
+            out[b, unit] = (rows, notes)
+
+        def caught(fn):
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always", UnseenOperatorWarning)
+                result = fn()
+            return result, [str(w.message) for w in seen]
+
+        bound: dict = {}  # batch -> PyG graph, built once for every predictor of this request
+
+        def graph_at(b: int):
+            if b not in bound:
+                bound[b] = (pg if b == pg.batch_size else pg.with_batch(b)).to_pyg()
+            return bound[b]
+
+        groups: dict = {}
+        for b, unit in missing:
+            groups.setdefault(unit[:2] if unit[0] == "predictor" else unit, []).append(b)
+        for group, bs in groups.items():
+            bs = sorted(set(bs))
+            if group[0] == "device":
+                from perfseer.specmodel.route import predict_on_device
+
+                _, device, phase, precision, basis = group
+                rows, notes = caught(lambda: predict_on_device(pg, device, batch=bs, phase=phase,
+                                                               precision=precision, prefer=basis))
+                for b in bs:
+                    keep(b, group, [r for r in rows if r["batch_size"] == b], notes)
+                continue
+            name = group[1]
+            p = self.predictor(name)
+            try:  # every device and phase of the predictor in one forward pass
+                rows, notes = caught(lambda: p.predict_bound(pg, bs, graphs=[graph_at(b) for b in bs]))
+            except PredictorError as e:
+                out.update({(b, u): ([], [f"{name}: {e}"]) for b, u in missing if u[:2] == group})
+                continue
+            for r in rows:
+                r["predictor"] = name
+            for device in p.card["devices"]:
+                for phase in p.card["phases"]:
+                    for b in bs:
+                        keep(b, ("predictor", name, device, phase),
+                             [r for r in rows if r["batch_size"] == b and r["device"] == device
+                              and r["phase"] == phase], notes)
+        return out
 
 
 def create_app(config: ServeConfig | None = None) -> FastAPI:
@@ -337,6 +399,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     def health() -> dict:
         return {"status": "ok", "version": __version__, "uptime_s": round(time.time() - svc.started, 1),
                 "cache": {"entries": len(svc.graphs), "hits": svc.graphs.hits, "misses": svc.graphs.misses},
+                "row_cache": svc.rows.stats(),
                 "sandbox": dict(svc.sandbox.stats)}
 
     @app.get("/v1/predictors")

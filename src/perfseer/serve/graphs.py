@@ -1,12 +1,15 @@
-"""The PerfGraphs a service has extracted: a bounded LRU cache keyed by (model, input shape, dims),
-filled through the sandbox, with concurrent requests for the same key sharing one extraction."""
+"""The PerfGraphs a service has extracted: a bounded LRU cache keyed by (model, its content hash,
+input shape, dims, sequence length), filled through the sandbox, with concurrent requests for the
+same key sharing one extraction."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import itertools
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 from perfseer.errors import ModelLoadError, PerfseerError
@@ -31,6 +34,7 @@ class ModelStore:
         self.models_dir = Path(models_dir).resolve() if models_dir else None
         self.max_uploads = max_uploads
         self._lock = threading.Lock()
+        self._digests: dict = {}  # served file -> (its stat signature, the SHA-256 of its content)
 
     def add_upload(self, chunks) -> str:
         """Store an uploaded ONNX file (an iterable of byte chunks); its ``upload:SHA256`` name."""
@@ -53,6 +57,35 @@ class ModelStore:
                 if old != final:
                     old.unlink(missing_ok=True)
         return UPLOAD_PREFIX + digest
+
+    def version(self, target: str) -> str:
+        """What identifies the content behind a resolved ``target``: the SHA-256 of an upload (its
+        name) or of a served file (hashed again only when its size, time or inode change), ``""``
+        for a reference (``timm:``...).  Part of every cache key, so that a served file replaced
+        in place is extracted again instead of answering from the old graph."""
+        path = Path(target)
+        if path.parent == self.upload_dir and path.suffix == ".onnx":
+            return path.stem
+        if self.models_dir is None or self.models_dir not in path.parents:
+            return ""
+        try:
+            st = path.stat()
+        except OSError:
+            return ""  # gone: the extraction will say so
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            known = self._digests.get(target)
+        if known is not None and known[0] == sig:
+            return known[1]
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        with self._lock:
+            if len(self._digests) > 4096:
+                self._digests.clear()
+            self._digests[target] = (sig, h.hexdigest())
+        return h.hexdigest()
 
     def resolve(self, model: str) -> str:
         from perfseer.graph.load import split_reference
@@ -86,6 +119,16 @@ class ModelStore:
         return str(path)
 
 
+@dataclass
+class GraphEntry:
+    """One extracted graph: the PerfGraph at batch 1, a token unique to this extraction (what the
+    row cache keys on) and its summary (computed on first use)."""
+
+    pg: object
+    token: int
+    summary: dict | None = None
+
+
 class GraphCache:
     """``get(model, input_shape, dims, seq_len=)`` -> PerfGraph at batch 1, extracted at most once per key.
 
@@ -93,19 +136,28 @@ class GraphCache:
         sandbox: where extraction runs.
         store: resolves references, uploads and served paths.
         size: entries kept (least recently used dropped first).
+        on_evict: called with an entry's token when it is dropped (the service drops its rows).
     """
 
-    def __init__(self, sandbox: Sandbox, store: ModelStore, size: int = 64):
-        self.sandbox, self.store, self.size = sandbox, store, size
+    def __init__(self, sandbox: Sandbox, store: ModelStore, size: int = 64, on_evict=None):
+        self.sandbox, self.store, self.size, self.on_evict = sandbox, store, size, on_evict
         self._items: OrderedDict = OrderedDict()
         self._inflight: dict = {}
         self._lock = threading.Lock()
+        self._tokens = itertools.count(1)
         self.hits = self.misses = 0
 
     def get(self, model: str, input_shape=None, dims=None, wait_s: float | None = None, seq_len=None):
         """The PerfGraph and whether it came from the cache."""
+        entry, cached = self.entry(model, input_shape, dims, wait_s, seq_len)
+        return entry.pg, cached
+
+    def entry(self, model: str, input_shape=None, dims=None, wait_s: float | None = None,
+              seq_len=None) -> tuple[GraphEntry, bool]:
+        """The :class:`GraphEntry` and whether it came from the cache."""
         target = self.store.resolve(model)
-        key = (target, tuple(input_shape) if input_shape else None, tuple(sorted((dims or {}).items())), seq_len)
+        key = (target, self.store.version(target), tuple(input_shape) if input_shape else None,
+               tuple(sorted((dims or {}).items())), seq_len)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -124,12 +176,16 @@ class GraphCache:
         try:
             pg = self.sandbox.run(extract_job, target, tuple(input_shape) if input_shape else None, dims, seq_len,
                                   wait_s=wait_s)
-            waiter["value"] = pg
+            entry = waiter["value"] = GraphEntry(pg, next(self._tokens))
+            evicted = []
             with self._lock:
-                self._items[key] = pg
+                self._items[key] = entry
                 while len(self._items) > self.size:
-                    self._items.popitem(last=False)
-            return pg, False
+                    evicted.append(self._items.popitem(last=False)[1])
+            for old in evicted:
+                if self.on_evict is not None:
+                    self.on_evict(old.token)
+            return entry, False
         except Exception as e:  # shared with the requests waiting on the same key
             if target != model and isinstance(e, PerfseerError):  # never show the server's own paths
                 e.problem = e.problem.replace(target, model)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfseer.cards import CardFormat
 from perfseer.errors import PerfseerError
 from perfseer.specmodel import kernels as kt
 
@@ -29,6 +30,10 @@ CARD_VERSION = 1
 
 class SpecModelError(PerfseerError):
     """A spec-model file that cannot be used, or a model used before it was fitted."""
+
+
+SPEC_CARD = CardFormat(CARD_FORMAT, CARD_VERSION, "spec-model", writer="KernelModel.save",
+                       remedy="retrain the spec model, or reinstall perfseer", error=SpecModelError)
 
 
 @dataclass
@@ -205,23 +210,12 @@ class KernelModel:
         Raises:
             SpecModelError: missing, corrupt or foreign files.
         """
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from perfseer.cards import read_card, read_weights, weights_path
 
-        card_path = Path(card_path)
-        try:
-            card = json.loads(card_path.read_text())
-        except (OSError, ValueError) as e:
-            raise SpecModelError(f"spec-model card {card_path} is unreadable ({e})", "reinstall perfseer or retrain") from e
-        if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-            raise SpecModelError(f"{card_path} is not a spec-model card", "pass a card written by KernelModel.save")
-        if card.get("format_version", 0) > CARD_VERSION:
-            raise SpecModelError(f"{card_path} is spec-model format {card['format_version']}", "upgrade perfseer")
-        try:
-            state = load_file(str(card_path.with_suffix(".safetensors")))
-        except (FileNotFoundError, SafetensorError, OSError) as e:
-            raise SpecModelError(f"spec-model weights next to {card_path} are missing or corrupt ({e})",
-                                 "keep NAME.safetensors beside NAME.json") from e
+        card = read_card(card_path, SPEC_CARD)
+        fams = card.get("families") or []
+        state = read_weights(weights_path(card_path), SPEC_CARD,
+                             required=[f"{f}.{k}" for f in fams for k in ("x_mean", "x_std", "x_min", "x_max")])
         m = cls(KernelModelConfig(**card["config"]))
         try:
             for fam in card["families"]:

@@ -27,10 +27,13 @@ from pathlib import Path
 
 import torch
 
+from perfseer.cards import CardFormat, read_card, read_weights, weights_path
 from perfseer.errors import PerfseerError
 
 FORMAT = "perfseer.pretrained-encoder"
 VERSION = 1
+PRETRAINED_CARD = CardFormat(FORMAT, VERSION, "pre-trained encoder", writer="save_pretrained",
+                             remedy="pre-train it again (benchmarks/pretraining.py)", schema=True)
 
 
 @dataclass
@@ -135,18 +138,7 @@ def pretrained_config(card_path) -> dict:
 
 
 def _card(card_path: Path) -> dict:
-    from perfseer.features import schema
-
-    try:
-        card = json.loads(card_path.read_text())
-    except (OSError, ValueError) as e:
-        raise PerfseerError(f"pre-trained card {card_path} is unreadable ({e})", "pass a card from save_pretrained") from e
-    if not isinstance(card, dict) or card.get("format") != FORMAT:
-        raise PerfseerError(f"{card_path} is not a pre-trained encoder card", "pass a card from save_pretrained")
-    if card.get("schema_version") != schema.SCHEMA_VERSION:
-        raise PerfseerError(f"{card_path} was pre-trained on feature schema {card.get('schema_version')}",
-                            f"pre-train again with this perfseer (schema {schema.SCHEMA_VERSION})")
-    return card
+    return read_card(card_path, PRETRAINED_CARD)
 
 
 def init_from_pretrained(model, card_path) -> object:
@@ -156,17 +148,13 @@ def init_from_pretrained(model, card_path) -> object:
     Raises:
         PerfseerError: not a pre-trained card, missing weights, or a trunk of another shape.
     """
-    from safetensors.torch import load_file
-
     from perfseer.training.scaling import FeatureScaler
 
     card_path = Path(card_path)
     card = _card(card_path)
-    weights = card_path.with_suffix(".safetensors")
-    if not weights.is_file():
-        raise PerfseerError(f"pre-trained weights {weights} are missing", "keep them next to the card")
+    state = read_weights(weights_path(card_path), PRETRAINED_CARD)
     try:
-        model.trunk.load_state_dict(load_file(str(weights)), strict=True)
+        model.trunk.load_state_dict(state, strict=True)
     except RuntimeError as e:
         raise PerfseerError(f"the pre-trained trunk of {card_path} does not fit this model "
                             f"({str(e).splitlines()[0]})",
