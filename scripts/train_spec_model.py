@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--trust", action="append", default=[],
                     help="interval calibration JSON (benchmarks/spec_neusight.py / spec_timm_logo.py --trust); repeatable")
-    ap.add_argument("--feature-set", default="full", choices=("full", "relative"),
+    ap.add_argument("--feature-set", default="full", choices=("full", "relative", "relative-gemm"),
                     help="kernel features (perfseer.specmodel.kernels.features)")
     ap.add_argument("--attach-only", action="store_true",
                     help="do not train: copy --calibration into the existing card OUT/NAME.json")

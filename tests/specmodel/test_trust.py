@@ -119,3 +119,18 @@ def test_cli_shows_interval_and_domain_for_spec_rows(capsys):
     code, out, err = run_cli(capsys, "predict", "example:resnet18", "--device", "l4", "--precision", "fp16")
     assert code == 0, err
     assert "OUT" in out and "fp16" in out
+
+
+def test_relative_feature_sets_drop_the_kernel_dimensions():
+    g = kt.gemm_rows([1, 4], [512, 2048], [512, 1024], [256, 4096])
+    dev = kt.device_frame([get_device("t4")] * 2, ["fp32"] * 2, g["family"])
+    full, t1 = kt.features("gemm", g, dev, feature_set="full")
+    rel, t2 = kt.features("gemm", g, dev, feature_set="relative-gemm")
+    assert full.shape[1] == rel.shape[1] + 4 and np.allclose(t1, t2)
+    v = kt.vec_rows([1e6, 1e7], 2, 1)
+    dv = kt.device_frame([get_device("t4")] * 2, ["fp32"] * 2, v["family"])
+    # relative-gemm keeps the element-wise kernels' sizes; relative drops them
+    assert kt.features("vec", v, dv, feature_set="relative-gemm")[0].shape == kt.features("vec", v, dv)[0].shape
+    assert kt.features("vec", v, dv, feature_set="relative")[0].shape[1] == kt.features("vec", v, dv)[0].shape[1] - 1
+    with pytest.raises(ValueError, match="feature_set"):
+        kt.features("vec", v, dv, feature_set="nope")

@@ -106,7 +106,7 @@ def roofline_us(table: pd.DataFrame, dev: pd.DataFrame) -> tuple[np.ndarray, np.
     return t_flop, t_mem
 
 
-FEATURE_SETS = ("full", "relative")
+FEATURE_SETS = ("full", "relative", "relative-gemm")
 
 
 def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
@@ -126,10 +126,13 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
             (without them: only the kernel's times at the device's peaks, its waves and the K
             loop).  With its dimensions *and* its time at peak a kernel tells the network the
             device's peak, so ``full`` can learn per-GPU efficiencies; ``relative`` cannot.
+            ``relative-gemm``: ``relative`` for GEMMs, ``full`` for the others.  Without its
+            dimensions a GEMM on a much faster device (tensor cores) looks like a small,
+            launch-bound kernel: measured in docs/devices.md, where ``full`` is the bundled choice.
     """
     if feature_set not in FEATURE_SETS:
         raise ValueError(f"feature_set must be one of {FEATURE_SETS}, got {feature_set!r}")
-    full = feature_set == "full"
+    full = feature_set == "full" or (feature_set == "relative-gemm" and family != "gemm")
     t_flop, t_mem = roofline_us(table, dev)
     t_roof = np.maximum(np.maximum(t_flop, t_mem), 1e-6)
     sms = dev["sms"].to_numpy(dtype=float)
