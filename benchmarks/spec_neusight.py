@@ -288,11 +288,17 @@ def trust_calibration(df: pd.DataFrame, cmd: str) -> dict:
 
 # -- tables --------------------------------------------------------------------------------------
 def _workload_table(df: pd.DataFrame) -> str:
-    lines = ["| GPU (held out) | config | workload | measured ms | spec model ms | error % | roofline error % |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| GPU (held out) | config | workload | measured ms | spec model ms | error % | roofline error % | "
+             "trace per-op sum / measured - 1 % |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    gaps = []
     for r in df.itertuples():
+        trace = sum(v["measured_ms"] for v in r.by_family.values())
+        gap = (trace / r.measured_ms - 1) * 100 if trace > 0 else float("nan")
+        gaps.append(abs(gap))
         lines.append(f"| {r.gpu} | {r.config} | {r.workload} | {r.measured_ms:.1f} | {r.spec_ms:.1f} | "
-                     f"{r.spec_err_pct:.1f} | {r.roofline_err_pct:.1f} |")
+                     f"{r.spec_err_pct:.1f} | {r.roofline_err_pct:.1f} | {gap:+.1f} |")
+    lines.append(f"\ntrace per-op sum against the end-to-end measurement: median |gap| {np.nanmedian(gaps):.1f} %, "
+                 f"mean {np.nanmean(gaps):.1f} % over {len(gaps)} runs")
     return "\n".join(lines)
 
 

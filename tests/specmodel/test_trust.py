@@ -34,6 +34,7 @@ def test_domain_ranges_and_device_reasons(domain):
     a100_80 = get_device("a100-80gb-pcie")
     assert a100_80.mem_bandwidth_gbs < domain["ranges"]["mem_bandwidth_gbs"][1] * domain["tolerance"]
     assert not any("bandwidth" in x for x in trust.device_reasons(a100_80, domain))
+    assert "AMD GPU" in trust.device_reasons(get_device("mi250"), domain)[0]
 
 
 def test_precision_reasons(domain):

@@ -5,6 +5,7 @@ and a 90 % interval — the fields every measured-device prediction row carries 
 **Domain** (``domain`` in the spec card, written by ``scripts/train_spec_model.py`` from the GPUs
 its kernel data come from).  A row is out of domain, with one reason each, when
 
+- the device is of another vendor than the training GPUs (AMD: the kernels are NVIDIA's);
 - the device's memory bandwidth, FP32 peak or SM count lies beyond the training GPUs' range by
   more than ``tolerance`` (a factor; 1.5: the kernel model sees a device only through these, and
   its inputs are held at the edge of the training range, so a GPU far outside is answered as the
@@ -60,7 +61,8 @@ def build_domain(specs, precisions=("fp32",), tolerance: float = TOLERANCE,
     """The card's ``domain`` from the :class:`~perfseer.devices.DeviceSpec` of the training GPUs."""
     vals = {"mem_bandwidth_gbs": [float(s.mem_bandwidth_gbs) for s in specs],
             "fp32_tflops": [float(s.peak("fp32")) for s in specs], "sms": [float(s.sms) for s in specs]}
-    return {"devices": sorted(s.name for s in specs), "ranges": {k: [min(v), max(v)] for k, v in vals.items()},
+    return {"devices": sorted(s.name for s in specs), "vendors": sorted({s.vendor for s in specs if s.vendor}),
+            "ranges": {k: [min(v), max(v)] for k, v in vals.items()},
             "tolerance": tolerance, "precisions": list(precisions), "max_approx_share": max_approx_share,
             "family_ops": sorted(FAMILY_OPS)}
 
@@ -71,6 +73,10 @@ def device_reasons(spec, domain: dict) -> list[str]:
     have = {"mem_bandwidth_gbs": float(spec.mem_bandwidth_gbs or 0), "fp32_tflops": float(spec.peak("fp32")),
             "sms": float(spec.sms)}
     out = []
+    vendors = domain.get("vendors") or []
+    if vendors and spec.vendor and spec.vendor not in vendors:
+        out.append(f"{spec.name} is an {spec.vendor.upper()} GPU; the kernels were measured on "
+                   f"{', '.join(v.upper() for v in vendors)} GPUs only")
     for key, (lo, hi) in domain.get("ranges", {}).items():
         v = have.get(key)
         if v is None or v <= 0:
