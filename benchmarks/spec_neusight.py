@@ -48,6 +48,9 @@ CONFIGS = {
     "full": {},  # the bundled model's recipe before this selection
     "relative": {"feature_set": "relative"},
     "relative-gemm": {"feature_set": "relative-gemm"},
+    "full-s1": {"seed": 1},  # seed variation of the bundled recipe
+    "full-s2": {"seed": 2},
+    "relative-gemm-s1": {"feature_set": "relative-gemm", "seed": 1},
     "full-h32": {"hidden": 32},
     "relative-h32": {"feature_set": "relative", "hidden": 32},
     "full-power": {"device_features": "power"},
