@@ -284,7 +284,7 @@ def trust_calibration(df: pd.DataFrame, cmd: str) -> dict:
     cal = itv.calibrate(df["measured_ms"].to_numpy(), df["spec_ms"].to_numpy())
     return {"source": f"{cmd}: leave-one-GPU-out end-to-end runs of NeuSight's workloads "
                       f"({len(df)} runs on {df['gpu'].nunique()} GPUs, FP32, inference and training pooled)",
-            "fp32": {"q": cal["q"], "n": cal["n"], "median_abs": cal["median_abs"],
+            "fp32": {"q": cal["q"], "n": cal["n"], "median_abs": cal["median_abs"], "families": list(FAMILIES),
                      "log_residuals": [round(float(r), 5) for r in res]},
             "coverage": _conformal_coverage(df)}
 

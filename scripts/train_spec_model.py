@@ -104,6 +104,8 @@ def _intervals(paths, card: dict) -> dict:
             if kind in t:
                 v = t[kind]
                 out[kind] = {"q": v["q"], "n": v["n"], "median_abs": v.get("median_abs"), "source": t.get("source", p)}
+                if v.get("families"):  # kernel families the calibration runs contained
+                    out[kind]["families"] = v["families"]
     return {"intervals": out, "ood_factor": card.get("ood_factor", OOD_FACTOR)}
 
 

@@ -63,6 +63,15 @@ def test_op_reasons_compute_ops_as_memory_passes_and_uncovered_share(domain):
     assert trust.op_reasons(table, np.array([80.0, 10.0, 10.0]), _x(3), ops, domain) == []
 
 
+def test_calibration_reasons_name_families_the_runs_lacked():
+    table = pd.concat([kt.gemm_rows(1, 64, 64, 64), kt.conv_rows(8, 64, 64, 3, 56, 56, 1, 1)], ignore_index=True)
+    cal = {"families": ["gemm", "vec", "ln", "softmax"]}
+    r = trust.calibration_reasons(table, np.array([50.0, 50.0]), cal, "fp32", 0.25)
+    assert r and r[0].startswith("50 % of the predicted step is in conv kernels")
+    assert trust.calibration_reasons(table, np.array([90.0, 10.0]), cal, "fp32", 0.25) == []
+    assert trust.calibration_reasons(table, np.array([50.0, 50.0]), {}, "amp-calibrated", 0.25) == []
+
+
 def _card(domain, q=0.2):
     return {"domain": domain, "intervals": {"fp32": {"q": q, "n": 34}, "amp-calibrated": {"q": 0.5, "n": 900}},
             "ood_factor": 2.0}
@@ -102,11 +111,15 @@ def test_value_below_the_physical_floor_is_raised_and_flagged(domain):
 def test_bundled_rows_carry_interval_and_verdict():
     sm = load_spec_model()
     assert "domain" in sm.card and "fp32" in sm.card["intervals"]
-    (r,) = sm.predict("example:resnet18", batch=8, device="a100-40gb-pcie", precision="fp32")
+    (r,) = sm.predict("example:vit_b_16", batch=8, device="a100-40gb-pcie", precision="fp32")
     assert r["in_domain"] is True, r["domain_reasons"]
     lo, hi = r["interval"]
     assert lo < r["value"] < hi
     assert "its FP32 kernels in the training data" in r["basis"]
+    # a CNN at fp32: the fp32 interval was calibrated on transformers only
+    (c,) = sm.predict("example:resnet18", batch=8, device="a100-40gb-pcie", precision="fp32")
+    assert c["in_domain"] is False and "conv kernels" in c["domain_reasons"][0]
+    assert c["interval"][1] / c["value"] > (hi / r["value"]) ** 1.5  # widened
     (r,) = sm.predict("example:resnet18", batch=8, device="h100-sxm", precision="bf16")
     assert r["in_domain"] is False and any("bf16" in x for x in r["domain_reasons"])
     assert r["interval"][0] < r["value"] < r["interval"][1] and "no measurement of it" in r["basis"]

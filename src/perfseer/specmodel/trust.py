@@ -16,6 +16,8 @@ its kernel data come from).  A row is out of domain, with one reason each, when
 - more than ``max_approx_share`` of the predicted step is in operators no kernel family covers,
   each costed as one memory-bound pass over its tensors (pooling, resizing, gathers,
   concatenation, depthwise convolutions ...: :data:`FAMILY_OPS` lists what the families learned);
+- more than ``max_approx_share`` of the predicted step is in kernel families the interval's
+  calibration runs did not have (the ``fp32`` runs are transformers: no convolution);
 - an operator with multiply-accumulates is costed as a memory-bound pass (``LSTM``, ``GRU``,
   ``Einsum``...): its arithmetic is not modelled at all.
 
@@ -131,6 +133,23 @@ def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, dom
     return out
 
 
+def calibration_reasons(table: pd.DataFrame, us: np.ndarray, cal: dict, kind: str, lim: float) -> list[str]:
+    """A reason when more than ``lim`` of the predicted step is in kernel families the interval's
+    calibration runs did not contain (``families`` of the card's interval: NeuSight's transformers
+    have no convolution)."""
+    fams = cal.get("families")
+    total = float(us.sum()) if len(us) else 0.0
+    if not fams or total <= 0:
+        return []
+    other = ~np.isin(table["family"].to_numpy(), list(fams))
+    share = float(us[other].sum()) / total
+    if share <= lim:
+        return []
+    names = ", ".join(sorted(set(table["family"].to_numpy()[other])))
+    return [f"{share * 100:.0f} % of the predicted step is in {names} kernels, which the {kind} interval's "
+            f"calibration runs did not contain (they had {', '.join(fams)}); limit {lim * 100:.0f} %"]
+
+
 def interval_kind(precision: str, phase: str, calibrated: bool) -> str:
     """Which of the card's ``intervals`` applies to a row."""
     if precision in ("fp16", "bf16"):
@@ -153,9 +172,11 @@ def assess_row(value: float, spec, precision: str, phase: str, calibrated: bool,
     else:
         dev_r, prec_r, op_r = device_reasons(spec, domain), precision_reasons(precision, domain), \
             op_reasons(table, us, x, op_types, domain)
-        reasons = dev_r + prec_r + op_r
+        cal = (card.get("intervals") or {}).get(kind) or {}
+        cal_r = calibration_reasons(table, us, cal, kind, float(domain.get("max_approx_share", MAX_APPROX_SHARE)))
+        reasons = dev_r + prec_r + op_r + cal_r
         # the amp-* calibration runs were at 16 bits: their precision reason is part of their q
-        widen_reasons = dev_r + op_r + ([] if kind.startswith("amp") else prec_r)
+        widen_reasons = dev_r + op_r + cal_r + ([] if kind.startswith("amp") else prec_r)
     cal = (card.get("intervals") or {}).get(kind) or {}
     q = cal.get("q")
     lo = hi = float("nan")
