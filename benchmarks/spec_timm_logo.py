@@ -63,6 +63,9 @@ def main(argv=None) -> int:
     ap.add_argument("--calib-models", type=int, default=400, help="train/val models per GPU used for calibration")
     ap.add_argument("--json", default=None)
     ap.add_argument("--fit-all", default=None, help="also fit the calibration on all four GPUs and write it here")
+    ap.add_argument("--trust", default=None,
+                    help="write the interval calibrations (amp-zero-shot, amp-calibrated: log residuals of the held-out "
+                         "GPUs' test runs) here for the spec card (scripts/train_spec_model.py --attach-only --trust)")
     args = ap.parse_args(argv)
 
     import torch
@@ -107,7 +110,7 @@ def main(argv=None) -> int:
     lab["zero_shot_ms"] = [preds[(d, g)] for d, g in zip(lab["device"], lab["graph"])]
     F = np.stack([feats[(d, g)] for d, g in zip(lab["device"], lab["graph"])])
     y = np.log10(lab["latency_ms"].to_numpy() / lab["zero_shot_ms"].to_numpy())
-    rows, coefs = [], {}
+    rows, coefs, resid = [], {}, {"zero": {}, "cal": {}}
     for hold in SETTINGS:
         fit = ((lab["device"] != hold) & (lab["split"] != "test")).to_numpy()
         coef = fit_calibration(F[fit], y[fit])
@@ -116,6 +119,8 @@ def main(argv=None) -> int:
         meas = lab["latency_ms"].to_numpy()[te]
         zs = lab["zero_shot_ms"].to_numpy()[te]
         cal = zs * 10 ** (F[te] @ coef)
+        resid["zero"][hold] = np.log(meas / zs)
+        resid["cal"][hold] = np.log(meas / cal)
         s = SEERNET.get(hold)
         rows.append({"gpu": hold, "test_rows": int(te.sum()),
                      "zero_shot_mape": float(np.mean(np.abs(zs / meas - 1)) * 100), "zero_shot_spearman": spearman(zs, meas),
@@ -130,6 +135,23 @@ def main(argv=None) -> int:
               f"{r.calibrated_spearman:.3f} | {r.seernet_mape if r.seernet_mape is not None else '-'} | "
               f"{r.seernet_spearman if r.seernet_spearman is not None else '-'} |")
     cmd = "python benchmarks/spec_timm_logo.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    cov = interval_coverage(resid)
+    print()
+    print("| held-out GPU | kind | q from the other GPUs' runs (x/÷) | 90 % interval holds % |")
+    print("| --- | --- | --- | --- |")
+    for kind, per in cov.items():
+        for g, v in per.items():
+            qs = f"{v['q']:.3f} ({np.exp(v['q']):.2f})" if v["q"] is not None else "-"
+            print(f"| {g} | {kind} | {qs} | {v['coverage_pct']:.1f} |")
+    if args.trust:
+        from perfseer.trust import intervals as itv
+
+        out = {"source": f"{cmd}: test-split timm runs of the held-out RTX GPU (AMP inference; calibrated: fitted on "
+                         f"the other three GPUs), pooled over {', '.join(SETTINGS)}", "coverage": cov}
+        for kind, key in (("amp-zero-shot", "zero"), ("amp-calibrated", "cal")):
+            r = np.concatenate(list(resid[key].values()))
+            out[kind] = {"q": itv.conformal_quantile(r), "n": int(len(r)), "median_abs": float(np.median(np.abs(r)))}
+        _atomic_json(args.trust, out)
     if args.json:
         _atomic_json(args.json, {"command": cmd, "spec_model": sm.name, "rows": rows, "calibration_by_fold": coefs})
     if args.fit_all:
@@ -139,6 +161,22 @@ def main(argv=None) -> int:
                                               f"(train/val split models, {int(fit.sum())} runs)",
                                     "calibration": {"fp16": {"coef": coef.tolist()}, "bf16": {"coef": coef.tolist()}}})
     return 0
+
+
+def interval_coverage(resid: dict) -> dict:
+    """Per kind and held-out GPU: the 90 % conformal quantile of the *other* GPUs' log residuals
+    and the share of this GPU's runs inside it."""
+    from perfseer.trust import intervals as itv
+
+    out = {}
+    for kind, per in (("amp-zero-shot", resid["zero"]), ("amp-calibrated", resid["cal"])):
+        out[kind] = {}
+        for g, r in per.items():
+            q = itv.conformal_quantile(np.concatenate([v for h, v in per.items() if h != g]))
+            out[kind][g] = {"runs": int(len(r)), "q": q, "coverage_pct": float(np.mean(np.abs(r) <= q) * 100)}
+        allr = np.concatenate([np.abs(r) <= out[kind][g]["q"] for g, r in per.items()])
+        out[kind]["all"] = {"runs": int(len(allr)), "q": None, "coverage_pct": float(allr.mean() * 100)}
+    return out
 
 
 def hash_key(m: str) -> str:

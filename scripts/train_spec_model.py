@@ -6,7 +6,11 @@ NVIDIA training GPUs and write ``src/perfseer/predictors/spec-kernels.{json,safe
 
 ``--calibration``: a JSON written by ``benchmarks/spec_timm_logo.py --fit-all`` holding the
 whole-model calibration (per precision) learned on timm runs of measured GPUs; it is copied into
-the card.
+the card.  ``--trust FILE`` (repeatable): interval calibrations written by
+``benchmarks/spec_neusight.py --trust`` (``fp32``) and ``benchmarks/spec_timm_logo.py --trust``
+(``amp-calibrated``, ``amp-zero-shot``), copied into the card's ``intervals``.  Every card gets
+its ``domain`` (:func:`perfseer.specmodel.trust.build_domain`, from the training GPUs).
+``--attach-only`` adds calibration, intervals and domain to the existing card without training.
 """
 
 from __future__ import annotations
@@ -32,11 +36,15 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--device-features", default="0", choices=("0", "power", "all"))
     ap.add_argument("--calibration", default=None)
+    ap.add_argument("--trust", action="append", default=[],
+                    help="interval calibration JSON (benchmarks/spec_neusight.py / spec_timm_logo.py --trust); repeatable")
+    ap.add_argument("--feature-set", default="full", choices=("full", "relative", "relative-gemm"),
+                    help="kernel features (perfseer.specmodel.kernels.features)")
     ap.add_argument("--attach-only", action="store_true",
                     help="do not train: copy --calibration into the existing card OUT/NAME.json")
     args = ap.parse_args(argv)
     if args.attach_only:
-        return attach(Path(args.out) / f"{args.name}.json", Path(args.calibration), argv)
+        return attach(Path(args.out) / f"{args.name}.json", args.calibration, args.trust, argv)
 
     import torch
 
@@ -55,7 +63,8 @@ def main(argv=None) -> int:
         k = k.sample(frac=1.0, random_state=0).groupby(["family", "device"]).head(args.max_rows).reset_index(drop=True)
     dev = kt.device_frame([_spec(d) for d in k["device"]], ["fp32"] * len(k), k["family"])
     cfg = KernelModelConfig(epochs=args.epochs, time_limit_s=args.time_limit, hidden=args.hidden, layers=args.layers,
-                            device_features={"0": False, "power": "power", "all": "all"}[args.device_features])
+                            device_features={"0": False, "power": "power", "all": "all"}[args.device_features],
+                            feature_set=args.feature_set)
     t0 = time.time()
     model = KernelModel(cfg).fit(k, dev, k["latency_us"], verbose=True)
     extra = {
@@ -70,28 +79,59 @@ def main(argv=None) -> int:
         "evaluation": "benchmarks/spec_neusight.py (leave-one-GPU-out, NeuSight workloads), "
                       "benchmarks/spec_timm_logo.py (leave-one-GPU-out, timm on RTX GPUs); see docs/devices.md",
     }
+    from perfseer.specmodel.trust import build_domain
+
+    extra["domain"] = build_domain([get_device(d) for d in sorted(k["device"].unique())])
     if args.calibration:
         cal = json.loads(Path(args.calibration).read_text())
         extra["calibration"] = cal["calibration"]
         extra["calibration_source"] = cal.get("source", args.calibration)
+    if args.trust:
+        extra.update(_intervals(args.trust, {}))
     card = model.save(args.out, args.name, extra=extra)
     print(f"wrote {card}")
     return 0
 
 
-def attach(card_path: Path, calibration: Path, argv) -> int:
-    """Put a calibration (written by benchmarks/spec_timm_logo.py --fit-all) into a card, atomically."""
+def _intervals(paths, card: dict) -> dict:
+    """``intervals`` (by kind: q, n, median, source) and ``ood_factor`` from trust JSONs."""
+    from perfseer.specmodel.trust import OOD_FACTOR
+
+    out = dict(card.get("intervals") or {})
+    for p in paths:
+        t = json.loads(Path(p).read_text())
+        for kind in ("fp32", "amp-calibrated", "amp-zero-shot"):
+            if kind in t:
+                v = t[kind]
+                out[kind] = {"q": v["q"], "n": v["n"], "median_abs": v.get("median_abs"), "source": t.get("source", p)}
+                if v.get("families"):  # kernel families the calibration runs contained
+                    out[kind]["families"] = v["families"]
+    return {"intervals": out, "ood_factor": card.get("ood_factor", OOD_FACTOR)}
+
+
+def attach(card_path: Path, calibration, trust, argv) -> int:
+    """Put a calibration (written by benchmarks/spec_timm_logo.py --fit-all), interval calibrations
+    and the domain into a card, atomically."""
     import os
 
+    from perfseer.devices import get_device
+    from perfseer.specmodel.trust import build_domain
+
     card = json.loads(card_path.read_text())
-    cal = json.loads(calibration.read_text())
-    card["calibration"] = cal["calibration"]
-    card["calibration_source"] = cal.get("source", str(calibration))
-    card["calibration_command"] = "python scripts/train_spec_model.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python scripts/train_spec_model.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if calibration:
+        cal = json.loads(Path(calibration).read_text())
+        card["calibration"] = cal["calibration"]
+        card["calibration_source"] = cal.get("source", str(calibration))
+        card["calibration_command"] = cmd
+    if trust:
+        card.update(_intervals(trust, card))
+        card["intervals_command"] = cmd
+    card["domain"] = build_domain([get_device(d) for d in card["training"]["devices"]])
     tmp = card_path.with_name(card_path.name + ".tmp")
     tmp.write_text(json.dumps(card, indent=1) + "\n")
     os.replace(tmp, card_path)
-    print(f"calibration attached to {card_path}")
+    print(f"attached to {card_path}")
     return 0
 
 

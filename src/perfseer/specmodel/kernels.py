@@ -106,8 +106,11 @@ def roofline_us(table: pd.DataFrame, dev: pd.DataFrame) -> tuple[np.ndarray, np.
     return t_flop, t_mem
 
 
+FEATURE_SETS = ("full", "relative", "relative-gemm")
+
+
 def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
-             device_features: bool = False) -> tuple[np.ndarray, np.ndarray]:
+             device_features: bool = False, feature_set: str = "full") -> tuple[np.ndarray, np.ndarray]:
     """Model inputs ``[n, F]`` of the kernels of one family, and their roofline time (µs).
 
     Args:
@@ -118,7 +121,18 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
         device_features: also the device's own specs (log SMs, bandwidth, peak, L2, clock).
             Off by default: with five training GPUs they let the model recognise a GPU instead
             of learning from the roofline, and it then extrapolates worse to a new one.
+        feature_set: ``full`` (the kernel's own dimensions too: log B, M, N, K for GEMMs, log
+            elements for ``vec``, log rows and columns for ``ln``/``softmax``) or ``relative``
+            (without them: only the kernel's times at the device's peaks, its waves and the K
+            loop).  With its dimensions *and* its time at peak a kernel tells the network the
+            device's peak, so ``full`` can learn per-GPU efficiencies; ``relative`` cannot.
+            ``relative-gemm``: ``relative`` for GEMMs, ``full`` for the others.  Without its
+            dimensions a GEMM on a much faster device (tensor cores) looks like a small,
+            launch-bound kernel: measured in docs/devices.md, where ``full`` is the bundled choice.
     """
+    if feature_set not in FEATURE_SETS:
+        raise ValueError(f"feature_set must be one of {FEATURE_SETS}, got {feature_set!r}")
+    full = feature_set == "full" or (feature_set == "relative-gemm" and family != "gemm")
     t_flop, t_mem = roofline_us(table, dev)
     t_roof = np.maximum(np.maximum(t_flop, t_mem), 1e-6)
     sms = dev["sms"].to_numpy(dtype=float)
@@ -134,7 +148,7 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
         common += [lg(dev["w_per_tflop"])]
     if family in ("gemm", "conv"):
         B, M, N, K = (table[c].to_numpy() for c in "BMNK")
-        extra = [lg(B), lg(M), lg(N), lg(K)]
+        extra = [lg(B), lg(M), lg(N), lg(K)] if full else []
         for tile in (128.0, 64.0):
             w, occ = _waves(B * np.ceil(M / tile) * np.ceil(N / tile), sms)
             extra += [w, occ]
@@ -145,11 +159,11 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
     elif family == "vec":
         e = table["elems"].to_numpy()
         w, occ = _waves(np.ceil(e / 512.0), sms)  # 128 threads x 4 elements per block
-        extra = [lg(e), table["inputs"].to_numpy(), lg(table["flops"].to_numpy() / np.maximum(e, 1)), w, occ]
+        extra = ([lg(e)] if full else []) + [table["inputs"].to_numpy(), lg(table["flops"].to_numpy() / np.maximum(e, 1)), w, occ]
     else:
         rows, cols = table["rows"].to_numpy(), table["cols"].to_numpy()
         w, occ = _waves(rows, sms)
-        extra = [lg(rows), lg(cols), w, occ]
+        extra = ([lg(rows), lg(cols)] if full else [lg(cols)]) + [w, occ]
     return np.stack(common + extra, axis=1).astype(np.float32), t_roof
 
 

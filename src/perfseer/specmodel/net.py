@@ -47,6 +47,7 @@ class KernelModelConfig:
     time_limit_s: float = 120.0  # CPU seconds per family (process time: robust to a busy machine)
     seed: int = 0
     device_features: bool = False  # see perfseer.specmodel.kernels.features
+    feature_set: str = "full"  # perfseer.specmodel.kernels.FEATURE_SETS
     threads: int = 1  # torch threads while fitting: these MLPs are too small to gain from more
 
     def to_dict(self) -> dict:
@@ -96,7 +97,8 @@ class KernelModel:
             idx = np.flatnonzero(fam_col == fam)
             if len(idx) == 0:
                 continue
-            x, t_roof = kt.features(fam, table.iloc[idx], dev.iloc[idx], self.config.device_features)
+            x, t_roof = kt.features(fam, table.iloc[idx], dev.iloc[idx], self.config.device_features,
+                                    self.config.feature_set)
             y = np.log10(y_all[idx] / t_roof).astype(np.float32)
             mu, sd = x.mean(0), x.std(0) + 1e-6
             ym, ys = float(y.mean()), float(y.std() + 1e-6)
@@ -161,7 +163,8 @@ class KernelModel:
             use = fam if fam in self.nets_ else ("gemm" if fam == "conv" else None)
             if use is None:
                 raise SpecModelError(f"no model for kernel family {fam!r}", "train with data of that family")
-            x, t_roof = kt.features(use, table.iloc[idx], dev.iloc[idx], self.config.device_features)
+            x, t_roof = kt.features(use, table.iloc[idx], dev.iloc[idx], self.config.device_features,
+                                    self.config.feature_set)
             s = self.scalers_[use]
             if "x_min" in s:  # inputs outside the training range are held at its edge
                 x = np.clip(x, s["x_min"], s["x_max"])

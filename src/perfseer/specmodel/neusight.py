@@ -111,6 +111,7 @@ class Workload:
     fw_ms: float
     bw_ms: float
     trace: pd.DataFrame  # kernel table with "scale" (times it runs) and "pass" (fw/bw) columns
+    node_ms: pd.DataFrame | None = None  # measured time of each traced node: node, fw_ms, bw_ms, scale
 
     @property
     def e2e_ms(self) -> float:
@@ -134,9 +135,11 @@ def load_workloads(root, devices=None) -> list[Workload]:
                 continue  # fusion / distributed variants have no trace
             meta = json.loads(f.with_name(f.name.replace(".csv.gz", ".json")).read_text())
             phase = "infer" if m.group(2) == "inf" else "train"
-            trace = trace_kernels(pd.read_csv(f), int(meta["num_layer"]), phase)
+            raw = pd.read_csv(f)
+            trace = trace_kernels(raw, int(meta["num_layer"]), phase)
             out.append(Workload(dev, m.group(1), phase, int(m.group(3)), int(m.group(4)), int(meta["num_layer"]),
-                                float(meta["fw_latency"]), float(meta.get("bwall_latency") or 0.0), trace))
+                                float(meta["fw_latency"]), float(meta.get("bwall_latency") or 0.0), trace,
+                                trace_node_ms(raw, int(meta["num_layer"]))))
     return out
 
 
@@ -146,6 +149,17 @@ _NO_KERNEL = {"size", "getitem", "view", "permute", "transpose", "reshape", "spl
               "finfo", "expand", "to", "type", "type_as", "long", "bool", "float", "contiguous_view", "chunk",
               "squeeze", "flatten", "detach", "Identity"}
 _LAYER_RE = re.compile(r"(layer|layers|\.h|block|blocks)\.0['.]")
+
+
+def trace_node_ms(trace: pd.DataFrame, num_layer: int) -> pd.DataFrame:
+    """The measured time of every traced node (``node``, ``fw_ms``, ``bw_ms`` with the gradient
+    accumulation, ``scale`` as in :func:`trace_kernels`): what the per-operator error breakdown of
+    ``benchmarks/spec_neusight.py`` compares the predicted kernels with."""
+    t = trace[trace["op"].isin(["call_module", "call_function", "call_method"])]
+    bw = t["bw_latency"].fillna(0).to_numpy(float) + t.get("acc_latency", pd.Series(0.0, index=t.index)).fillna(0).to_numpy(float)
+    scale = np.array([float(num_layer) if _LAYER_RE.search(m) else 1.0 for m in t["meta"].astype(str)])
+    return pd.DataFrame({"node": t["Name"].astype(str).to_numpy(), "fw_ms": t["fw_latency"].fillna(0).to_numpy(float),
+                         "bw_ms": bw, "scale": scale})
 
 
 def _fn_name(row) -> str:

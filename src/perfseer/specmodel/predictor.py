@@ -27,6 +27,7 @@ from perfseer.errors import PerfseerError
 from perfseer.specmodel import kernels as kt
 from perfseer.specmodel.compose import PRECISION_BYTES, step_kernels
 from perfseer.specmodel.net import KernelModel, SpecModelError
+from perfseer.specmodel.trust import assess_row
 
 BUNDLED_CARD = Path(__file__).resolve().parents[1] / "predictors" / "spec-kernels.json"
 PRECISIONS = tuple(PRECISION_BYTES)
@@ -54,7 +55,8 @@ class SpecModel:
 
         Returns:
             ``{"latency_ms", "kernels", "by_pass": {fw, bw, opt}, "by_family": {...},
-            "calibrated": bool}``.
+            "calibrated": bool, "kernel_table", "kernel_us"}`` (the last two: the step's kernels
+            and each one's predicted µs, before any calibration).
         """
         if spec.kind != "gpu":
             raise SpecModelError(
@@ -65,7 +67,8 @@ class SpecModel:
             raise SpecModelError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
         table = step_kernels(x, op_types, phase=phase, precision=precision, optimizer=optimizer, params=params)
         if not len(table):
-            return {"latency_ms": 0.0, "kernels": 0, "by_pass": {}, "by_family": {}, "calibrated": False}
+            return {"latency_ms": 0.0, "kernels": 0, "kernel_table": table, "kernel_us": np.zeros(0), "by_pass": {},
+                    "by_family": {}, "calibrated": False}
         dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
         us = self.kernels.predict(table.drop(columns=["node", "op", "pass"]), dev)
         total = float(us.sum()) / 1000
@@ -75,7 +78,7 @@ class SpecModel:
             z = float(calibration_features(table, us) @ np.asarray(cal["coef"], dtype=float))
             total *= 10 ** z
             calibrated = True
-        return {"latency_ms": total, "kernels": int(len(table)),
+        return {"latency_ms": total, "kernels": int(len(table)), "kernel_table": table, "kernel_us": us,
                 "by_pass": {k: float(v) / 1000 for k, v in table.assign(us=us).groupby("pass")["us"].sum().items()},
                 "by_family": {k: float(v) / 1000 for k, v in table.assign(us=us).groupby("family")["us"].sum().items()},
                 "calibrated": calibrated}
@@ -88,7 +91,9 @@ class SpecModel:
         Returns:
             One dict per batch size: ``model``, ``batch_size``, ``metric`` (``latency_ms``),
             ``unit``, ``device`` (the registry name), ``phase``, ``precision``, ``value``,
-            ``basis`` and ``kernels`` (how many kernels the step launches).
+            ``interval`` (90 %, or ``None``), ``in_domain``, ``domain_reasons``, ``flags``
+            (:mod:`perfseer.specmodel.trust`), ``basis`` and ``kernels`` (how many kernels the
+            step launches).
         """
         from perfseer.api import extract
         from perfseer.devices import get_device
@@ -106,15 +111,19 @@ class SpecModel:
             g = pg if b == pg.batch_size else pg.with_batch(int(b))
             r = self.graph_latency(g.x, g.op_types, spec, phase=phase, precision=precision, params=float(g.params),
                                    optimizer=optimizer)
+            trust = assess_row(r["latency_ms"], spec, precision, phase, r["calibrated"], self.card,
+                               r["kernel_table"], r["kernel_us"], g.x, g.op_types, g.u)
             out.append({"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
-                        "phase": phase, "precision": precision, "value": r["latency_ms"],
+                        "phase": phase, "precision": precision, **trust,
                         "basis": self.basis(spec, precision, r["calibrated"]), "kernels": r["kernels"],
                         "unseen_ops": []})
         return out
 
     def basis(self, spec, precision: str, calibrated: bool) -> str:
         cal = " + whole-model calibration" if calibrated else ""
-        return f"spec model ({self.name}{cal}; {spec.name} from its spec sheet, {precision}, no measurement of it)"
+        trained = spec.name in ((self.card.get("training") or {}).get("devices") or [])
+        seen = "its FP32 kernels in the training data" if trained else "no measurement of it"
+        return f"spec model ({self.name}{cal}; {spec.name} from its spec sheet, {precision}, {seen})"
 
 
 _BUNDLED: SpecModel | None = None
