@@ -18,11 +18,14 @@ def test_members_split_outside_brackets():
 
 
 def test_member_configs_take_the_shared_widths_and_their_overrides():
-    cfg = BlendConfig(members="seernet[readout=sum]+pmgns", hidden_dim=16, num_targets=2)
+    cfg = BlendConfig(members="seernet[readout=sum]+pmgns", hidden_dim=16, head_hidden_dim=16, num_targets=2)
     (a, ca), (b, cb) = cfg.member_list()
     assert (a, b) == ("seernet", "pmgns")
     assert ca["readout"] == "sum" and ca["hidden_dim"] == ca["head_hidden_dim"] == 16 and ca["num_targets"] == 2
     assert cb["hidden_dim"] == 16 and cb["loss"] == "huber"  # PMGNS keeps its own loss
+    # head_hidden_dim 0: each member's own default, as `perfseer train --hidden` leaves the head
+    (_, ca), _ = BlendConfig(members="seernet+pmgns", hidden_dim=16).member_list()
+    assert ca["hidden_dim"] == 16 and ca["head_hidden_dim"] == 256
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -59,7 +62,8 @@ def test_forward_is_the_weighted_sum_of_the_members():
     from test_models_conformance import graphs
 
     torch.manual_seed(0)
-    blend = build_model("blend", members="seernet[readout=sum]+pmgns", hidden_dim=16, num_targets=2).eval()
+    blend = build_model("blend", members="seernet[readout=sum]+pmgns", hidden_dim=16, head_hidden_dim=16,
+                        num_targets=2).eval()
     blend.set_weights([0.25, 0.75])
     batch = Batch.from_data_list(graphs())
     want = 0.25 * blend.members[0](batch) + 0.75 * blend.members[1](batch)

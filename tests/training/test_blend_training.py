@@ -11,7 +11,7 @@ from perfseer.training.trainer import TrainConfig
 def test_blend_trains_members_fits_weights_and_predicts_their_geometric_mean():
     tr, va, te = flops_dataset(24, 0, noise=0.1), flops_dataset(10, 1, noise=0.1), flops_dataset(6, 2)
     tc = TrainConfig(max_epochs=2, batch_size=8, progress=False)
-    fitted = train_method("blend", tr, va, {"members": "seernet[readout=sum]+gcn", "hidden_dim": 8},
+    fitted = train_method("blend", tr, va, {"members": "seernet[readout=sum]+gcn", "hidden_dim": 8, "head_hidden_dim": 8},
                           train_config=tc, targets=["latency_ms"], test_set=te)
     w = [float(x) for x in fitted.config["weights"].split(",")]
     assert len(w) == 2 and np.isclose(sum(w), 1) and all(x >= 0 for x in w)
@@ -28,7 +28,8 @@ def test_a_blend_card_saves_and_loads(tmp_path):
     from perfseer.predictor import Predictor, Target, load_predictor
 
     tr, va, te = flops_dataset(16, 0), flops_dataset(8, 1), flops_dataset(4, 2)
-    fitted = train_method("blend", tr, va, {"members": "seernet+pmgns", "hidden_dim": 8, "weights": "0.4,0.6"},
+    fitted = train_method("blend", tr, va, {"members": "seernet+pmgns", "hidden_dim": 8, "head_hidden_dim": 8,
+                                           "weights": "0.4,0.6"},
                           train_config=TrainConfig(max_epochs=1, batch_size=8, progress=False), targets=["latency_ms"])
     assert fitted.config["weights"] == "0.4,0.6"  # given weights are kept, not fitted
     p = Predictor.from_training("b", "blend", fitted.estimator, [Target("latency_ms", "dev", "infer")], [], {}, {})

@@ -56,7 +56,7 @@ class BlendConfig(ModelConfig):
     # one weight per member, comma-separated (>= 0, summing to 1); "" until fitted: equal weights
     weights: str = ""
     hidden_dim: int = 0  # > 0: every member's hidden_dim (and head_hidden_dim where it has one); 0: theirs
-    head_hidden_dim: int = 0  # > 0: every member's head_hidden_dim (after hidden_dim); 0: as hidden_dim
+    head_hidden_dim: int = 0  # > 0: every member's head_hidden_dim; 0: theirs (as `perfseer train --hidden` leaves it)
     # JSON list of {"name", "config"}: the members' full configs, written when the blend is built
     # (a card rebuilds the members from these, not from `members`, so later default changes cannot move them)
     member_configs: str = ""
@@ -97,7 +97,7 @@ class BlendConfig(ModelConfig):
             cls = config_class(name)
             fields = {f for f in cls.__dataclass_fields__}
             cfg = {k: getattr(self, k) for k in _COMMON}
-            for width, value in (("hidden_dim", self.hidden_dim), ("head_hidden_dim", self.head_hidden_dim or self.hidden_dim)):
+            for width, value in (("hidden_dim", self.hidden_dim), ("head_hidden_dim", self.head_hidden_dim)):
                 if value and width in fields:
                     cfg[width] = value
             if name == "gat" and self.hidden_dim and self.hidden_dim % 4:
