@@ -37,3 +37,17 @@ def test_a_blend_card_saves_and_loads(tmp_path):
     q = load_predictor(tmp_path / "b.json")
     np.testing.assert_allclose(q.predict_graphs(te), fitted.predict(te), rtol=1e-6)
     assert q.card["model"]["name"] == "blend"
+
+
+def test_a_resumed_blend_keeps_its_finished_members(tmp_path):
+    tr, va = flops_dataset(16, 0), flops_dataset(8, 1)
+    cfg = {"members": "gcn+gin", "hidden_dim": 8, "head_hidden_dim": 8}
+    tc = TrainConfig(max_epochs=2, batch_size=8, progress=False, checkpoint_dir=str(tmp_path))
+    first = train_method("blend", tr, va, cfg, train_config=tc, targets=["latency_ms"])
+    assert (tmp_path / "member0" / "finished.json").is_file() and (tmp_path / "member1" / "finished.json").is_file()
+    # resumed with a larger budget: finished members are restored, not trained further
+    again = train_method("blend", tr, va, cfg, targets=["latency_ms"],
+                         train_config=TrainConfig(max_epochs=5, batch_size=8, progress=False,
+                                                  checkpoint_dir=str(tmp_path), resume=True))
+    assert again.train_result.epochs_run == first.train_result.epochs_run == 4
+    np.testing.assert_allclose(again.predict(va), first.predict(va), rtol=1e-6)

@@ -235,9 +235,13 @@ class Blend(GraphRegressor):
 
 def train_blend(train_set, val_set, config: dict, train_config, targets, test_set=None):
     """Train each member with :func:`perfseer.training.run.train_method` (same data, seed and
-    recipe; member ``i`` checkpoints under ``<checkpoint_dir>/member<i>``), fit the weights on
-    ``val_set`` unless ``config["weights"]`` fixes them, and return the blend as a
-    :class:`~perfseer.training.run.FittedMethod`."""
+    recipe), fit the weights on ``val_set`` unless ``config["weights"]`` fixes them, and return the
+    blend as a :class:`~perfseer.training.run.FittedMethod`.
+
+    With a ``checkpoint_dir`` member ``i`` checkpoints under ``<checkpoint_dir>/member<i>`` and,
+    once trained, writes ``finished.json`` there (its epochs); resuming then restores a finished
+    member at those epochs instead of giving it a new time limit, so an interrupted blend ends
+    where an uninterrupted one would."""
     from perfseer.training.data import targets_of
     from perfseer.training.metrics import evaluate_targets
     from perfseer.training.run import FittedMethod, train_method
@@ -248,10 +252,19 @@ def train_blend(train_set, val_set, config: dict, train_config, targets, test_se
     cfg = BlendConfig.from_dict(config)
     fitted = []
     for i, (name, member_cfg) in enumerate(cfg.member_list()):
-        tc = train_config
+        tc, done = train_config, None
         if train_config.checkpoint_dir:
-            tc = replace(train_config, checkpoint_dir=str(Path(train_config.checkpoint_dir) / f"member{i}"))
+            folder = Path(train_config.checkpoint_dir) / f"member{i}"
+            done = folder / "finished.json"
+            tc = replace(train_config, checkpoint_dir=str(folder))
+            if train_config.resume and done.is_file():
+                tc = replace(tc, max_epochs=int(json.loads(done.read_text())["epochs_run"]), time_limit_s=None)
         fitted.append(train_method(name, train_set, val_set, member_cfg, train_config=tc, targets=targets))
+        if done is not None:
+            from perfseer.atomic import atomic_write_text
+
+            r = fitted[-1].train_result
+            atomic_write_text(done, json.dumps({"epochs_run": r.epochs_run, "stopped": r.stopped}))
     first = fitted[0].estimator
     for f in fitted[1:]:
         if f.estimator.target_scaler.to_dict() != first.target_scaler.to_dict() or \
