@@ -172,3 +172,21 @@ def test_commands(dataset, tmp_path, capsys):
     assert code == 2 and "seernet has no config field(s) dropuot" in err and "Traceback" not in err
     code, _, err = run_cli(capsys, "train", "--data", str(tmp_path / "nope"), "--out", str(out))
     assert code == 2 and "no dataset folder or committed dataset named" in err
+
+
+def test_a_blend_trains_and_predicts_from_the_command_line(dataset, tmp_path, capsys):
+    out = tmp_path / "b"
+    code, _, err = run_cli(capsys, "train", "--data", str(dataset / "ds"), "--device", "gpu-a", "--phase", "infer",
+                           "--model", "blend", "--set", "members=seernet[readout=sum]+pmgns", "--hidden", "8",
+                           "--set", "head_hidden_dim=8", "--epochs", "2", "--threads", "1", "--out", str(out),
+                           "--name", "mix")
+    assert code == 0, err
+    card = json.loads((out / "mix.json").read_text())
+    cfg = card["model"]["config"]
+    assert card["model"]["name"] == "blend" and cfg["members"] == "seernet[readout=sum]+pmgns"
+    assert len(cfg["weights"].split(",")) == 2 and card["training"]["epochs_run"] == 4
+    code, stdout, _ = run_cli(capsys, "predict", arch(random.Random(2)), "--predictor", str(out / "mix.json"),
+                              "--batch", "1,16", "--json")
+    preds = json.loads(stdout)["predictions"]
+    assert code == 0 and all(p["value"] > 0 for p in preds)
+    assert not preds[1]["in_domain"] and any("embedding" in r for r in preds[1]["domain_reasons"])  # embed() works
