@@ -40,6 +40,11 @@ def test_bad_configs_are_refused(bad, match):
         build_model("blend", **bad)
 
 
+def test_default_members_are_the_validation_winner():
+    assert [n for n, _ in BlendConfig().member_list()] == ["seernet", "seernet", "pmgns"]
+    assert BlendConfig().member_list()[0][1]["readout"] == "sum" and BlendConfig().member_list()[1][1]["readout"] == "graph"
+
+
 def test_weights_parse_and_renormalise():
     assert parse_weights("0.5,0.5", 2) == [0.5, 0.5]
     assert np.isclose(sum(parse_weights("0.3333,0.3333,0.3334", 3)), 1.0)

@@ -14,7 +14,8 @@ fits one target scaling on the training rows), so the blend is one network: its 
 weighted sum of its members' outputs, and a card holds it like any other (``kind: neural``, model
 ``blend``, the members' full configs in ``member_configs``).
 
-``perfseer train --model blend --set 'members=seernet[readout=sum]+pmgns'`` trains it
+``perfseer train --model blend`` trains it (members ``seernet[readout=sum]+seernet+pmgns`` unless
+``--set 'members=...'`` names others)
 (:func:`train_blend`, called by :func:`perfseer.training.run.train_method`).
 
 Example::
@@ -51,8 +52,9 @@ class BlendConfig(ModelConfig):
     """Hyper-parameters of :class:`Blend`."""
 
     # the member networks, "+"-separated method specs NAME or NAME[FIELD=VALUE;...] of neural models
-    # (the default: the pair that won on validation in the leave-families-out runs, docs/generalisation.md)
-    members: str = "seernet[readout=sum]+pmgns"
+    # (the default: the lowest mean validation MAPE of the blends tried in the leave-families-out
+    # runs on both timm settings, docs/generalisation.md)
+    members: str = "seernet[readout=sum]+seernet+pmgns"
     # one weight per member, comma-separated (>= 0, summing to 1); "" until fitted: equal weights
     weights: str = ""
     hidden_dim: int = 0  # > 0: every member's hidden_dim (and head_hidden_dim where it has one); 0: theirs
