@@ -190,3 +190,16 @@ def test_a_blend_trains_and_predicts_from_the_command_line(dataset, tmp_path, ca
     preds = json.loads(stdout)["predictions"]
     assert code == 0 and all(p["value"] > 0 for p in preds)
     assert not preds[1]["in_domain"] and any("embedding" in r for r in preds[1]["domain_reasons"])  # embed() works
+
+
+def test_a_blend_goes_through_kfold_stages_and_resumes(dataset, tmp_path):
+    cfg = {"members": "gcn+pmgns", "hidden_dim": 8, "head_hidden_dim": 8}
+    tc = TrainConfig(**CFG | {"max_epochs": 1})
+    p, _ = train_predictor(load_dataset(dataset / "ds"), "blend", devices=["gpu-a"], phase="infer", model_config=cfg,
+                           train_config=tc, kfold=2, stage_dir=tmp_path)
+    assert (tmp_path / "final.json").is_file() and (tmp_path / "fold1.json").is_file()
+    assert p.card["model"]["name"] == "blend" and "kfold" in p.card["scores"]
+    resume = TrainConfig(**CFG | {"max_epochs": 1, "resume": True, "checkpoint_dir": str(tmp_path)})
+    again, _ = train_predictor(load_dataset(dataset / "ds"), "blend", devices=["gpu-a"], phase="infer",
+                               model_config=cfg, train_config=resume, kfold=2, stage_dir=tmp_path)
+    assert again.card["scores"]["kfold"] == p.card["scores"]["kfold"]  # finished stages are loaded, not retrained

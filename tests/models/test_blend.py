@@ -80,3 +80,8 @@ def test_forward_is_the_weighted_sum_of_the_members():
     assert blend.embed(batch).shape[0] == 3
     with pytest.raises(PerfseerError, match="one finite weight"):
         blend.set_weights([1.0])
+
+
+def test_a_blend_without_an_embedding_member_has_no_embed():
+    assert not hasattr(build_model("blend", members="gcn+pmgns", hidden_dim=8, head_hidden_dim=8), "embed")
+    assert hasattr(build_model("blend", members="gcn+seernet", hidden_dim=8, head_hidden_dim=8), "embed")

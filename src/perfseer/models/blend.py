@@ -228,11 +228,15 @@ class Blend(GraphRegressor):
         self._inputs(data)
         return sum(w * m(data) for w, m in zip(self.weights, self.members))
 
-    def embed(self, data) -> Tensor:
-        parts = [m.embed(data) for m in self.members if hasattr(m, "embed")]
+    @property
+    def embed(self):
+        """The members' embeddings side by side, ``embed(data) -> [G, sum of their widths]``; a blend
+        with no member that has one has no ``embed`` (``hasattr`` is false, as for baselines), so
+        the domain check skips the embedding distance."""
+        parts = [m for m in self.members if hasattr(m, "embed")]
         if not parts:
-            raise PerfseerError("no member of this blend has an embedding", "blend at least one SeerNet")
-        return torch.cat(parts, dim=-1)
+            raise AttributeError("embed")
+        return lambda data: torch.cat([m.embed(data) for m in parts], dim=-1)
 
 
 def train_blend(train_set, val_set, config: dict, train_config, targets, test_set=None):
