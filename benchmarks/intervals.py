@@ -21,6 +21,17 @@ Inputs are networks trained by ``scripts/retrain_shipped.sh``:
 
     python benchmarks/intervals.py --kfold .cache/trust/rtx3090-amp-nchw-pt240.infer \\
         --family .cache/trust/rtx3090-amp-nchw-pt240.infer.family --json benchmarks/results/intervals_3090.json
+
+- a leave-families-out report (``--lfo``, from ``benchmarks/leave_families_out.py``, folds merged):
+  every fold's networks were trained without its test families *and* without its validation
+  families.  **Unseen families, family-calibrated**: per fold and method, ``q`` from the fold's
+  validation rows (other unseen families), coverage on its test families, pooled over the folds
+  (each measurement once).  **Unseen families, the shipped rule's brackets**: the bundled card's
+  random-split ``q`` applied to the same test predictions with no widening (every row in domain)
+  and widened by the card's ``ood_factor`` (every row out of domain); the shipped rule lies
+  between the two.
+
+    python benchmarks/intervals.py --lfo benchmarks/data/lfo_timm-3090-infer.json benchmarks/data/lfo_timm-i9.json
 """
 
 from __future__ import annotations
@@ -189,6 +200,59 @@ def test_part(cards) -> list[dict]:
     return out
 
 
+def lfo_part(paths) -> dict:
+    """Interval coverage on unseen families from leave-families-out reports (see the module docstring)."""
+    import json
+
+    from perfseer.predictor import list_predictors, load_predictor
+    from perfseer.trust import intervals as itv
+
+    cards = {}
+    for info in list_predictors():
+        try:
+            p = load_predictor(info["name"])
+        except Exception:  # noqa: BLE001 -- a card this perfseer cannot read has no q to offer
+            continue
+        for t in p.targets:
+            cards.setdefault((t.device, t.phase), (p.name, p.card.get("intervals") or {}, t.key))
+    out = {}
+    for path in paths:
+        rep = json.loads(Path(path).read_text())
+        for name, S in rep["settings"].items():
+            card = cards.get((S["devices"][0], S["phase"]))
+            res = out.setdefault(name, {"report": str(path), "folds": len(S["folds"]), "methods": {}})
+            if card is not None:
+                iv = card[1]
+                res["card"] = {"name": card[0], "q": iv["targets"][card[2]]["q"],
+                               "ood_factor": iv.get("ood_factor", itv.DEFAULT_OOD_FACTOR)}
+            methods = list(dict.fromkeys(r["method"] for f in S["folds"] for r in f["results"] if "error" not in r))
+            for m in methods:
+                rows = [(f, next((r for r in f["results"] if r["method"] == m and "error" not in r), None))
+                        for f in S["folds"]]
+                if any(r is None for _, r in rows):
+                    continue
+                hit, per_fold, rand0, rand1, widths = [], [], [], [], []
+                for f, r in rows:
+                    y, pt = np.asarray(f["test_rows"]["y"]), np.asarray(r["pred_test"])
+                    q = itv.calibrate(f["val_y"], r["pred_val"])["q"]
+                    lo, hi = itv.bounds(pt, q, np.ones(len(pt), bool))
+                    h = (y >= lo) & (y <= hi)
+                    hit.append(h)
+                    widths.append(q)
+                    per_fold.append({"q": q, "coverage": float(h.mean() * 100), "rows": int(len(y))})
+                    if "card" in res:
+                        for acc, inside in ((rand0, True), (rand1, False)):
+                            lo, hi = itv.bounds(pt, res["card"]["q"], np.full(len(pt), inside), res["card"]["ood_factor"])
+                            acc.append((y >= lo) & (y <= hi))
+                h = np.concatenate(hit)
+                res["methods"][m] = {"coverage_family_calibrated": float(h.mean() * 100), "rows": int(len(h)),
+                                     "mean_q": float(np.mean(widths)), "per_fold": per_fold}
+                if rand0:
+                    res["methods"][m]["coverage_card_q_in_domain"] = float(np.concatenate(rand0).mean() * 100)
+                    res["methods"][m]["coverage_card_q_widened"] = float(np.concatenate(rand1).mean() * 100)
+    return out
+
+
 def main() -> None:
     import json
 
@@ -200,10 +264,25 @@ def main() -> None:
     ap.add_argument("--family", default=None, help="output folder of the family-split run")
     ap.add_argument("--q-random", type=float, default=None,
                     help="the random split's q for the shipped rule on unseen families (default: from --test/--kfold)")
+    ap.add_argument("--lfo", nargs="*", default=[], metavar="REPORT",
+                    help="leave-families-out reports (benchmarks/leave_families_out.py --merge): coverage on "
+                         "unseen families with networks trained without them")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     tb.set_threads(1)
     res = {"test": test_part(args.test)}
+    if args.lfo:
+        res["lfo"] = lfo_part(args.lfo)
+        for name, S in res["lfo"].items():
+            c = S.get("card")
+            print(f"{name}: unseen families, {S['folds']} folds" + (f"; card {c['name']} q {c['q']:.3f}, ood_factor "
+                                                                     f"{c['ood_factor']:.2f}" if c else ""))
+            for m, r in S["methods"].items():
+                extra = (f"; card q: {r['coverage_card_q_in_domain']:.1f} % in domain, "
+                         f"{r['coverage_card_q_widened']:.1f} % widened") if "coverage_card_q_in_domain" in r else ""
+                print(f"  {m}: q from validation families {r['coverage_family_calibrated']:.1f} % of {r['rows']} "
+                      f"(mean q {r['mean_q']:.3f}; per fold "
+                      + " / ".join(f"{p['coverage']:.0f}" for p in r["per_fold"]) + ")" + extra)
     for r in res["test"]:
         u = r["unseen_families"]
         print(f"{r['predictor']} {r['target']}: test split {r['n']} rows, MAPE {r['mape']:.2f} %, 90 % intervals hold "

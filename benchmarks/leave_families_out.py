@@ -17,7 +17,10 @@ worst family's MAPE (over families with at least ``--min-family-models`` models)
 validation MAPE, and the epochs it ran; then the pooled scores over all folds and, per method, in
 how many folds it beat the GBM.  ``--ensemble A+B`` adds the geometric mean of two methods'
 predictions (an average of their log predictions), computed from the fitted methods, no
-training.
+training.  ``--stack A+B[+C...]`` adds their *weighted* geometric mean with the weights fitted on
+the fold's validation rows (:func:`perfseer.models.blend.fit_weights`): what the ``blend`` model
+(``perfseer train --model blend --set members=A+B``) computes from members trained with the same
+seed and recipe, so a blend is scored from its members' runs without training it again.
 
 ``--json OUT`` keeps every number and every test prediction (model, family, batch size, truth,
 prediction per method), rewritten after each fold.
@@ -136,6 +139,7 @@ def run_setting(setting, args, console, log_console, only=None):
         rows = []
         for spec in args.methods:
             r = fit_method(spec, sel, args, log_console)
+            r["method"] = spec + args.label_suffix
             rows.append(r)
             if "error" not in r:
                 r["val_mape"] = float(mape(y_val, r["pred_val"]))
@@ -148,6 +152,7 @@ def run_setting(setting, args, console, log_console, only=None):
             yield out  # written after every method: a run stopped early keeps what it finished
         fold["results"] = _jsonable(rows)
         add_ensembles(fold, args.ensemble, args.min_family_models)
+        add_stacks(fold, args.stack, args.min_family_models)
         console.print(fold_table(setting.name, fold, args))
         yield out
     out["pooled"] = pooled(out, args)
@@ -207,9 +212,32 @@ def add_ensembles(fold: dict, pairs, min_models: int) -> None:
         fold["results"] += _jsonable([r])
 
 
+def add_stacks(fold: dict, stacks, min_models: int) -> None:
+    """Append to ``fold["results"]`` each ``A+B[+C...]`` of its methods blended with validation-fitted
+    weights (``stack:A+B``; the weights in ``weights``)."""
+    from perfseer.models.blend import fit_weights, split_members
+    from perfseer.training.metrics import mape
+
+    by = {r["method"]: r for r in fold["results"] if "error" not in r}
+    tr = fold["test_rows"]
+    for spec in stacks:
+        members, name = split_members(spec), f"stack:{spec}"
+        if any(m not in by for m in members) or name in by:
+            continue
+        lv = np.log([by[m]["pred_val"] for m in members])
+        lt = np.log([by[m]["pred_test"] for m in members])
+        w = fit_weights(lv, fold["val_y"])
+        r = {"method": name, "fit_time_s": sum(by[m]["fit_time_s"] for m in members), "epochs": None,
+             "weights": w.tolist(), "pred_val": np.exp(w @ lv), "pred_test": np.exp(w @ lt)}
+        r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
+        r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
+        fold["results"] += _jsonable([r])
+
+
 def merge(paths, args, console) -> dict:
-    """Folds run as separate processes (``--only-folds``), one report: per setting, the folds of
-    every file (a fold found twice keeps the first file's), ensembles, pooled scores."""
+    """Folds run as separate processes (``--only-folds``, or other ``--methods`` on the same fold),
+    one report: per setting, the folds of every file; a fold found in several files gets the union
+    of their methods (a method found twice keeps the first file's); ensembles, stacks, pooled scores."""
     import json
 
     report = {"benchmark": "leave_families_out", "merged_from": [str(p) for p in paths], "settings": {}}
@@ -219,12 +247,22 @@ def merge(paths, args, console) -> dict:
         for name, S in rep["settings"].items():
             dst = report["settings"].setdefault(name, {k: v for k, v in S.items() if k not in ("folds", "pooled")}
                                                  | {"folds": []})
-            have = {f["fold"] for f in dst["folds"]}
-            dst["folds"] += [f for f in S["folds"] if f["fold"] not in have]
+            have = {f["fold"]: f for f in dst["folds"]}
+            for f in S["folds"]:
+                if f["fold"] not in have:
+                    dst["folds"].append(f)
+                    continue
+                old = have[f["fold"]]
+                if old["test_rows"]["y"] != f["test_rows"]["y"]:
+                    raise SystemExit(f"error: {path}: fold {f['fold'] + 1} of {name} has other test rows than "
+                                     f"{report['merged_from'][0]}: merge runs of the same data and --fold-seed")
+                known = {r["method"] for r in old["results"]}
+                old["results"] += [r for r in f["results"] if r["method"] not in known and "+" not in r["method"]]
     for name, S in report["settings"].items():
         S["folds"].sort(key=lambda f: f["fold"])
         for f in S["folds"]:
             add_ensembles(f, args.ensemble, args.min_family_models)
+            add_stacks(f, args.stack, args.min_family_models)
             console.print(fold_table(name, f, args))
         S["pooled"] = pooled(S, args)
         console.print(pooled_table(name, S, args))
@@ -272,6 +310,9 @@ def main(argv=None) -> int:
                     help=f"comma-separated, NAME or NAME[FIELD=VALUE;...] (default {DEFAULT_METHODS})")
     ap.add_argument("--ensemble", type=tb.parse_list, default=[], metavar="A+B,...",
                     help="geometric means of two methods' predictions to add, e.g. seernet+gbm")
+    ap.add_argument("--stack", type=tb.parse_list, default=[], metavar="A+B[+C],...",
+                    help="weighted geometric means of 2-4 methods, weights fitted on each fold's validation "
+                         "rows (what the blend model does), e.g. 'seernet[readout=sum]+pmgns'")
     ap.add_argument("--folds", type=int, default=4, help="K: folds over families (default 4, i.e. 2:1:1)")
     ap.add_argument("--only-folds", type=tb.parse_list, default=None, metavar="K,...",
                     help="run only these folds (0-based); the pooled row then covers them only")
@@ -279,6 +320,9 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="train nothing: merge the folds of these reports (runs of --only-folds) into one "
                          "report, with --ensemble pairs and pooled scores")
+    ap.add_argument("--label-suffix", default="", metavar="TEXT",
+                    help="append TEXT to every method's name in the report (e.g. '@30ep': runs of the same method "
+                         "at another budget, to --merge beside the first)")
     ap.add_argument("--min-family-models", type=int, default=2,
                     help="worst-family MAPE over families with at least this many models (default 2)")
     tb.add_set_arg(ap)
@@ -289,6 +333,12 @@ def main(argv=None) -> int:
     for pair in args.ensemble:
         if "+" not in pair or (args.merge is None and any(p not in args.methods for p in pair.split("+", 1))):
             ap.error(f"--ensemble {pair!r}: write A+B with A and B among --methods")
+    from perfseer.models.blend import MAX_MEMBERS, split_members
+
+    for spec in args.stack:
+        members = split_members(spec)
+        if not 2 <= len(members) <= MAX_MEMBERS or (args.merge is None and any(m not in args.methods for m in members)):
+            ap.error(f"--stack {spec!r}: write 2 to {MAX_MEMBERS} of --methods joined by '+'")
 
     from rich.console import Console
 

@@ -170,3 +170,24 @@ def test_leave_families_out_end_to_end(tiny_families, tmp_path, capsys):
     assert set(pooled) == {"flops", "seernet[readout=sum]", "seernet[readout=sum]+flops"}
     assert all(np.isfinite(p["mape"]) and len(p["fold_mapes"]) == 3 for p in pooled.values())
     assert "seernet[readout=sum]" in capsys.readouterr().out
+
+
+def test_leave_families_out_stack_merge_and_interval_coverage(tiny_families, tmp_path):
+    import intervals
+    import leave_families_out as lfo
+
+    a, b, merged = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "m.json"
+    common = ["--settings", "timm:gpu_a:infer", "--folds", "3", "--hidden", "8", "--epochs", "1"]
+    lfo.main(common + ["--methods", "flops,gcn", "--stack", "gcn+flops", "--json", str(a)])
+    lfo.main(common + ["--methods", "flops", "--label-suffix", "@b", "--only-folds", "0,1,2", "--json", str(b)])
+    lfo.main(["--merge", str(a), str(b), "--stack", "flops+flops@b", "--json", str(merged)])
+    rep = json.loads(merged.read_text())["settings"]["timm:gpu_a:infer"]
+    for f in rep["folds"]:
+        by = {r["method"]: r for r in f["results"]}
+        assert {"flops", "gcn", "flops@b", "stack:gcn+flops", "stack:flops+flops@b"} <= set(by)
+        w = by["stack:gcn+flops"]["weights"]
+        assert len(w) == 2 and abs(sum(w) - 1) < 1e-9
+        assert by["stack:gcn+flops"]["val_mape"] <= min(by["gcn"]["val_mape"], by["flops"]["val_mape"]) + 1e-9
+    cov = intervals.lfo_part([merged])["timm:gpu_a:infer"]["methods"]
+    assert 0 <= cov["gcn"]["coverage_family_calibrated"] <= 100 and cov["gcn"]["rows"] == 80
+    assert len(cov["stack:gcn+flops"]["per_fold"]) == 3

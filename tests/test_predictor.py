@@ -163,3 +163,34 @@ def test_commands(dataset, tmp_path, capsys):
     assert code == 2 and "seernet has no config field(s) dropuot" in err and "Traceback" not in err
     code, _, err = run_cli(capsys, "train", "--data", str(tmp_path / "nope"), "--out", str(out))
     assert code == 2 and "no dataset folder or committed dataset named" in err
+
+
+def test_a_blend_trains_and_predicts_from_the_command_line(dataset, tmp_path, capsys):
+    out = tmp_path / "b"
+    code, _, err = run_cli(capsys, "train", "--data", str(dataset / "ds"), "--device", "gpu-a", "--phase", "infer",
+                           "--model", "blend", "--set", "members=seernet[readout=sum]+pmgns", "--hidden", "8",
+                           "--set", "head_hidden_dim=8", "--epochs", "2", "--threads", "1", "--out", str(out),
+                           "--name", "mix")
+    assert code == 0, err
+    card = json.loads((out / "mix.json").read_text())
+    cfg = card["model"]["config"]
+    assert card["model"]["name"] == "blend" and cfg["members"] == "seernet[readout=sum]+pmgns"
+    assert len(cfg["weights"].split(",")) == 2 and card["training"]["epochs_run"] == 4
+    code, stdout, _ = run_cli(capsys, "predict", arch(random.Random(2)), "--predictor", str(out / "mix.json"),
+                              "--batch", "1,16", "--json")
+    preds = json.loads(stdout)["predictions"]
+    assert code == 0 and all(p["value"] > 0 for p in preds)
+    assert not preds[1]["in_domain"] and any("embedding" in r for r in preds[1]["domain_reasons"])  # embed() works
+
+
+def test_a_blend_goes_through_kfold_stages_and_resumes(dataset, tmp_path):
+    cfg = {"members": "gcn+pmgns", "hidden_dim": 8, "head_hidden_dim": 8}
+    tc = TrainConfig(**CFG | {"max_epochs": 1})
+    p, _ = train_predictor(load_dataset(dataset / "ds"), "blend", devices=["gpu-a"], phase="infer", model_config=cfg,
+                           train_config=tc, kfold=2, stage_dir=tmp_path)
+    assert (tmp_path / "final.json").is_file() and (tmp_path / "fold1.json").is_file()
+    assert p.card["model"]["name"] == "blend" and "kfold" in p.card["scores"]
+    resume = TrainConfig(**CFG | {"max_epochs": 1, "resume": True, "checkpoint_dir": str(tmp_path)})
+    again, _ = train_predictor(load_dataset(dataset / "ds"), "blend", devices=["gpu-a"], phase="infer",
+                               model_config=cfg, train_config=resume, kfold=2, stage_dir=tmp_path)
+    assert again.card["scores"]["kfold"] == p.card["scores"]["kfold"]  # finished stages are loaded, not retrained

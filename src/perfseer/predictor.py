@@ -230,7 +230,11 @@ class Predictor:
         values = self.predict_graphs(graphs)
         name = pg.graph.name if name is None else name
         shape = _input_shape(pg)
-        verdicts, checked = self.assess(graphs, values, [pg.op_types] * len(graphs), [shape] * len(graphs))
+        from perfseer.data.splits import model_family
+
+        family = model_family(model) if isinstance(model, str) else None
+        verdicts, checked = self.assess(graphs, values, [pg.op_types] * len(graphs), [shape] * len(graphs),
+                                        [family] * len(graphs))
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": checked[i][c]["value"],
                  "interval": checked[i][c]["interval"], "in_domain": verdicts[i][0],
@@ -243,13 +247,16 @@ class Predictor:
         return rows
 
     def assess(self, graphs: Sequence, values: np.ndarray, op_types: Sequence[Sequence[str]],
-               input_shapes: Sequence | None = None) -> tuple[list[tuple[bool, list[str]]], list[list[dict]]]:
+               input_shapes: Sequence | None = None,
+               families: Sequence[str | None] | None = None) -> tuple[list[tuple[bool, list[str]]], list[list[dict]]]:
         """The trust in each prediction of :meth:`predict_graphs`.
 
         Args:
             graphs: PyG graphs of raw features; ``values`` their predictions ``[N, T]``.
             op_types: per graph, its operator types.
             input_shapes: per graph, one sample's input shape (``"3x224x224"``; ``None``: not checked).
+            families: per graph its architecture family (``timm:`` / ``torchvision:`` references;
+                ``None``: not checked); a family the card's domain does not list is out of domain.
 
         Returns:
             ``(verdicts, checked)``: per graph ``(in_domain, reasons)``
@@ -267,7 +274,7 @@ class Predictor:
             from perfseer.trust.calibrate import embeddings
 
             emb = embeddings(self.net, list(graphs))
-        verdicts = dom.verdicts(domain, graphs, op_types, input_shapes, emb, self.domain_embeddings)
+        verdicts = dom.verdicts(domain, graphs, op_types, input_shapes, emb, self.domain_embeddings, families)
         inside = np.array([v[0] for v in verdicts], dtype=bool)
         cal = self.card.get("intervals") or {}
         factor = float(cal.get("ood_factor", itv.DEFAULT_OOD_FACTOR))

@@ -19,6 +19,7 @@ SMALL = {
     "gcn": dict(hidden_dim=32, head_hidden_dim=32),
     "gat": dict(hidden_dim=32, head_hidden_dim=32, use_edge_features=True),
     "gin": dict(hidden_dim=32, head_hidden_dim=32),
+    "blend": dict(hidden_dim=32, head_hidden_dim=32, members="seernet[readout=sum;num_blocks=2]+pmgns"),
 }
 # config variants that change the architecture, run through the same tests as the models
 VARIANTS = {

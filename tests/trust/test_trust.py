@@ -59,6 +59,19 @@ def test_each_reason_is_named(domain):
         assert part in text, part
 
 
+def test_an_unseen_family_is_out_of_domain(domain):
+    d, stored = domain
+    d = dict(d)
+    assert "families" not in d  # a domain built without families checks none
+    (ok, _), = dom.verdicts(d, [graph()], [["Conv"]], families=["hrnet"])
+    assert ok
+    d2, _ = dom.build_domain([graph(), graph()], ["Conv"], [1, 1], [None, None], families=["resnet", None])
+    assert d2["families"] == ["resnet"]
+    got = dom.verdicts(d2, [graph(), graph(), graph()], [["Conv"]] * 3, families=["resnet", "hrnet", None])
+    assert [v[0] for v in got] == [True, False, True]
+    assert "model family 'hrnet' never seen in training" in got[1][1][0]
+
+
 def test_no_domain_is_out_of_domain():
     (ok, reasons), = dom.verdicts(None, [graph()], [["Conv"]])
     assert not ok and "no domain" in reasons[0]

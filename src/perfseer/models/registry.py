@@ -50,6 +50,11 @@ from perfseer.models.gbm import GBM, GBMConfig  # noqa: E402
 for _config, _model in ((AdditiveConfig, Additive), (GBMConfig, GBM), (FlopsOnlyConfig, FlopsOnly)):
     register(_model.name, _config, _model)
 
+# A weighted geometric mean of separately trained networks (trained by models/blend.py's train_blend).
+from perfseer.models.blend import Blend, BlendConfig  # noqa: E402
+
+register(Blend.name, BlendConfig, Blend)
+
 
 def _lookup(name: str) -> tuple[type, type]:
     try:

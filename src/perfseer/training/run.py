@@ -129,6 +129,13 @@ def train_method(name: str, train_set: Sequence, val_set: Sequence, config: dict
     if name not in MODELS:
         raise PerfseerError(f"unknown method {name!r}", f"choose one of {', '.join(method_names())}")
     train_config = train_config or TrainConfig()
+    if name == "blend":  # members trained one by one, weights fitted on validation
+        from perfseer.models.blend import train_blend
+
+        if pretrained is not None:
+            raise PerfseerError("a pre-trained trunk needs seernet or seernet-multi, not blend",
+                                "leave --pretrained out")
+        return train_blend(train_set, val_set, config | {"num_targets": T}, train_config, targets, test_set)
     if "num_targets" in config and config["num_targets"] != T:
         raise PerfseerError(f"config sets num_targets={config['num_targets']} but the data has {T} targets",
                             "leave num_targets out: it is set from the data")

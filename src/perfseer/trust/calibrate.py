@@ -113,7 +113,12 @@ def calibrate(predictor, sel) -> None:
     fit = "+".join(t.get("fit_splits") or ["train"])
     source = (f"{len(sel.train)} rows fitted ({fit} of {t.get('dataset', 'its dataset')}, by {sel.split_column}); "
               f"embedding threshold from {len(val)} validation rows")
-    domain, stored = dom.build_domain(sel.train, ops, batches, shapes, e_train, e_val, source=source)
+    families = None
+    if "model" in labels:
+        from perfseer.data.splits import model_family
+
+        families = [model_family(m) for m in labels["model"].astype(str).to_numpy()[rows]]
+    domain, stored = dom.build_domain(sel.train, ops, batches, shapes, e_train, e_val, source=source, families=families)
     y = targets_of(sel.train)
     keys = [x for x in predictor.targets]
     domain["targets"] = {k.key: [float(np.nanmin(y[:, c])), float(np.nanmax(y[:, c]))] for c, k in enumerate(keys)}

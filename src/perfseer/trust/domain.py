@@ -87,7 +87,8 @@ def inputs_summary(input_shapes) -> dict | None:
 
 def build_domain(train: Sequence, op_types: Sequence[str], batch_sizes: Sequence[int],
                  input_shapes: Sequence[str | None], train_embeddings: np.ndarray | None = None,
-                 val_embeddings: np.ndarray | None = None, source: str = "") -> tuple[dict, np.ndarray | None]:
+                 val_embeddings: np.ndarray | None = None, source: str = "",
+                 families: Sequence[str | None] | None = None) -> tuple[dict, np.ndarray | None]:
     """The domain of a network fitted on ``train`` (PyG graphs of raw features).
 
     Args:
@@ -97,6 +98,8 @@ def build_domain(train: Sequence, op_types: Sequence[str], batch_sizes: Sequence
         train_embeddings, val_embeddings: ``[N, D]`` encoder embeddings of the training and
             validation graphs (``None``: no embedding check, as for baselines).
         source: how the training graphs were found (shown by ``perfseer predictors``).
+        families: per training graph its architecture family, ``None`` where it has none (``None``:
+            no family check).
 
     Returns:
         ``(domain dict for the card, training embeddings to store or None)``.
@@ -116,6 +119,8 @@ def build_domain(train: Sequence, op_types: Sequence[str], batch_sizes: Sequence
                                for i in _CHECKED_GLOBALS}},
         "embedding": None,
     }
+    if families is not None:
+        domain["families"] = sorted({str(f) for f in families if f is not None})
     stored = None
     if train_embeddings is not None and len(train_embeddings) and val_embeddings is not None and len(val_embeddings):
         stored = _subset(np.asarray(train_embeddings, dtype=np.float32))
@@ -152,7 +157,8 @@ def _fmt(v: float) -> str:
 
 def verdicts(domain: dict | None, graphs: Sequence, op_types: Sequence[Sequence[str]],
              input_shapes: Sequence | None = None, embeddings: np.ndarray | None = None,
-             stored_embeddings: np.ndarray | None = None) -> list[tuple[bool, list[str]]]:
+             stored_embeddings: np.ndarray | None = None,
+             families: Sequence[str | None] | None = None) -> list[tuple[bool, list[str]]]:
     """``(in_domain, reasons)`` per graph.
 
     Args:
@@ -161,6 +167,8 @@ def verdicts(domain: dict | None, graphs: Sequence, op_types: Sequence[Sequence[
         op_types: per graph, its operator types.
         input_shapes: per graph, one sample's input shape (``"3x224x224"`` or a tuple; ``None`` skips).
         embeddings: ``[N, D]`` the graphs' encoder embeddings; ``stored_embeddings`` the training ones.
+        families: per graph its architecture family (``None``: unknown, not checked); checked
+            against the domain's ``families`` when the card has them.
     """
     if domain is None:
         return [(False, ["the predictor's card has no domain of validity (re-train it, or run "
@@ -172,9 +180,13 @@ def verdicts(domain: dict | None, graphs: Sequence, op_types: Sequence[Sequence[
         dist = nearest_distance(stored_embeddings, embeddings)
     ranges = (domain.get("globals") or {}).get("ranges", {})
     names = list(schema.GLOBAL_FEATURES)
+    known = set(domain["families"]) if domain.get("families") else None
     out = []
     for i, g in enumerate(graphs):
         reasons = []
+        fam = families[i] if families is not None else None
+        if known is not None and fam is not None and fam not in known:
+            reasons.append(f"model family {fam!r} never seen in training (unseen families err about twice as much)")
         unseen = sorted({op for op in op_types[i] if op not in seen})
         if unseen:
             reasons.append(f"operator types never seen in training: {', '.join(unseen)}")

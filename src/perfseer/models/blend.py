@@ -1,0 +1,298 @@
+"""Blend: a weighted geometric mean of separately trained networks, weights fitted on validation.
+
+Networks of different design err on different unseen families (on the timm leave-families-out
+folds, SeerNet-Sum and PMGNS each lose some folds the other wins, ``docs/generalisation.md``), so
+averaging their log predictions cancels part of each one's family-specific error.  The blend is
+
+.. math::
+    \\log \\hat y = \\textstyle\\sum_m w_m \\log \\hat y_m, \\quad w_m \\ge 0, \\ \\sum_m w_m = 1
+
+with each member trained on its own (same data, same seed, same recipe) and ``w`` chosen on the
+validation rows afterwards (:func:`fit_weights`: the grid point of the simplex, step 1/20, with
+the lowest validation MAPE).  Every member predicts the same standardised log target (the trainer
+fits one target scaling on the training rows), so the blend is one network: its output is the
+weighted sum of its members' outputs, and a card holds it like any other (``kind: neural``, model
+``blend``, the members' full configs in ``member_configs``).
+
+``perfseer train --model blend`` trains it (members ``seernet[readout=sum]+seernet+pmgns`` unless
+``--set 'members=...'`` names others)
+(:func:`train_blend`, called by :func:`perfseer.training.run.train_method`).
+
+Example::
+
+    from perfseer.training.run import train_method
+
+    fitted = train_method("blend", sel.train, sel.val, {"members": "seernet[readout=sum]+pmgns", "hidden_dim": 64})
+    fitted.config["weights"]          # e.g. "0.55,0.45", chosen on sel.val
+    fitted.predict(sel.test)          # [N, T] milliseconds
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from perfseer.errors import PerfseerError
+from perfseer.models.base import GraphRegressor, ModelConfig
+
+MAX_MEMBERS = 4  # the weight search enumerates the simplex grid: 1,771 points at 4 members
+GRID = 20  # weight steps of 1/GRID
+_COMMON = ("node_dim", "edge_dim", "global_dim", "num_op_types", "num_targets")
+
+
+@dataclass
+class BlendConfig(ModelConfig):
+    """Hyper-parameters of :class:`Blend`."""
+
+    # the member networks, "+"-separated method specs NAME or NAME[FIELD=VALUE;...] of neural models
+    # (the default: the lowest mean validation MAPE of the blends tried in the leave-families-out
+    # runs on both timm settings, docs/generalisation.md)
+    members: str = "seernet[readout=sum]+seernet+pmgns"
+    # one weight per member, comma-separated (>= 0, summing to 1); "" until fitted: equal weights
+    weights: str = ""
+    hidden_dim: int = 0  # > 0: every member's hidden_dim (and head_hidden_dim where it has one); 0: theirs
+    head_hidden_dim: int = 0  # > 0: every member's head_hidden_dim; 0: theirs (as `perfseer train --hidden` leaves it)
+    # JSON list of {"name", "config"}: the members' full configs, written when the blend is built
+    # (a card rebuilds the members from these, not from `members`, so later default changes cannot move them)
+    member_configs: str = ""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.hidden_dim < 0 or self.head_hidden_dim < 0:
+            raise PerfseerError("BlendConfig.hidden_dim and head_hidden_dim must be >= 0", "use 0 for the members' own")
+        specs = split_members(self.members)
+        if not 2 <= len(specs) <= MAX_MEMBERS:
+            raise PerfseerError(f"BlendConfig.members names {len(specs)} network(s): {self.members!r}",
+                                f"name 2 to {MAX_MEMBERS} networks joined by '+', e.g. seernet[readout=sum]+pmgns")
+        if self.weights:
+            parse_weights(self.weights, len(specs))
+
+    def member_list(self) -> list[tuple[str, dict]]:
+        """``[(name, full config dict)]`` of the members: from ``member_configs`` when set, else
+        built from ``members`` with the shared input sizes, targets and hidden widths."""
+        from perfseer.models.registry import config_class, is_neural, parse_overrides
+
+        if self.member_configs:
+            try:
+                items = json.loads(self.member_configs)
+                out = [(str(i["name"]), dict(i["config"])) for i in items]
+            except (ValueError, KeyError, TypeError) as e:
+                raise PerfseerError(f"BlendConfig.member_configs is not a JSON list of {{name, config}} ({e})",
+                                    "leave member_configs empty: it is written when the blend is built") from None
+            if len(out) != len(split_members(self.members)):
+                raise PerfseerError(f"BlendConfig.member_configs has {len(out)} members, members names "
+                                    f"{len(split_members(self.members))}", "leave member_configs empty")
+            return out
+        out = []
+        for spec in split_members(self.members):
+            name, inner = _split_spec(spec)
+            if name == "blend" or not is_neural(name):
+                raise PerfseerError(f"blend member {name!r} is not a neural network",
+                                    "blend neural models only (seernet, pmgns, gcn, gat, gin, mlp-node)")
+            cls = config_class(name)
+            fields = {f for f in cls.__dataclass_fields__}
+            cfg = {k: getattr(self, k) for k in _COMMON}
+            for width, value in (("hidden_dim", self.hidden_dim), ("head_hidden_dim", self.head_hidden_dim)):
+                if value and width in fields:
+                    cfg[width] = value
+            if name == "gat" and self.hidden_dim and self.hidden_dim % 4:
+                cfg["heads"] = 1  # GAT splits hidden_dim over its heads
+            cfg |= parse_overrides(name, inner)
+            out.append((name, cls.from_dict(cfg).to_dict()))
+        return out
+
+
+def split_members(text: str) -> list[str]:
+    """``"seernet[readout=sum;dropout=0.1]+pmgns"`` to ``["seernet[readout=sum;dropout=0.1]", "pmgns"]``
+    ("+" inside brackets does not split)."""
+    out, depth, cur = [], 0, ""
+    for ch in str(text):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "+" and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return [s for s in out if s]
+
+
+def _split_spec(spec: str) -> tuple[str, list[str]]:
+    name, _, inner = spec.partition("[")
+    if inner and not inner.endswith("]"):
+        raise PerfseerError(f"blend member {spec!r} has no closing ]", "write NAME[FIELD=VALUE;FIELD=VALUE]")
+    return name.strip(), [i for i in inner[:-1].split(";") if i.strip()]
+
+
+def parse_weights(text: str, n: int) -> list[float]:
+    """``"0.55,0.45"`` to floats, checked: ``n`` of them, >= 0, summing to 1 (within 1e-3; renormalised)."""
+    try:
+        w = [float(x) for x in str(text).split(",")]
+    except ValueError:
+        raise PerfseerError(f"BlendConfig.weights {text!r} is not comma-separated numbers",
+                            "write e.g. weights=0.55,0.45, or leave it empty to fit on validation") from None
+    if len(w) != n or any(not np.isfinite(x) or x < 0 for x in w) or abs(sum(w) - 1) > 1e-3:
+        raise PerfseerError(f"BlendConfig.weights {text!r}: need {n} weights >= 0 that sum to 1",
+                            "leave weights empty to fit them on validation")
+    return [x / sum(w) for x in w]
+
+
+def format_weights(w) -> str:
+    return ",".join(f"{float(x):.4g}" for x in w)
+
+
+def fit_weights(log_preds, y) -> np.ndarray:
+    """The simplex weights (step ``1 / GRID``) whose geometric-mean blend has the lowest MAPE on ``y``.
+
+    Args:
+        log_preds: ``[M, N]`` or ``[M, N, T]`` natural logs of each member's predictions.
+        y: ``[N]`` or ``[N, T]`` measured values (> 0; non-finite ones are ignored).
+
+    Ties go to the first grid point in enumeration order.  Raises :class:`PerfseerError` with no
+    finite measurement or more than :data:`MAX_MEMBERS` members.
+    """
+    L = np.asarray(log_preds, dtype=np.float64)
+    M = L.shape[0]
+    if not 1 <= M <= MAX_MEMBERS:
+        raise PerfseerError(f"cannot fit weights for {M} members", f"blend 2 to {MAX_MEMBERS} networks")
+    L = L.reshape(M, -1)
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    ok = np.isfinite(y) & (y > 0) & np.isfinite(L).all(0)
+    if not ok.any():
+        raise PerfseerError("no finite validation measurement to fit the blend's weights on",
+                            "fit the blend with a validation split that has measurements")
+    L, y = L[:, ok], y[ok]
+    best, best_err = None, np.inf
+    for c in itertools.product(range(GRID + 1), repeat=M - 1):
+        if sum(c) > GRID:
+            continue
+        w = np.array([*c, GRID - sum(c)], dtype=np.float64) / GRID
+        err = float(np.mean(np.abs(np.exp(w @ L) / y - 1)))
+        if err < best_err - 1e-12:
+            best, best_err = w, err
+    return best
+
+
+class Blend(GraphRegressor):
+    r"""A weighted geometric mean of member networks (see the module docstring).
+
+    .. math::
+        \mathrm{out}(G) = \textstyle\sum_m w_m\, \mathrm{member}_m(G)
+
+    in the standardised log-target units every member predicts.
+
+    Args:
+        config: a :class:`BlendConfig`; building it writes ``config.member_configs``.
+
+    Shapes: ``forward(data)`` -> [G, num_targets]; :meth:`embed` -> the members' embeddings side by
+    side (members without ``embed`` contribute none).
+    """
+
+    name = "blend"
+    config_class = BlendConfig
+
+    def __init__(self, config: BlendConfig):
+        super().__init__(config)
+        from perfseer.models.registry import build_from_dict
+
+        members = config.member_list()
+        self.members = nn.ModuleList(build_from_dict(name, cfg) for name, cfg in members)
+        config.member_configs = json.dumps([{"name": n, "config": c} for n, c in members], sort_keys=True)
+        w = parse_weights(config.weights, len(members)) if config.weights else [1 / len(members)] * len(members)
+        self.register_buffer("weights", torch.tensor(w, dtype=torch.float32))
+
+    def set_weights(self, w) -> None:
+        """Set the blend weights (normalised to sum 1) and the config's ``weights``, which the card records."""
+        w = np.asarray(w, dtype=np.float64).reshape(-1)
+        if len(w) != len(self.members) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise PerfseerError(f"blend weights {w.tolist()} for {len(self.members)} members",
+                                "pass one finite weight >= 0 per member, not all 0")
+        w = w / w.sum()
+        self.weights.copy_(torch.as_tensor(w, dtype=self.weights.dtype))
+        self.config.weights = format_weights(w)
+
+    def set_target_scaling(self, mean, std) -> None:
+        for m in self.members:
+            hook = getattr(m, "set_target_scaling", None)
+            if callable(hook):
+                hook(mean, std)
+
+    def forward(self, data) -> Tensor:
+        self._inputs(data)
+        return sum(w * m(data) for w, m in zip(self.weights, self.members))
+
+    @property
+    def embed(self):
+        """The members' embeddings side by side, ``embed(data) -> [G, sum of their widths]``; a blend
+        with no member that has one has no ``embed`` (``hasattr`` is false, as for baselines), so
+        the domain check skips the embedding distance."""
+        parts = [m for m in self.members if hasattr(m, "embed")]
+        if not parts:
+            raise AttributeError("embed")
+        return lambda data: torch.cat([m.embed(data) for m in parts], dim=-1)
+
+
+def train_blend(train_set, val_set, config: dict, train_config, targets, test_set=None):
+    """Train each member with :func:`perfseer.training.run.train_method` (same data, seed and
+    recipe), fit the weights on ``val_set`` unless ``config["weights"]`` fixes them, and return the
+    blend as a :class:`~perfseer.training.run.FittedMethod`.
+
+    With a ``checkpoint_dir`` member ``i`` checkpoints under ``<checkpoint_dir>/member<i>`` and,
+    once trained, writes ``finished.json`` there (its epochs); resuming then restores a finished
+    member at those epochs instead of giving it a new time limit, so an interrupted blend ends
+    where an uninterrupted one would."""
+    from perfseer.training.data import targets_of
+    from perfseer.training.metrics import evaluate_targets
+    from perfseer.training.run import FittedMethod, train_method
+    from perfseer.training.trainer import NeuralPredictor, TrainConfig, TrainResult
+
+    start = time.perf_counter()
+    train_config = train_config or TrainConfig()
+    cfg = BlendConfig.from_dict(config)
+    fitted = []
+    for i, (name, member_cfg) in enumerate(cfg.member_list()):
+        tc, done = train_config, None
+        if train_config.checkpoint_dir:
+            folder = Path(train_config.checkpoint_dir) / f"member{i}"
+            done = folder / "finished.json"
+            tc = replace(train_config, checkpoint_dir=str(folder))
+            if train_config.resume and done.is_file():
+                tc = replace(tc, max_epochs=int(json.loads(done.read_text())["epochs_run"]), time_limit_s=None)
+        fitted.append(train_method(name, train_set, val_set, member_cfg, train_config=tc, targets=targets))
+        if done is not None:
+            from perfseer.atomic import atomic_write_text
+
+            r = fitted[-1].train_result
+            atomic_write_text(done, json.dumps({"epochs_run": r.epochs_run, "stopped": r.stopped}))
+    first = fitted[0].estimator
+    for f in fitted[1:]:
+        if f.estimator.target_scaler.to_dict() != first.target_scaler.to_dict() or \
+                f.estimator.feature_scaler.to_dict() != first.feature_scaler.to_dict():
+            raise PerfseerError("the blend's members were fitted with different scalings", "train them on the same rows")
+    cfg.member_configs = json.dumps([{"name": f.name, "config": f.config} for f in fitted], sort_keys=True)
+    model = Blend(cfg)
+    for m, f in zip(model.members, fitted):
+        m.load_state_dict(f.estimator.model.state_dict())
+    y_val = targets_of(val_set)
+    if not config.get("weights"):
+        model.set_weights(fit_weights(np.log(np.stack([f.predict(val_set) for f in fitted])), y_val))
+    device = first.device
+    model.to(device).eval()
+    net = NeuralPredictor(model, first.feature_scaler, first.target_scaler, device=device)
+    metrics = {"train": evaluate_targets(targets_of(train_set), net.predict(train_set), targets),
+               "val": evaluate_targets(y_val, net.predict(val_set), targets)}
+    if test_set is not None and len(test_set):
+        metrics["test"] = evaluate_targets(targets_of(test_set), net.predict(test_set), targets)
+    results = [f.train_result for f in fitted]
+    history = [dict(h, member=i) for i, r in enumerate(results) for h in r.history]
+    result = TrainResult(net, metrics, sum(r.epochs_run for r in results), max(r.best_epoch for r in results),
+                         float(np.mean([r.best_val_loss for r in results])), "+".join(r.stopped for r in results),
+                         time.perf_counter() - start, history, train_config)
+    return FittedMethod("blend", list(targets), net, time.perf_counter() - start, result, model.config.to_dict())

@@ -1,0 +1,53 @@
+"""train_method("blend"): members trained separately, weights on validation, a card that reloads."""
+
+import numpy as np
+import pytest
+from train_helpers import flops_dataset
+
+from perfseer.training.run import train_method
+from perfseer.training.trainer import TrainConfig
+
+
+def test_blend_trains_members_fits_weights_and_predicts_their_geometric_mean():
+    tr, va, te = flops_dataset(24, 0, noise=0.1), flops_dataset(10, 1, noise=0.1), flops_dataset(6, 2)
+    tc = TrainConfig(max_epochs=2, batch_size=8, progress=False)
+    fitted = train_method("blend", tr, va, {"members": "seernet[readout=sum]+gcn", "hidden_dim": 8, "head_hidden_dim": 8},
+                          train_config=tc, targets=["latency_ms"], test_set=te)
+    w = [float(x) for x in fitted.config["weights"].split(",")]
+    assert len(w) == 2 and np.isclose(sum(w), 1) and all(x >= 0 for x in w)
+    members = [train_method(n, tr, va, c, train_config=tc, targets=["latency_ms"])
+               for n, c in (("seernet", {"readout": "sum", "hidden_dim": 8, "head_hidden_dim": 8}),
+                            ("gcn", {"hidden_dim": 8, "head_hidden_dim": 8}))]
+    want = np.exp(sum(wi * np.log(m.predict(te)) for wi, m in zip(w, members)))
+    np.testing.assert_allclose(fitted.predict(te), want, rtol=1e-4)
+    r = fitted.train_result
+    assert r.epochs_run == 4 and set(r.metrics) == {"train", "val", "test"} and {h["member"] for h in r.history} == {0, 1}
+
+
+def test_a_blend_card_saves_and_loads(tmp_path):
+    from perfseer.predictor import Predictor, Target, load_predictor
+
+    tr, va, te = flops_dataset(16, 0), flops_dataset(8, 1), flops_dataset(4, 2)
+    fitted = train_method("blend", tr, va, {"members": "seernet+pmgns", "hidden_dim": 8, "head_hidden_dim": 8,
+                                           "weights": "0.4,0.6"},
+                          train_config=TrainConfig(max_epochs=1, batch_size=8, progress=False), targets=["latency_ms"])
+    assert fitted.config["weights"] == "0.4,0.6"  # given weights are kept, not fitted
+    p = Predictor.from_training("b", "blend", fitted.estimator, [Target("latency_ms", "dev", "infer")], [], {}, {})
+    p.save(tmp_path)
+    q = load_predictor(tmp_path / "b.json")
+    np.testing.assert_allclose(q.predict_graphs(te), fitted.predict(te), rtol=1e-6)
+    assert q.card["model"]["name"] == "blend"
+
+
+def test_a_resumed_blend_keeps_its_finished_members(tmp_path):
+    tr, va = flops_dataset(16, 0), flops_dataset(8, 1)
+    cfg = {"members": "gcn+gin", "hidden_dim": 8, "head_hidden_dim": 8}
+    tc = TrainConfig(max_epochs=2, batch_size=8, progress=False, checkpoint_dir=str(tmp_path))
+    first = train_method("blend", tr, va, cfg, train_config=tc, targets=["latency_ms"])
+    assert (tmp_path / "member0" / "finished.json").is_file() and (tmp_path / "member1" / "finished.json").is_file()
+    # resumed with a larger budget: finished members are restored, not trained further
+    again = train_method("blend", tr, va, cfg, targets=["latency_ms"],
+                         train_config=TrainConfig(max_epochs=5, batch_size=8, progress=False,
+                                                  checkpoint_dir=str(tmp_path), resume=True))
+    assert again.train_result.epochs_run == first.train_result.epochs_run == 4
+    np.testing.assert_allclose(again.predict(va), first.predict(va), rtol=1e-6)
