@@ -206,16 +206,22 @@ class Predictor:
         pg = model if isinstance(model, PerfGraph) else extract(model, batch=int(batches[0]), input_shape=input_shape,
                                                                  dims=dims, seq_len=seq_len)
         name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
-        return self.predict_bound(pg, batches, device=device, phase=phase, name=name, _stacklevel=3)
+        from perfseer.data.splits import model_family
+
+        family = model_family(model) if isinstance(model, str) else None
+        return self.predict_bound(pg, batches, device=device, phase=phase, name=name, family=family, _stacklevel=3)
 
     def predict_bound(self, pg, batches: Sequence[int], graphs: Sequence | None = None, device: str | None = None,
-                      phase: str | None = None, name: str | None = None, _stacklevel: int = 2) -> list[dict]:
+                      phase: str | None = None, name: str | None = None, family: str | None = None,
+                      _stacklevel: int = 2) -> list[dict]:
         """The rows of :meth:`predict` for an extracted PerfGraph ``pg`` at each of ``batches``.
 
         Args:
             graphs: the PyG graphs of ``pg`` bound to each batch size, when the caller has them
                 (``perfseer serve`` builds them once for all its predictors); ``None``: built here.
             name: the rows' ``model`` (default: the graph's name).
+            family: the model's architecture family (:func:`perfseer.data.splits.model_family` of
+                its reference), checked against the card's domain; ``None``: not checked.
         """
         cols = self.columns(device, phase)
         if graphs is None:
@@ -230,9 +236,6 @@ class Predictor:
         values = self.predict_graphs(graphs)
         name = pg.graph.name if name is None else name
         shape = _input_shape(pg)
-        from perfseer.data.splits import model_family
-
-        family = model_family(model) if isinstance(model, str) else None
         verdicts, checked = self.assess(graphs, values, [pg.op_types] * len(graphs), [shape] * len(graphs),
                                         [family] * len(graphs))
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,

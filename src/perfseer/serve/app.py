@@ -275,7 +275,7 @@ class Service:
         hits = len(found)
         missing = [(b, u) for u in units for b in batches if (b, u) not in found]
         if missing:
-            found.update(self._compute(entry, missing))
+            found.update(self._compute(entry, missing, req.model))
         rows = []
         for unit in units:
             for b in req.batch:
@@ -304,9 +304,11 @@ class Service:
             units += [("predictor", name, d, ph) for d in devices for ph in phases]
         return units
 
-    def _compute(self, entry, missing: list[tuple]) -> dict:
+    def _compute(self, entry, missing: list[tuple], model: str) -> dict:
         """Rows for the (batch, unit) pairs the row cache lacked; each is put in the cache."""
         import warnings
+
+        from perfseer.data.splits import model_family
 
         from perfseer.predictor import PredictorError, UnseenOperatorWarning
 
@@ -349,7 +351,8 @@ class Service:
             name = group[1]
             p = self.predictor(name)
             try:  # every device and phase of the predictor in one forward pass
-                rows, notes = caught(lambda: p.predict_bound(pg, bs, graphs=[graph_at(b) for b in bs]))
+                rows, notes = caught(lambda: p.predict_bound(pg, bs, graphs=[graph_at(b) for b in bs],
+                                                             family=model_family(model)))
             except PredictorError as e:
                 out.update({(b, u): ([], [f"{name}: {e}"]) for b, u in missing if u[:2] == group})
                 continue
