@@ -71,6 +71,16 @@ DOMAIN_FEATURES = ("flops_total", "memory_access_total", "weight_total", "batch_
 _GIDX = [GLOBAL_FEATURES.index(f) for f in DOMAIN_FEATURES]
 DOMAIN_MARGIN = 0.25  # share of the calibration rows' log range added on each side
 
+# The correction's feature sets (``CalibrationConfig.variant``): which inputs besides the base
+# device's log prediction enter the ridge regression.  ``diffs``: the other source columns' log
+# ratios to the base column; ``slope``: the base column itself (its coefficient is the slope minus
+# one, so the penalty shrinks the slope towards 1); ``globals``: the five log global features.
+VARIANTS = {"full": ("diffs", "globals"), "slope": ("diffs", "slope", "globals"), "cols": ("diffs", "slope"),
+            "one": ("slope",)}
+DEFAULT_VARIANT = "full"
+INTERVAL_RULES = ("scaled", "conformal", "student-t")
+DEFAULT_INTERVAL = "scaled"
+
 
 @dataclass
 class CalibrationConfig:
@@ -80,6 +90,8 @@ class CalibrationConfig:
     coverage: float = 0.9  # level of the interval (the issue's 90 %)
     # ridge strengths tried by loglinear, chosen by leave-one-model-out error on the K rows
     ridge: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1e3, 1e6)  # 1e6: in effect the base device times a constant
+    variant: str = DEFAULT_VARIANT  # loglinear's feature set (VARIANTS)
+    interval: str = DEFAULT_INTERVAL  # how the interval's half-width is set (INTERVAL_RULES)
     steps: int = 200  # Adam steps (full batch of the K rows) of head and meta adaptation
     steps_full: int = 60  # Adam steps of full fine-tuning (each is a forward/backward of all K graphs)
     lr_head: float = 3e-3  # head and meta adaptation learning rate
@@ -95,6 +107,10 @@ class CalibrationConfig:
             raise PerfseerError(f"unknown calibration method {self.method!r}", f"choose one of {', '.join(METHODS)}")
         if not 0.5 <= self.coverage < 1:
             raise PerfseerError(f"coverage must be in [0.5, 1), got {self.coverage}", "pass e.g. 0.9")
+        if self.variant not in VARIANTS:
+            raise PerfseerError(f"unknown loglinear variant {self.variant!r}", f"choose one of {', '.join(VARIANTS)}")
+        if self.interval not in INTERVAL_RULES:
+            raise PerfseerError(f"unknown interval rule {self.interval!r}", f"choose one of {', '.join(INTERVAL_RULES)}")
         if self.steps < 1 or self.cv_folds < 2:
             raise PerfseerError("steps must be >= 1 and cv_folds >= 2", "use the defaults")
 
@@ -160,10 +176,12 @@ def _ridge_fit(X: np.ndarray, r: np.ndarray, lam: float) -> np.ndarray:
     return np.linalg.solve(A.T @ A + D + 1e-9 * np.eye(A.shape[1]), A.T @ r)
 
 
+
+
 @dataclass
 class LogLinear:
-    """The fitted ``loglinear`` correction: features ``[log yhat_j - log yhat_base, g]``, standardised
-    with ``mean`` / ``std`` (the K rows'), coefficients ``coef`` (intercept first)."""
+    """The fitted ``loglinear`` correction: features ``[log yhat_j - log yhat_base, (log yhat_base), g]``,
+    standardised with ``mean`` / ``std`` (the K rows'), coefficients ``coef`` (intercept first)."""
 
     base: int
     columns: list[int]
@@ -172,10 +190,15 @@ class LogLinear:
     std: list[float]
     coef: list[float]
     lam: float
+    slope: bool = False  # the base column's own log prediction is a feature (shrunk towards slope 1)
+    variant: str = "full"
 
     def features(self, logp: np.ndarray, glob: np.ndarray) -> np.ndarray:
-        X = np.hstack([logp[:, self.columns] - logp[:, [self.base]], glob[:, self.use_globals]])
-        return (X - np.asarray(self.mean)) / np.asarray(self.std)
+        parts = [logp[:, self.columns] - logp[:, [self.base]]]
+        if self.slope:
+            parts.append(logp[:, [self.base]])
+        parts.append(glob[:, self.use_globals])
+        return (np.hstack(parts) - np.asarray(self.mean)) / np.asarray(self.std)
 
     def predict_log(self, logp: np.ndarray, glob: np.ndarray) -> np.ndarray:
         c = np.asarray(self.coef)
@@ -185,13 +208,25 @@ class LogLinear:
         return asdict(self)
 
 
-def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
-                  ridge: Sequence[float], lam: float | None = None) -> LogLinear:
-    """Fit the correction; ``lam`` None: chosen among ``ridge`` by leave-one-model-out error."""
-    base = int(np.argmin([np.var(logy - logp[:, j]) for j in range(logp.shape[1])]))
-    columns = [j for j in range(logp.shape[1]) if j != base]
-    keep = [i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9]  # a constant column carries nothing
-    X = np.hstack([logp[:, columns] - logp[:, [base]], glob[:, keep]])
+def base_column(logp: np.ndarray, logy: np.ndarray) -> int:
+    """The source column whose log ratio to the measurements varies least."""
+    return int(np.argmin([np.var(logy - logp[:, j]) for j in range(logp.shape[1])]))
+
+
+def fit_correction(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
+                   ridge: Sequence[float], variant: str = DEFAULT_VARIANT, lam: float | None = None) -> LogLinear:
+    """Fit the ``loglinear`` correction of feature set ``variant`` (:data:`VARIANTS`); ``lam`` None:
+    the ridge strength is chosen among ``ridge`` by leave-one-model-out error."""
+    if variant not in VARIANTS:
+        raise PerfseerError(f"unknown loglinear variant {variant!r}", f"choose one of {', '.join(VARIANTS)}")
+    use = VARIANTS[variant]
+    base = base_column(logp, logy)
+    columns = [j for j in range(logp.shape[1]) if j != base] if "diffs" in use else []
+    keep = ([i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9]  # a constant column carries nothing
+            if "globals" in use else [])
+    slope = "slope" in use
+    parts = [logp[:, columns] - logp[:, [base]]] + ([logp[:, [base]]] if slope else []) + [glob[:, keep]]
+    X = np.hstack(parts)
     mean, std = X.mean(0), X.std(0)
     std[~(std > 1e-9)] = 1.0
     Xs = (X - mean) / std
@@ -200,15 +235,46 @@ def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: 
         errs = [np.mean(_loo_ridge(Xs, r, groups, l) ** 2) for l in ridge]
         lam = float(ridge[int(np.argmin(errs))])
     coef = _ridge_fit(Xs, r, lam)
-    return LogLinear(base, columns, keep, mean.tolist(), std.tolist(), coef.tolist(), float(lam))
+    return LogLinear(base, columns, keep, mean.tolist(), std.tolist(), coef.tolist(), float(lam), slope, variant)
+
+
+def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
+                  ridge: Sequence[float], lam: float | None = None) -> LogLinear:
+    """The ``full`` correction (:func:`fit_correction`)."""
+    return fit_correction(logp, glob, logy, groups, ridge, "full", lam)
+
+
+def nested_residuals(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
+                     variant: str, ridge: Sequence[float]) -> np.ndarray:
+    """Leave-one-model-out residuals ``log y_i - log yhat_{-i}`` where everything the fit chooses
+    (the base column, the ridge strength by its own inner leave-one-model-out) is chosen again
+    without model ``i``: residuals as honest as a new model's, which the interval needs (choosing
+    the ridge strength on the same residuals makes them optimistic)."""
+    res = np.empty(len(logy))
+    for g in np.unique(groups):
+        out = groups == g
+        fit = fit_correction(logp[~out], glob[~out], logy[~out], groups[~out], ridge, variant)
+        res[out] = logy[out] - fit.predict_log(logp[out], glob[out])
+    return res
 
 
 def _loo_ridge(Xs, r, groups, lam) -> np.ndarray:
+    """Leave-one-model-out residuals of ridge regression, in closed form: with the hat matrix
+    ``H`` of the fit on all rows and its residuals ``e``, a left-out group's residuals are
+    ``(I - H_gg)^-1 e_g`` (``e_i / (1 - h_ii)`` for a one-row group) -- one solve per strength
+    instead of one refit per model."""
+    A = np.hstack([np.ones((len(Xs), 1)), Xs])
+    D = np.eye(A.shape[1]) * lam
+    D[0, 0] = 0.0
+    H = A @ np.linalg.solve(A.T @ A + D + 1e-9 * np.eye(A.shape[1]), A.T)
+    e = r - H @ r
+    _, first, counts = np.unique(groups, return_index=True, return_counts=True)
+    if (counts == 1).all():
+        return e / np.maximum(1 - np.diag(H), 1e-12)
     res = np.empty(len(r))
     for g in np.unique(groups):
-        out = groups == g
-        c = _ridge_fit(Xs[~out], r[~out], lam)
-        res[out] = r[out] - (c[0] + Xs[out] @ c[1:])
+        out = np.flatnonzero(groups == g)
+        res[out] = np.linalg.lstsq(np.eye(len(out)) - H[np.ix_(out, out)], e[out], rcond=None)[0]
     return res
 
 
@@ -276,21 +342,79 @@ def _kscale(logy: np.ndarray) -> tuple[float, float]:
 
 # -- the interval -----------------------------------------------------------------------------------
 
-def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: float) -> dict:
-    """Half-width ``q`` of the log-space interval from leave-one-model-out residuals (see module doc)."""
+# The ``scaled`` rule's c(K) at each level: the half-width is c(K) times the RMS of the nested
+# leave-one-model-out residuals of the K calibration models.  Learned by simulating K-shot
+# calibration on the validation and source devices only (never a test device):
+# benchmarks/calibration_sweep.py learn-scale, see docs/calibration.md.  Interpolated in log K,
+# held constant outside the table.
+SCALE_TABLE: dict[float, dict[int, float]] = {}
+
+
+def scale_factor(k: int, level: float) -> float | None:
+    """c(K) of :data:`SCALE_TABLE` for ``k`` calibration models (None: no table for ``level``)."""
+    table = SCALE_TABLE.get(round(level, 3))
+    if not table:
+        return None
+    ks = sorted(table)
+    return float(np.interp(math.log(max(k, 1)), [math.log(x) for x in ks], [table[x] for x in ks]))
+
+
+def scale_for(ratios: Sequence[np.ndarray], level: float) -> float:
+    """The smallest ``c`` at which the mean, over simulated calibrations, of the share of held-out
+    rows with ``|r| <= c s`` reaches ``level``.  ``ratios``: per calibration, its held-out rows'
+    ``|r| / s`` (``s`` that calibration's RMS nested residual; equally spaced quantiles of them do
+    as well).  Each calibration weighs the same, whatever its number of held-out rows: the level is
+    then the expected coverage on a new device calibrated the same way."""
+    rs = [np.sort(np.asarray(r, dtype=float)) for r in ratios if len(r)]
+    if not rs:
+        raise PerfseerError("no simulated calibrations to learn the interval scale from", "run more draws")
+
+    def cover(c):
+        return float(np.mean([np.searchsorted(r, c, side="right") / len(r) for r in rs]))
+
+    cand = np.unique(np.concatenate(rs))
+    lo, hi = 0, len(cand) - 1
+    if cover(cand[hi]) < level:
+        return float(cand[hi])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cover(cand[mid]) >= level:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(cand[lo])
+
+
+def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: float,
+                       rule: str = DEFAULT_INTERVAL) -> dict:
+    """Half-width ``q`` of the log-space interval from leave-one-model-out residuals (module doc).
+
+    ``rule``: ``scaled`` (``c(K) s``, :data:`SCALE_TABLE`), ``conformal`` (the jackknife rank, the
+    Student-t bound below 9 rows at 90 %) or ``student-t``.  A level without a scale table falls
+    back to ``conformal``; every candidate is recorded."""
     from scipy import stats
 
+    if rule not in INTERVAL_RULES:
+        raise PerfseerError(f"unknown interval rule {rule!r}", f"choose one of {', '.join(INTERVAL_RULES)}")
     a = np.sort(np.abs(residuals))
     n = len(a)
+    k = int(len(np.unique(groups)))
     alpha = 1 - coverage
     rank = math.ceil((n + 1) * (1 - alpha))
     conformal = float(a[rank - 1]) if rank <= n else None
     s = float(np.sqrt(np.mean(residuals ** 2)))
     t_bound = float(stats.t.ppf(1 - alpha / 2, max(n - 1, 1)) * s * math.sqrt(1 + 1 / n))
-    q = conformal if conformal is not None else t_bound
-    return {"level": coverage, "log_halfwidth": q, "factor": math.exp(q), "rows": n,
-            "models": int(len(np.unique(groups))), "conformal_rank": rank, "conformal": conformal, "t_bound": t_bound,
-            "basis": "conformal" if conformal is not None else "student-t",
+    c = scale_factor(k, coverage)
+    scaled = c * s if c is not None else None
+    if rule == "scaled" and scaled is not None:
+        q, basis = scaled, "scaled"
+    elif rule == "student-t" or conformal is None:
+        q, basis = t_bound, "student-t"
+    else:
+        q, basis = conformal, "conformal"
+    return {"level": coverage, "log_halfwidth": q, "factor": math.exp(q), "rows": n, "models": k,
+            "rule": rule, "basis": basis, "rms_residual": s, "scale": c, "scaled": scaled,
+            "conformal_rank": rank, "conformal": conformal, "t_bound": t_bound,
             "residuals": [round(float(r), 5) for r in residuals]}
 
 
@@ -360,11 +484,11 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
     domain = domain_of(glob)
 
     if cfg.method == "loglinear":
-        ll = fit_loglinear(logp, glob, logy, groups, cfg.ridge)
-        res = _loo_ridge(ll.features(logp, glob), logy - logp[:, ll.base], groups, ll.lam)
+        ll = fit_correction(logp, glob, logy, groups, cfg.ridge, cfg.variant)
+        res = nested_residuals(logp, glob, logy, groups, cfg.variant, cfg.ridge)
         net = CorrectedNet(source.net, [cols[j] for j in range(len(cols))], ll)
-        return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage), domain, res,
-                           cols[ll.base])
+        return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage, cfg.interval), domain,
+                           res, cols[ll.base])
 
     model, heads = _parts(source.net)
     base = int(np.argmin([np.var(logy - logp[:, j]) for j in range(len(cols))]))
@@ -405,8 +529,8 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
             pred = _single(source.net, None, trunk_model, metric, m, s).predict([graphs[i] for i in np.flatnonzero(out)])
             res[out] = logy[out] - np.log(pred[:, 0])
         net = _single(source.net, None, fit_full(np.arange(len(y))), metric, m, s)
-    return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage), domain, res,
-                       cols[base])
+    return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage, cfg.interval), domain,
+                       res, cols[base])
 
 
 def _folds(groups: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
@@ -466,10 +590,10 @@ class CorrectedNet:
 
 # -- choosing what to measure ----------------------------------------------------------------------
 
-def spanning_set(glob: np.ndarray, k: int) -> list[int]:
+def spanning_set(glob: np.ndarray, k: int, start: int | None = None) -> list[int]:
     """Indices of ``k`` rows of ``glob`` ([N, F] log features, :func:`global_design`) that span them:
     greedy K-centre (Gonzalez 1985) on the standardised features, starting from the row nearest
-    the median, each next pick the row farthest from those already picked.  Spanning the
+    the median (or at row ``start``), each next pick the row farthest from those already picked.  Spanning the
     feature space keeps every later model near a calibration row (the domain check) and gives the
     correction's slopes leverage at both ends; deterministic for a given candidate list."""
     X = np.asarray(glob, dtype=np.float64)
@@ -478,7 +602,7 @@ def spanning_set(glob: np.ndarray, k: int) -> list[int]:
     if len(X) == 0:
         return []
     X = (X - X.mean(0)) / X.std(0) if X.shape[1] else np.zeros((len(X), 1))
-    first = int(np.argmin(((X - np.median(X, axis=0)) ** 2).sum(1)))
+    first = int(np.argmin(((X - np.median(X, axis=0)) ** 2).sum(1))) if start is None else int(start)
     picked = [first]
     dist = ((X - X[first]) ** 2).sum(1)
     while len(picked) < min(k, len(X)):
@@ -486,6 +610,30 @@ def spanning_set(glob: np.ndarray, k: int) -> list[int]:
         picked.append(nxt)
         dist = np.minimum(dist, ((X - X[nxt]) ** 2).sum(1))
     return picked
+
+
+def quantile_set(logp: np.ndarray, k: int) -> list[int]:
+    """Indices of ``k`` rows at evenly spaced quantiles, ``(i + 1/2) / k``, of the source's
+    predicted log latency (``logp`` [N, T]: with several source columns, their first principal
+    component, oriented so that it grows with the mean column): calibration models from the
+    fastest to the slowest, as many in each stretch of the ranking."""
+    X = np.asarray(logp, dtype=np.float64)
+    if X.ndim == 1:
+        X = X[:, None]
+    if not len(X):
+        return []
+    Xc = X - X.mean(0)
+    if X.shape[1] > 1:
+        _, _, vt = np.linalg.svd(Xc, full_matrices=False)
+        score = Xc @ vt[0]
+        if np.corrcoef(score, Xc.mean(1))[0, 1] < 0:
+            score = -score
+    else:
+        score = Xc[:, 0]
+    order = np.argsort(score, kind="stable")
+    k = min(k, len(X))
+    pos = np.unique(np.minimum(((np.arange(k) + 0.5) / k * len(X)).astype(int), len(X) - 1))
+    return [int(order[p]) for p in pos]
 
 
 # -- domain -----------------------------------------------------------------------------------------
