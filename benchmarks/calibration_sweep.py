@@ -206,24 +206,17 @@ def sweep(args, console) -> None:
                     groups = C._groups(model_all[rows])
                     logy = np.log(y_all[rows])
                     for variant in args.variants:
-                        # "V+emb": variant V with the source trunk's embedding beside the global features
-                        # (an experiment: the shipped correction reads the global features only)
-                        base_v, _, plus = variant.partition("+")
-                        g_cal, g_test = glob_all[rows], tglob
-                        if plus == "emb":
-                            g_cal, g_test = np.hstack([g_cal, emb_all[rows]]), np.hstack([g_test, temb])
-                        fit = C.fit_correction(logp_all[rows], g_cal, logy, groups, variant=base_v,
-                                               ridge=C.CalibrationConfig().ridge)
-                        pred = np.exp(fit.predict_log(tlogp, g_test))
-                        res = C.nested_residuals(logp_all[rows], g_cal, logy, groups, base_v,
-                                                 C.CalibrationConfig().ridge)
+                        e_cal = emb_all[rows] if "embedding" in C.VARIANTS[variant] else None
+                        fit = C.fit_correction(logp_all[rows], glob_all[rows], logy, groups, variant=variant,
+                                               ridge=C.CalibrationConfig().ridge, emb=e_cal)
+                        pred = np.exp(fit.predict_log(tlogp, tglob, temb if e_cal is not None else None))
+                        res = C.nested_residuals(logp_all[rows], glob_all[rows], logy, groups, variant,
+                                                 C.CalibrationConfig().ridge, emb=e_cal)
                         e = evaluate(ty, pred)
                         r_test = np.log(ty) - np.log(pred)
                         s = float(np.sqrt(np.mean(res ** 2)))
                         cov = {}
-                        for rule_i in C.INTERVAL_RULES:
-                            if rule_i == "scaled" and not C.SCALE_TABLE:
-                                continue
+                        for rule_i in ("conformal", "student-t"):  # scaled: from ratio_q (report)
                             iv = C.interval_halfwidth(res, groups, args.coverage, rule_i)
                             cov[rule_i] = [float(np.mean(np.abs(r_test) <= iv["log_halfwidth"])),
                                            iv["log_halfwidth"]]
@@ -262,56 +255,103 @@ def summarise(results, console) -> None:
 
 # -- learn the interval scale -----------------------------------------------------------------------
 
+SELECTION_GROUP = {"random": "random", "kcentre-glob": "spanning"}  # the shipped rules: any choice / K-centre
+
+
 def coverage_at(ratio_q: np.ndarray, c: float) -> float:
     """Share of a calibration's test rows with ``|r| <= c s``, from its stored ratio quantiles."""
     return float(np.mean(np.asarray(ratio_q) <= c))
 
 
-def learn_scale(args, console) -> None:
+def _frame(paths):
     import pandas as pd
 
+    return pd.concat([pd.DataFrame(json.loads(Path(p).read_text())["results"]).assign(setting=_setting(p))
+                      for p in paths], ignore_index=True)
+
+
+def _setting(path) -> str:
+    stem = Path(path).stem
+    return "NAS-Bench-201" if "nb201" in stem else ("timm 3090 source" if "3090" in stem else
+                                                    "timm 4090 source" if "4090" in stem else stem)
+
+
+def learn_scale(args, console) -> None:
     from perfseer.training import calibrate as C
 
-    df = pd.concat([pd.DataFrame(json.loads(Path(p).read_text())["results"]) for p in args.paths], ignore_index=True)
-    df = df[df["role"].isin(("sim", "val")) & (df["variant"] == args.variant)]
-    if args.selection:
-        df = df[df["selection"].isin(tb.parse_list(args.selection))]
+    df = _frame(args.paths)
+    df = df[df["role"].isin(("sim", "val")) & (df["variant"] == args.variant) & df["selection"].isin(SELECTION_GROUP)]
     table, check = {}, []
-    for k, part in df.groupby("k"):
-        ratios = [np.asarray(r) for r in part["ratio_q"]]
-        table[int(k)] = round(C.scale_for(ratios, args.level), 3)
+    for (sel, k), part in df.groupby([df["selection"].map(SELECTION_GROUP), "k"]):
+        table.setdefault(sel, {})[int(k)] = round(C.scale_for([np.asarray(r) for r in part["ratio_q"]], args.level), 3)
         # leave one device out: c from the other devices, coverage on this one
-        for dev, p in part.groupby("target"):
-            rest = part[part["target"] != dev]
+        for dev, p in part.groupby(["setting", "target"]):
+            rest = part[(part["setting"] != dev[0]) | (part["target"] != dev[1])]
             c = C.scale_for([np.asarray(r) for r in rest["ratio_q"]], args.level)
-            cov = np.mean([coverage_at(np.asarray(r), c) for r in p["ratio_q"]])
-            check.append({"k": int(k), "device": dev, "c_without": round(c, 3), "coverage": round(float(cov), 3)})
-    console.print(json.dumps(table))
+            cov = np.mean([coverage_at(r, c) for r in p["ratio_q"]])
+            check.append({"selection": sel, "k": int(k), "setting": dev[0], "device": dev[1],
+                          "c_without": round(c, 3), "coverage": round(float(cov), 3)})
+    import pandas as pd
+
     chk = pd.DataFrame(check)
-    console.print(chk.to_string(index=False))
-    console.print(chk.groupby("k")["coverage"].agg(["mean", "min", "max"]).to_string())
-    tb.write_json(args.json, {"benchmark": "calibration-scale", "args": vars(args), "table": table,
-                              "leave_one_device_out": check})
+    console.print(json.dumps(table))
+    console.print(chk.groupby(["selection", "k", "setting"])["coverage"].agg(["mean", "min", "max", "count"]).to_string())
+    tb.write_json(args.json, {"benchmark": "calibration-scale", "args": vars(args), "level": args.level,
+                              "table": table, "leave_one_device_out": check})
 
 
 # -- report -----------------------------------------------------------------------------------------
 
-def report(paths: list[str]) -> str:
-    import pandas as pd
+def report(args) -> str:
+    """The markdown tables of docs/calibration.md from sweep files (and the scale table in the code)."""
+    from perfseer.training import calibrate as C
 
-    df = pd.concat([pd.DataFrame(json.loads(Path(p).read_text())["results"]).assign(file=Path(p).stem)
-                    for p in paths], ignore_index=True)
-    rules = [r for r in ("conformal", "student-t", "scaled") if any(r in c for c in df["coverage"])]
-    for r in rules:
-        df[f"cov_{r}"] = [c.get(r, [np.nan])[0] for c in df["coverage"]]
-        df[f"fac_{r}"] = [np.exp(c.get(r, [np.nan, np.nan])[1]) for c in df["coverage"]]
+    df = _frame(args.paths)
+    df["vs"] = df["role"].where(df["role"] == "test", "validation")
+    for r in ("conformal", "student-t"):
+        df[f"cov_{r}"] = [c[r][0] for c in df["coverage"]]
+        df[f"fac_{r}"] = [np.exp(c[r][1]) for c in df["coverage"]]
+    sc = [C.scale_factor(int(k), args.level, SELECTION_GROUP.get(sel, "random"))
+          for k, sel in zip(df["k"], df["selection"])]
+    df["cov_scaled"] = [coverage_at(r, c) if c else np.nan for r, c in zip(df["ratio_q"], sc)]
+    df["fac_scaled"] = [np.exp(c * s) if c else np.nan for c, s in zip(sc, df["s"])]
     out = []
-    g = df.groupby(["file", "role", "selection", "variant", "k"])
-    agg = {"mape": ("mape", "mean"), "rho": ("spearman", "mean"), "n": ("draw", "count")}
-    for r in rules:
-        agg[f"cover {r}"] = (f"cov_{r}", "mean")
-        agg[f"factor {r}"] = (f"fac_{r}", "mean")
-    out.append(_md(g.agg(**agg).reset_index()))
+    per_dev = df.groupby(["setting", "vs", "target", "selection", "variant", "k"])
+    dev = per_dev.agg(mape=("mape", "mean"), rho=("spearman", "mean")).reset_index()
+    # 1. the choice of K selection and correction: validation devices only (device means, then the mean)
+    ch = dev[dev["vs"] == "validation"].groupby(["setting", "k", "selection", "variant"])[["rho", "mape"]].mean()
+    out.append("### Choice on the validation devices: mean Spearman / MAPE %\n")
+    w = ch.apply(lambda r: f"{r['rho']:.3f} / {r['mape']:.2f}", axis=1).unstack("variant").reset_index()
+    out.append(_md(w))
+    te = dev[dev["vs"] == "test"].groupby(["setting", "k", "selection", "variant"])[["rho", "mape"]].mean()
+    out.append("\n### The same on the test devices (not used for any choice)\n")
+    out.append(_md(te.apply(lambda r: f"{r['rho']:.3f} / {r['mape']:.2f}", axis=1).unstack("variant").reset_index()))
+    # 2. NAS-Bench-201 per test device, K = 10
+    nb = dev[(dev["setting"] == "NAS-Bench-201") & (dev["vs"] == "test") & (dev["k"] == 10)]
+    if not nb.empty:
+        nb = nb.assign(cell=[f"{a:.3f} / {b:.2f}" for a, b in zip(nb["rho"], nb["mape"])])
+        w = nb.pivot_table(index="target", columns=["selection", "variant"], values="cell", aggfunc="first")
+        w.columns = [f"{a} {b}" for a, b in w.columns]
+        w = w.reset_index()
+        w["HELP Spearman"] = w["target"].map(HELP_PUBLISHED)
+        out.append("\n### NAS-Bench-201 test devices, K = 10: Spearman / MAPE %\n")
+        out.append(_md(w))
+    # 3. coverage of the 90 % interval per setting
+    g = df.groupby(["setting", "vs", "selection", "variant", "k"])
+    cov = g.agg(n=("draw", "count"), devices=("target", "nunique"),
+                conformal=("cov_conformal", "mean"), f_conformal=("fac_conformal", "median"),
+                student=("cov_student-t", "mean"), f_student=("fac_student-t", "median"),
+                scaled=("cov_scaled", "mean"), f_scaled=("fac_scaled", "median"),
+                scaled_min_device=("cov_scaled", lambda x: np.nan)).reset_index()
+    # the worst device's mean coverage (scaled rule)
+    worst = df.groupby(["setting", "vs", "selection", "variant", "k", "target"])["cov_scaled"].mean() \
+        .groupby(["setting", "vs", "selection", "variant", "k"]).min()
+    cov["scaled_min_device"] = [worst.get(tuple(r[c] for c in ("setting", "vs", "selection", "variant", "k")), np.nan)
+                                for _, r in cov.iterrows()]
+    if args.variant:
+        cov = cov[cov["variant"] == args.variant]
+    out.append(f"\n### Coverage of the {int(args.level * 100)} % interval (mean over devices and draws; factor: median)\n")
+    out.append(_md(cov))
     return "\n".join(out)
 
 
@@ -352,6 +392,8 @@ def main(argv=None) -> int:
     ls.add_argument("--json", default=None)
     r = sub.add_parser("report")
     r.add_argument("paths", nargs="+")
+    r.add_argument("--variant", default=None, help="coverage table: this correction only")
+    r.add_argument("--level", type=float, default=0.9)
     for p in (c, s):
         p.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -359,7 +401,7 @@ def main(argv=None) -> int:
 
     console = Console(stderr=True)
     if args.cmd == "report":
-        print(report(args.paths))
+        print(report(args))
         return 0
     tb.set_threads(getattr(args, "threads", 1))
     {"cache": cache, "sweep": sweep, "learn-scale": learn_scale}[args.cmd](args, console)

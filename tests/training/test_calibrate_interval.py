@@ -57,7 +57,7 @@ def test_scaled_rule_learned_on_simulated_devices_covers_a_new_one(monkeypatch):
         ratios = [np.abs(rt) / np.sqrt(np.mean(r ** 2)) for r, _, rt in _calibrations(2, 50, k, 0.1)]
         c = C.scale_for(ratios, 0.9)
         assert 1.3 < c < 3.5  # about t_{K-1} sqrt(1 + 1/K) = 1.8-1.9 for a Gaussian, wider for a noisy s
-        monkeypatch.setitem(C.SCALE_TABLE, 0.9, {k: c})
+        monkeypatch.setitem(C.SCALE_TABLE, "random", {0.9: {k: c}})
         cov = []
         for r, g, rt in _calibrations(3, 50, k, 0.3):
             iv = C.interval_halfwidth(r, g, 0.9)
@@ -73,13 +73,13 @@ def test_scale_for_and_the_table():
     assert cover >= 0.75 and np.mean([np.mean(r < c) for r in ratios]) < 0.75  # the smallest such c
     with pytest.raises(PerfseerError, match="no simulated calibrations"):
         C.scale_for([], 0.9)
-    table = {0.9: {10: 2.0, 50: 1.5}}
+    table = {"random": {0.9: {10: 2.0, 50: 1.5}}}
     C_scale = C.SCALE_TABLE
     try:
         C.SCALE_TABLE = table
         assert C.scale_factor(5, 0.9) == 2.0 and C.scale_factor(100, 0.9) == 1.5  # held constant outside
         assert 1.5 < C.scale_factor(20, 0.9) < 2.0
-        assert C.scale_factor(10, 0.8) is None
+        assert C.scale_factor(10, 0.8) is None and C.scale_factor(10, 0.9, "spanning") is None
     finally:
         C.SCALE_TABLE = C_scale
     # without a table for the level, the scaled rule falls back to conformal / Student-t

@@ -74,10 +74,12 @@ DOMAIN_MARGIN = 0.25  # share of the calibration rows' log range added on each s
 # The correction's feature sets (``CalibrationConfig.variant``): which inputs besides the base
 # device's log prediction enter the ridge regression.  ``diffs``: the other source columns' log
 # ratios to the base column; ``slope``: the base column itself (its coefficient is the slope minus
-# one, so the penalty shrinks the slope towards 1); ``globals``: the five log global features.
+# one, so the penalty shrinks the slope towards 1); ``globals``: the five log global features;
+# ``embedding``: the source trunk's embedding of the graph (what its heads read; SeerNet sources).
 VARIANTS = {"full": ("diffs", "globals"), "slope": ("diffs", "slope", "globals"), "cols": ("diffs", "slope"),
-            "one": ("slope",)}
+            "one": ("slope",), "emb": ("diffs", "globals", "embedding")}
 DEFAULT_VARIANT = "full"
+CLIP_MARGIN = 0.25  # the correction's clip: the K rows' fitted range widened by this share on each side
 INTERVAL_RULES = ("scaled", "conformal", "student-t")
 DEFAULT_INTERVAL = "scaled"
 
@@ -92,6 +94,9 @@ class CalibrationConfig:
     ridge: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1e3, 1e6)  # 1e6: in effect the base device times a constant
     variant: str = DEFAULT_VARIANT  # loglinear's feature set (VARIANTS)
     interval: str = DEFAULT_INTERVAL  # how the interval's half-width is set (INTERVAL_RULES)
+    # how the K models were chosen (the scaled interval's table): auto = spanning when every model is
+    # one of the shipped calibration set's (datasets/calibration), else random
+    selection: str = "auto"
     steps: int = 200  # Adam steps (full batch of the K rows) of head and meta adaptation
     steps_full: int = 60  # Adam steps of full fine-tuning (each is a forward/backward of all K graphs)
     lr_head: float = 3e-3  # head and meta adaptation learning rate
@@ -111,6 +116,8 @@ class CalibrationConfig:
             raise PerfseerError(f"unknown loglinear variant {self.variant!r}", f"choose one of {', '.join(VARIANTS)}")
         if self.interval not in INTERVAL_RULES:
             raise PerfseerError(f"unknown interval rule {self.interval!r}", f"choose one of {', '.join(INTERVAL_RULES)}")
+        if self.selection not in SELECTIONS:
+            raise PerfseerError(f"unknown selection {self.selection!r}", f"choose one of {', '.join(SELECTIONS)}")
         if self.steps < 1 or self.cv_folds < 2:
             raise PerfseerError("steps must be >= 1 and cv_folds >= 2", "use the defaults")
 
@@ -192,17 +199,26 @@ class LogLinear:
     lam: float
     slope: bool = False  # the base column's own log prediction is a feature (shrunk towards slope 1)
     variant: str = "full"
+    embedding: bool = False  # the source trunk's embedding is a feature
+    clip: list[float] | None = None  # the log correction's bounds (the K rows' fitted range, widened)
 
-    def features(self, logp: np.ndarray, glob: np.ndarray) -> np.ndarray:
+    def features(self, logp: np.ndarray, glob: np.ndarray, emb: np.ndarray | None = None) -> np.ndarray:
         parts = [logp[:, self.columns] - logp[:, [self.base]]]
         if self.slope:
             parts.append(logp[:, [self.base]])
         parts.append(glob[:, self.use_globals])
+        if self.embedding:
+            if emb is None:
+                raise PerfseerError("this correction reads the source's embeddings", "pass emb")
+            parts.append(np.asarray(emb, dtype=np.float64))
         return (np.hstack(parts) - np.asarray(self.mean)) / np.asarray(self.std)
 
-    def predict_log(self, logp: np.ndarray, glob: np.ndarray) -> np.ndarray:
+    def predict_log(self, logp: np.ndarray, glob: np.ndarray, emb: np.ndarray | None = None) -> np.ndarray:
         c = np.asarray(self.coef)
-        return logp[:, self.base] + c[0] + self.features(logp, glob) @ c[1:]
+        delta = c[0] + self.features(logp, glob, emb) @ c[1:]
+        if self.clip is not None:  # never extrapolate the correction far beyond what the K rows showed
+            delta = np.clip(delta, self.clip[0], self.clip[1])
+        return logp[:, self.base] + delta
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -214,18 +230,25 @@ def base_column(logp: np.ndarray, logy: np.ndarray) -> int:
 
 
 def fit_correction(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
-                   ridge: Sequence[float], variant: str = DEFAULT_VARIANT, lam: float | None = None) -> LogLinear:
+                   ridge: Sequence[float], variant: str = DEFAULT_VARIANT, lam: float | None = None,
+                   emb: np.ndarray | None = None) -> LogLinear:
     """Fit the ``loglinear`` correction of feature set ``variant`` (:data:`VARIANTS`); ``lam`` None:
-    the ridge strength is chosen among ``ridge`` by leave-one-model-out error."""
+    the ridge strength is chosen among ``ridge`` by leave-one-model-out error.  The fitted log
+    correction (prediction minus the base column) is clipped, on any later model, to the range it
+    takes on the K rows widened by :data:`CLIP_MARGIN` of that range on each side."""
     if variant not in VARIANTS:
         raise PerfseerError(f"unknown loglinear variant {variant!r}", f"choose one of {', '.join(VARIANTS)}")
     use = VARIANTS[variant]
+    if "embedding" in use and emb is None:
+        raise PerfseerError(f"loglinear variant {variant} reads the source trunk's embeddings",
+                            "use a SeerNet source, or another variant")
     base = base_column(logp, logy)
     columns = [j for j in range(logp.shape[1]) if j != base] if "diffs" in use else []
     keep = ([i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9]  # a constant column carries nothing
             if "globals" in use else [])
     slope = "slope" in use
-    parts = [logp[:, columns] - logp[:, [base]]] + ([logp[:, [base]]] if slope else []) + [glob[:, keep]]
+    parts = ([logp[:, columns] - logp[:, [base]]] + ([logp[:, [base]]] if slope else []) + [glob[:, keep]]
+             + ([np.asarray(emb, dtype=np.float64)] if "embedding" in use else []))
     X = np.hstack(parts)
     mean, std = X.mean(0), X.std(0)
     std[~(std > 1e-9)] = 1.0
@@ -235,7 +258,11 @@ def fit_correction(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups:
         errs = [np.mean(_loo_ridge(Xs, r, groups, l) ** 2) for l in ridge]
         lam = float(ridge[int(np.argmin(errs))])
     coef = _ridge_fit(Xs, r, lam)
-    return LogLinear(base, columns, keep, mean.tolist(), std.tolist(), coef.tolist(), float(lam), slope, variant)
+    fitted = coef[0] + Xs @ coef[1:]
+    pad = CLIP_MARGIN * float(np.ptp(fitted))
+    clip = [float(fitted.min() - pad), float(fitted.max() + pad)]
+    return LogLinear(base, columns, keep, mean.tolist(), std.tolist(), coef.tolist(), float(lam), slope, variant,
+                     "embedding" in use, clip)
 
 
 def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
@@ -245,7 +272,7 @@ def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: 
 
 
 def nested_residuals(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
-                     variant: str, ridge: Sequence[float]) -> np.ndarray:
+                     variant: str, ridge: Sequence[float], emb: np.ndarray | None = None) -> np.ndarray:
     """Leave-one-model-out residuals ``log y_i - log yhat_{-i}`` where everything the fit chooses
     (the base column, the ridge strength by its own inner leave-one-model-out) is chosen again
     without model ``i``: residuals as honest as a new model's, which the interval needs (choosing
@@ -253,8 +280,9 @@ def nested_residuals(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, group
     res = np.empty(len(logy))
     for g in np.unique(groups):
         out = groups == g
-        fit = fit_correction(logp[~out], glob[~out], logy[~out], groups[~out], ridge, variant)
-        res[out] = logy[out] - fit.predict_log(logp[out], glob[out])
+        e_in, e_out = (emb[~out], emb[out]) if emb is not None else (None, None)
+        fit = fit_correction(logp[~out], glob[~out], logy[~out], groups[~out], ridge, variant, emb=e_in)
+        res[out] = logy[out] - fit.predict_log(logp[out], glob[out], e_out)
     return res
 
 
@@ -342,17 +370,19 @@ def _kscale(logy: np.ndarray) -> tuple[float, float]:
 
 # -- the interval -----------------------------------------------------------------------------------
 
-# The ``scaled`` rule's c(K) at each level: the half-width is c(K) times the RMS of the nested
-# leave-one-model-out residuals of the K calibration models.  Learned by simulating K-shot
-# calibration on the validation and source devices only (never a test device):
-# benchmarks/calibration_sweep.py learn-scale, see docs/calibration.md.  Interpolated in log K,
+# The ``scaled`` rule's c(K): the half-width is c(K) times the RMS of the nested
+# leave-one-model-out residuals of the K calibration models, per way the K models were chosen
+# (``spanning``: K-centre, as the shipped calibration set; ``random``: any other choice) and level.
+# Learned by simulating K-shot calibration on the validation and source devices only, never a test
+# device (benchmarks/calibration_sweep.py learn-scale; docs/calibration.md).  Interpolated in log K,
 # held constant outside the table.
-SCALE_TABLE: dict[float, dict[int, float]] = {}
+SCALE_TABLE: dict[str, dict[float, dict[int, float]]] = {}
+SELECTIONS = ("auto", "spanning", "random")
 
 
-def scale_factor(k: int, level: float) -> float | None:
+def scale_factor(k: int, level: float, selection: str = "random") -> float | None:
     """c(K) of :data:`SCALE_TABLE` for ``k`` calibration models (None: no table for ``level``)."""
-    table = SCALE_TABLE.get(round(level, 3))
+    table = SCALE_TABLE.get(selection, {}).get(round(level, 3))
     if not table:
         return None
     ks = sorted(table)
@@ -386,7 +416,7 @@ def scale_for(ratios: Sequence[np.ndarray], level: float) -> float:
 
 
 def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: float,
-                       rule: str = DEFAULT_INTERVAL) -> dict:
+                       rule: str = DEFAULT_INTERVAL, selection: str = "random") -> dict:
     """Half-width ``q`` of the log-space interval from leave-one-model-out residuals (module doc).
 
     ``rule``: ``scaled`` (``c(K) s``, :data:`SCALE_TABLE`), ``conformal`` (the jackknife rank, the
@@ -404,7 +434,7 @@ def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: floa
     conformal = float(a[rank - 1]) if rank <= n else None
     s = float(np.sqrt(np.mean(residuals ** 2)))
     t_bound = float(stats.t.ppf(1 - alpha / 2, max(n - 1, 1)) * s * math.sqrt(1 + 1 / n))
-    c = scale_factor(k, coverage)
+    c = scale_factor(k, coverage, selection)
     scaled = c * s if c is not None else None
     if rule == "scaled" and scaled is not None:
         q, basis = scaled, "scaled"
@@ -413,7 +443,7 @@ def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: floa
     else:
         q, basis = conformal, "conformal"
     return {"level": coverage, "log_halfwidth": q, "factor": math.exp(q), "rows": n, "models": k,
-            "rule": rule, "basis": basis, "rms_residual": s, "scale": c, "scaled": scaled,
+            "rule": rule, "basis": basis, "selection": selection, "rms_residual": s, "scale": c, "scaled": scaled,
             "conformal_rank": rank, "conformal": conformal, "t_bound": t_bound,
             "residuals": [round(float(r), 5) for r in residuals]}
 
@@ -478,17 +508,26 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         raise PerfseerError(f"predictor {source.name} predicts no {metric}",
                             f"calibrate a predictor of {metric}: its targets are {', '.join(t.key for t in source.targets)}")
     logy = np.log(y)
+    selection = cfg.selection if cfg.selection != "auto" else (
+        "spanning" if set(map(str, models)) <= calibration_set_models() else "random")
     outputs = source_outputs if source_outputs is not None else source.predict_graphs(list(graphs))
     logp = np.log(np.maximum(np.asarray(outputs)[:, cols], 1e-12))
     glob = global_design(graphs)
     domain = domain_of(glob)
 
     if cfg.method == "loglinear":
-        ll = fit_correction(logp, glob, logy, groups, cfg.ridge, cfg.variant)
-        res = nested_residuals(logp, glob, logy, groups, cfg.variant, cfg.ridge)
+        e, variant, extra = None, cfg.variant, {"selection": selection}
+        if "embedding" in VARIANTS[variant]:
+            if getattr(getattr(source.net, "model", None), "name", None) in ("seernet", "seernet-multi"):
+                e = (embeddings if embeddings is not None else embed(source.net, list(graphs))).double().numpy()
+            else:  # a source without a trunk embedding: the same correction without it
+                variant = "full"
+                extra["variant_fallback"] = f"{cfg.variant} -> full: the source has no trunk embedding"
+        ll = fit_correction(logp, glob, logy, groups, cfg.ridge, variant, emb=e)
+        res = nested_residuals(logp, glob, logy, groups, variant, cfg.ridge, emb=e)
         net = CorrectedNet(source.net, [cols[j] for j in range(len(cols))], ll)
-        return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage, cfg.interval), domain,
-                           res, cols[ll.base])
+        return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection),
+                           domain, res, cols[ll.base], extra)
 
     model, heads = _parts(source.net)
     base = int(np.argmin([np.var(logy - logp[:, j]) for j in range(len(cols))]))
@@ -529,8 +568,8 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
             pred = _single(source.net, None, trunk_model, metric, m, s).predict([graphs[i] for i in np.flatnonzero(out)])
             res[out] = logy[out] - np.log(pred[:, 0])
         net = _single(source.net, None, fit_full(np.arange(len(y))), metric, m, s)
-    return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage, cfg.interval), domain,
-                       res, cols[base])
+    return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection),
+                       domain, res, cols[base], {"selection": selection})
 
 
 def _folds(groups: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
@@ -584,8 +623,13 @@ class CorrectedNet:
         graphs = list(graphs)
         if not graphs:
             return np.zeros((0, 1))
-        logp = np.log(np.maximum(self.source_net.predict(graphs)[:, self.columns], 1e-12))
-        return np.exp(self.correction.predict_log(logp, global_design(graphs))).reshape(-1, 1)
+        if self.correction.embedding:
+            e = embed(self.source_net, graphs)
+            logp = np.log(np.maximum(heads_output(self.source_net, e)[:, self.columns], 1e-12))
+            e = e.double().numpy()
+        else:
+            logp, e = np.log(np.maximum(self.source_net.predict(graphs)[:, self.columns], 1e-12)), None
+        return np.exp(self.correction.predict_log(logp, global_design(graphs), e)).reshape(-1, 1)
 
 
 # -- choosing what to measure ----------------------------------------------------------------------
@@ -634,6 +678,18 @@ def quantile_set(logp: np.ndarray, k: int) -> list[int]:
     k = min(k, len(X))
     pos = np.unique(np.minimum(((np.arange(k) + 0.5) / k * len(X)).astype(int), len(X) - 1))
     return [int(order[p]) for p in pos]
+
+
+def calibration_set_models() -> set[str]:
+    """The model names of the shipped calibration sets (``datasets/calibration/*.txt``; empty when
+    the datasets are not installed)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "datasets" / "calibration"
+    names: set[str] = set()
+    for f in sorted(root.glob("*.txt")) if root.is_dir() else []:
+        names |= {ln.strip() for ln in f.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+    return names
 
 
 # -- domain -----------------------------------------------------------------------------------------
