@@ -264,10 +264,19 @@ def coverage_at(ratio_q: np.ndarray, c: float) -> float:
 
 
 def _frame(paths):
+    """The sweep files' rows, plus ``auto`` rows: per calibration, the variant of lowest nested
+    leave-one-model-out RMS among :data:`perfseer.training.calibrate.AUTO_VARIANTS` (what
+    ``calibrate`` does with the default variant)."""
     import pandas as pd
 
-    return pd.concat([pd.DataFrame(json.loads(Path(p).read_text())["results"]).assign(setting=_setting(p))
-                      for p in paths], ignore_index=True)
+    from perfseer.training import calibrate as C
+
+    df = pd.concat([pd.DataFrame(json.loads(Path(p).read_text())["results"]).assign(setting=_setting(p))
+                    for p in paths], ignore_index=True)
+    cand = df[df["variant"].isin(C.AUTO_VARIANTS)]
+    key = ["setting", "target", "selection", "k", "draw"]
+    auto = cand.loc[cand.groupby(key)["s"].idxmin()].assign(chosen=lambda d: d["variant"], variant="auto")
+    return pd.concat([df, auto], ignore_index=True)
 
 
 def _setting(path) -> str:
@@ -386,7 +395,7 @@ def main(argv=None) -> int:
     s.add_argument("--json", default=None)
     ls = sub.add_parser("learn-scale")
     ls.add_argument("paths", nargs="+")
-    ls.add_argument("--variant", default="full")
+    ls.add_argument("--variant", default="auto")
     ls.add_argument("--selection", default=None)
     ls.add_argument("--level", type=float, default=0.9)
     ls.add_argument("--json", default=None)

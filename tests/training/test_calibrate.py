@@ -51,6 +51,10 @@ def test_loglinear_recovers_a_scaled_device(source):
     assert np.mean(np.abs(pred / test_y - 1)) < 0.1
     assert cal.interval["rule"] == C.DEFAULT_INTERVAL and cal.interval["factor"] > 1
     assert cal.interval["selection"] == "random"  # not the shipped calibration set's models
+    # the default variant is chosen on the K rows: the lowest nested leave-one-model-out error
+    assert set(cal.extra["variant_rms"]) == set(C.AUTO_VARIANTS)
+    assert cal.extra["variant"] == min(cal.extra["variant_rms"], key=cal.extra["variant_rms"].get)
+    assert cal.correction.variant == cal.extra["variant"]
     assert cal.base_column == 1  # the source device whose ratio to the measurements varies least
 
 
