@@ -271,16 +271,23 @@ def _frame(paths):
 
     from perfseer.training import calibrate as C
 
-    df = pd.concat([pd.DataFrame(json.loads(Path(p).read_text())["results"]).assign(setting=_setting(p))
-                    for p in paths], ignore_index=True)
+    df = pd.concat([pd.DataFrame(_read(p)["results"]).assign(setting=_setting(p)) for p in paths], ignore_index=True)
     cand = df[df["variant"].isin(C.AUTO_VARIANTS)]
     key = ["setting", "target", "selection", "k", "draw"]
     auto = cand.loc[cand.groupby(key)["s"].idxmin()].assign(chosen=lambda d: d["variant"], variant="auto")
     return pd.concat([df, auto], ignore_index=True)
 
 
+def _read(path) -> dict:
+    """A sweep file, plain or gzipped (the committed copies under benchmarks/data/calibration)."""
+    import gzip
+
+    p = Path(path)
+    return json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
+
+
 def _setting(path) -> str:
-    stem = Path(path).stem
+    stem = Path(path).name
     return "NAS-Bench-201" if "nb201" in stem else ("timm 3090 source" if "3090" in stem else
                                                     "timm 4090 source" if "4090" in stem else stem)
 
