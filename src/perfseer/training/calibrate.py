@@ -6,12 +6,14 @@ Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``do
 
 ``loglinear``
     a ridge correction of the source prediction in log space,
-    ``log y = a + sum_j b_j log yhat_j + c . g``, where ``yhat_j`` are the source's outputs for
-    the same metric (one per source device for SeerNet-Multi) and ``g`` a few standardised global
-    features (log FLOPs, log memory access, log weights, log batch size, log node count).  The
-    regression is on ``log y - log yhat_base`` (``base``: the source column whose ratio to the
-    measurements varies least), so the ridge penalty shrinks towards "the base device times a
-    constant"; its strength is chosen by leave-one-model-out error on the K rows.  No gradient step.
+    ``log y = log yhat_base + a + sum_j b_j x_j``, where ``yhat_base`` is the source column (one per
+    source device for SeerNet-Multi) whose ratio to the measurements varies least and ``x`` the
+    variant's features (:data:`VARIANTS`: the other columns' log ratios to the base one, the
+    standardised log global features, the base column itself, the source trunk's embedding).
+    The ridge penalty shrinks towards "the base device times a constant"; its strength is chosen
+    by leave-one-model-out error on the K rows.  The default variant ``auto`` keeps the variant of
+    lowest nested leave-one-model-out error.  The fitted correction is clipped to the range it
+    takes on the K rows (widened by :data:`CLIP_MARGIN`).  No gradient step.
 ``head``
     fine-tune the 2-layer head of SeerNet (the trunk frozen) on the K rows, starting from the
     base column's head, with an L2 pull towards the start (L2-SP).
@@ -23,16 +25,17 @@ Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``do
     frozen embeddings, see :func:`meta_init`), then adapted to the K rows like ``head``.
 
 **Interval.**  Each method's out-of-fold residuals ``r_i = log y_i - log yhat_{-i}`` on the K
-rows, whole models left out (leave-one-model-out for ``loglinear``, and for ``head`` / ``meta`` up
-to 10 models, 10 model folds above; 5 folds for ``full``, whose every refit trains the whole
-network), give the half-width ``q`` of a log-space interval ``[yhat / e^q, yhat e^q]`` at level
-``1 - alpha`` (default 90 %):
+rows, whole models left out (for ``loglinear`` *nested*: the base column, ridge strength and
+variant are chosen again without model ``i``; ``head`` / ``meta`` up to 10 model folds; ``full`` 5),
+give the half-width ``q`` of a log-space interval ``[yhat / e^q, yhat e^q]`` at level
+``1 - alpha`` (default 90 %), by one of :data:`INTERVAL_RULES`:
 
-- split-conformal (jackknife form): the ``ceil((n + 1)(1 - alpha))``-th smallest ``|r_i|`` of the
-  ``n`` rows, which exists only for ``n >= 9`` at 90 % (the conformal bound is infinite below);
-- the small-K widening, used where that rank does not exist: the Student-t prediction bound
-  ``t_{n-1, 1-alpha/2} s sqrt(1 + 1/n)`` (``s`` the RMS residual), which grows fast as ``n``
-  falls (``t_{4, 0.95} = 2.13``, ``t_{7, 0.95} = 1.89``; a normal 90 % bound is 1.64 s).
+- ``scaled`` (default): ``q = c(K) s``, ``s`` the RMS residual and ``c(K)`` from
+  :data:`SCALE_TABLE`, learned by simulating K-shot calibration on validation and source devices
+  (never a test device), per way of choosing the K models (K-centre or not);
+- ``conformal`` (jackknife form): the ``ceil((n + 1)(1 - alpha))``-th smallest ``|r_i|`` of the
+  ``n`` rows, which exists only for ``n >= 9`` at 90 % (Student-t below);
+- ``student-t``: ``t_{n-1, 1-alpha/2} s sqrt(1 + 1/n)``.
 
 The calibrated card stores ``q``, the residuals and which rule set it (``calibration.interval``);
 prediction rows carry ``interval`` and ``interval_level``.
