@@ -226,7 +226,7 @@ def sweep(args, console) -> None:
                             "target": target, "role": role, "k": k, "selection": rule, "draw": d,
                             "variant": variant, "rows": int(len(rows)), "models": int(len(models)),
                             "mape": e["mape"], "spearman": e["spearman"], "s": s,
-                            "loo_rmse_naive": None, "coverage": cov,
+                            "coverage": cov,
                             "ratio_q": np.quantile(ratio, RATIO_LEVELS).round(4).tolist(),
                             "dropped_columns": [src_devs[j] for j in drop]})
         tb.log(console, f"{target} ({role}): {len(ty)} test rows, {len(cand)} candidates, "
