@@ -82,6 +82,13 @@ def test_scale_for_and_the_table():
         assert C.scale_factor(10, 0.8) is None and C.scale_factor(10, 0.9, "spanning") is None
     finally:
         C.SCALE_TABLE = C_scale
+    # below the table's smallest K the scaled rule is never narrower than the Student-t bound
+    try:
+        C.SCALE_TABLE = table
+        iv = C.interval_halfwidth(np.full(4, 0.1), np.arange(4), 0.9)
+        assert iv["log_halfwidth"] == pytest.approx(iv["t_bound"]) and iv["t_bound"] > 2.0 * 0.1
+    finally:
+        C.SCALE_TABLE = C_scale
     # without a table for the level, the scaled rule falls back to conformal / Student-t
     iv = C.interval_halfwidth(np.full(6, 0.1), np.arange(6), 0.8)
     assert iv["rule"] == "scaled" and iv["basis"] in ("conformal", "student-t")

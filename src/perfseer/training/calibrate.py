@@ -448,7 +448,11 @@ def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: floa
     t_bound = float(stats.t.ppf(1 - alpha / 2, max(n - 1, 1)) * s * math.sqrt(1 + 1 / n))
     c = scale_factor(k, coverage, selection)
     scaled = c * s if c is not None else None
-    if rule == "scaled" and scaled is not None:
+    table = SCALE_TABLE.get(selection, {}).get(round(coverage, 3)) or {}
+    below = bool(table) and k < min(table)  # fewer models than were simulated: never below Student-t
+    if rule == "scaled" and scaled is not None and below and t_bound > scaled:
+        q, basis = t_bound, "student-t (below the scale table's smallest K)"
+    elif rule == "scaled" and scaled is not None:
         q, basis = scaled, "scaled"
     elif rule == "student-t" or conformal is None:
         q, basis = t_bound, "student-t"
