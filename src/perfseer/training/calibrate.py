@@ -25,8 +25,8 @@ Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``do
     frozen embeddings, see :func:`meta_init`), then adapted to the K rows like ``head``.
 
 **Interval.**  Each method's out-of-fold residuals ``r_i = log y_i - log yhat_{-i}`` on the K
-rows, whole models left out (for ``loglinear`` *nested*: the base column, ridge strength and
-variant are chosen again without model ``i``; ``head`` / ``meta`` up to 10 model folds; ``full`` 5),
+rows, whole models left out (for ``loglinear`` *nested*: the base column and ridge strength are
+chosen again without model ``i``; ``head`` / ``meta`` up to 10 model folds; ``full`` 5),
 give the half-width ``q`` of a log-space interval ``[yhat / e^q, yhat e^q]`` at level
 ``1 - alpha`` (default 90 %), by one of :data:`INTERVAL_RULES`:
 
