@@ -158,13 +158,15 @@ def run_pair(src_ref, src, ds, target, role, args, console, meta_devices, embed_
                     continue
                 if method == "full" and (d >= args.full_draws or k > args.full_max_k or sel_name != "random"):
                     continue  # whole-network refits: the costliest method, run on fewer draws
-                cfg = C.CalibrationConfig(method=method, coverage=args.coverage, seed=d)
+                cfg = C.CalibrationConfig(method=method, coverage=args.coverage, seed=d,
+                                          selection="spanning" if sel_name == "spanning" else "random")
                 t0 = time.perf_counter()
                 cal = C.calibrate(src, cg, cal_rows["latency_ms"].to_numpy(), cal_rows["model"].astype(str).tolist(),
                                   config=cfg, meta_head=meta_head, source_outputs=cout, embeddings=cemb)
                 fit_s = time.perf_counter() - t0
                 if method == "loglinear":
-                    pred = np.exp(cal.correction.predict_log(logp, glob))
+                    e = emb.double().numpy() if cal.correction.embedding else None
+                    pred = np.exp(cal.correction.predict_log(logp, glob, e))
                 elif method in ("head", "meta"):
                     ts = cal.net.target_scaler
                     with torch.no_grad():

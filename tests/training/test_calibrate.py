@@ -49,7 +49,12 @@ def test_loglinear_recovers_a_scaled_device(source):
     test_g, test_y, _ = _rows(src, 20, seed=2, noise=0.0)
     pred = cal.predict(test_g)
     assert np.mean(np.abs(pred / test_y - 1)) < 0.1
-    assert cal.interval["basis"] == "conformal" and cal.interval["factor"] > 1
+    assert cal.interval["rule"] == C.DEFAULT_INTERVAL and cal.interval["factor"] > 1
+    assert cal.interval["selection"] == "random"  # not the shipped calibration set's models
+    # the default variant is chosen on the K rows: the lowest nested leave-one-model-out error
+    assert set(cal.extra["variant_rms"]) == set(C.AUTO_VARIANTS)
+    assert cal.extra["variant"] == min(cal.extra["variant_rms"], key=cal.extra["variant_rms"].get)
+    assert cal.correction.variant == cal.extra["variant"]
     assert cal.base_column == 1  # the source device whose ratio to the measurements varies least
 
 
@@ -63,7 +68,8 @@ def test_fine_tuning_methods_run_and_give_an_interval(source, method):
         meta = C.meta_init(C._parts(src.net)[1][0], [(emb, np.log(y))], k=4, iterations=5, inner_steps=2)
     cal = C.calibrate(src, graphs, y, models, config=C.CalibrationConfig(method=method, **FAST), meta_head=meta)
     assert cal.predict(graphs).shape == (6,)
-    assert cal.interval["basis"] == "student-t"  # 6 models: no conformal rank at 90 %
+    iv = C.interval_halfwidth(cal.residuals, np.arange(6), 0.9, "conformal")
+    assert iv["basis"] == "student-t"  # 6 models: no conformal rank at 90 %
     assert len(cal.residuals) == 6 and np.isfinite(cal.residuals).all()
 
 
@@ -85,8 +91,8 @@ def test_bad_calibration_input_is_named(source):
 def test_interval_widens_with_few_rows():
     rng = np.random.default_rng(0)
     r = rng.normal(0, 0.1, 200)
-    small = C.interval_halfwidth(r[:5], np.arange(5), 0.9)
-    large = C.interval_halfwidth(r[:99], np.arange(99), 0.9)
+    small = C.interval_halfwidth(r[:5], np.arange(5), 0.9, "conformal")
+    large = C.interval_halfwidth(r[:99], np.arange(99), 0.9, "conformal")
     assert small["basis"] == "student-t" and large["basis"] == "conformal"
     assert large["conformal"] == np.sort(np.abs(r[:99]))[89]  # ceil(100 * 0.9) = 90th smallest
     assert small["log_halfwidth"] / np.sqrt(np.mean(r[:5] ** 2)) > 2.0  # t_{4, 0.95} sqrt(1.2) = 2.34
@@ -101,14 +107,19 @@ def test_spanning_set_takes_the_extremes():
 def test_calibrated_card_round_trip_with_interval_and_domain(source, tmp_path):
     src, ref = source
     graphs, y, models = _rows(src, 10)
-    for method in ("loglinear", "head"):
-        cfg = C.CalibrationConfig(method=method, **FAST)
+    for method, variant in (("loglinear", "full"), ("loglinear", "emb"), ("head", "full")):
+        cfg = C.CalibrationConfig(method=method, variant=variant, **FAST)
         cal = C.calibrate(src, graphs, y, models, config=cfg)
         rows = [{"model": m, "input_shape": "3x32x32", "batch_size": 1, "latency_ms": float(v)} for m, v in zip(models, y)]
         p = C.calibrated_predictor(src, ref, cal, Target("latency_ms", "gpu_new", "infer"), rows, cfg)
-        path = p.save(tmp_path / method)
+        path = p.save(tmp_path / f"{method}-{variant}")
         card = json.loads(path.read_text())
         assert card["calibration"]["source"]["name"] == "src" and len(card["calibration"]["rows"]) == 10
+        assert card["calibration"]["interval"]["rule"] == C.DEFAULT_INTERVAL
+        assert card["calibration"]["config"]["variant"] == variant
+        if method == "loglinear":
+            assert card["calibration"]["correction"]["embedding"] == (variant == "emb")
+            assert card["calibration"]["correction"]["clip"][0] < card["calibration"]["correction"]["clip"][1]
         assert card["calibration"]["source"]["card_sha256"] and card["devices"] == ["gpu_new"]
         loaded = load_predictor(path)
         np.testing.assert_allclose(loaded.predict_graphs(graphs)[:, 0], cal.predict(graphs), rtol=1e-5)

@@ -9,7 +9,8 @@ from perfseer.errors import PerfseerError
 
 
 def add_parser(sub) -> None:
-    from perfseer.training.calibrate import DEFAULT_METHOD, METHODS
+    from perfseer.training.calibrate import (DEFAULT_INTERVAL, DEFAULT_METHOD, DEFAULT_VARIANT, INTERVAL_RULES, METHODS,
+                                             VARIANTS)
 
     p = sub.add_parser(
         "calibrate", help="calibrate a trained predictor to a new device from a few measurements",
@@ -28,6 +29,15 @@ def add_parser(sub) -> None:
                    help=f"default {DEFAULT_METHOD} (chosen on validation devices, docs/calibration.md)")
     p.add_argument("--meta-data", default=None, metavar="DATASET",
                    help="--method meta: a graph dataset of source devices to meta-learn the head's start over")
+    p.add_argument("--variant", default=DEFAULT_VARIANT, choices=["auto", *VARIANTS],
+                   help=f"--method loglinear: the correction's inputs (default {DEFAULT_VARIANT}; docs/calibration.md)")
+    p.add_argument("--interval", default=DEFAULT_INTERVAL, choices=INTERVAL_RULES,
+                   help=f"how the interval's half-width is set (default {DEFAULT_INTERVAL}, chosen on validation "
+                        "and source devices; docs/calibration.md)")
+    p.add_argument("--selection", default="auto", choices=("auto", "spanning", "random"),
+                   help="how the K models were chosen, for the scaled interval: spanning (K-centre, as the shipped "
+                        "calibration set), random (any other choice); auto: spanning when every model is one of "
+                        "datasets/calibration's")
     p.add_argument("--coverage", type=float, default=0.9, help="interval level (default 0.9)")
     p.add_argument("--name", default=None, help="card name (default DEVICE.PHASE.calibrated)")
     p.add_argument("--seed", type=int, default=0)
@@ -136,7 +146,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
                             "calibrate a predictor of the same phase (perfseer predictors lists them)")
     if args.method == "meta" and not args.meta_data:
         raise PerfseerError("--method meta needs --meta-data", "pass a dataset of source devices, e.g. --meta-data timm")
-    config = CalibrationConfig(method=args.method, coverage=args.coverage, seed=args.seed)
+    config = CalibrationConfig(method=args.method, coverage=args.coverage, seed=args.seed, variant=args.variant,
+                               interval=args.interval, selection=args.selection)
     graphs = graphs_of(rows, Path(args.measurements).resolve().parent)
     meta = _meta_head(source, args.meta_data, device, phase, args.metric) if args.method == "meta" else None
     cal = calibrate(source, graphs, rows[args.metric].to_numpy(dtype=float), rows["model"].astype(str).tolist(),
@@ -154,5 +165,5 @@ def run_calibrate(args: argparse.Namespace) -> int:
         loo = pred.card["scores"]["calibration_leave_one_model_out"][target.key]
         print(f"{path}: {target.key} from {source.name} by {cal.method}, {len(records)} rows of {iv['models']} models; "
               f"leave-one-model-out MAPE {loo['mape']:.2f} %; {int(iv['level'] * 100)} % interval x/÷ {iv['factor']:.3f} "
-              f"({iv['basis']})")
+              f"({iv['basis']}, {iv.get('selection', '')} selection); variant {cal.extra.get('variant', '-')}")
     return 0

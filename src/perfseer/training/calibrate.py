@@ -6,12 +6,14 @@ Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``do
 
 ``loglinear``
     a ridge correction of the source prediction in log space,
-    ``log y = a + sum_j b_j log yhat_j + c . g``, where ``yhat_j`` are the source's outputs for
-    the same metric (one per source device for SeerNet-Multi) and ``g`` a few standardised global
-    features (log FLOPs, log memory access, log weights, log batch size, log node count).  The
-    regression is on ``log y - log yhat_base`` (``base``: the source column whose ratio to the
-    measurements varies least), so the ridge penalty shrinks towards "the base device times a
-    constant"; its strength is chosen by leave-one-model-out error on the K rows.  No gradient step.
+    ``log y = log yhat_base + a + sum_j b_j x_j``, where ``yhat_base`` is the source column (one per
+    source device for SeerNet-Multi) whose ratio to the measurements varies least and ``x`` the
+    variant's features (:data:`VARIANTS`: the other columns' log ratios to the base one, the
+    standardised log global features, the base column itself, the source trunk's embedding).
+    The ridge penalty shrinks towards "the base device times a constant"; its strength is chosen
+    by leave-one-model-out error on the K rows.  The default variant ``auto`` keeps the variant of
+    lowest nested leave-one-model-out error.  The fitted correction is clipped to the range it
+    takes on the K rows (widened by :data:`CLIP_MARGIN`).  No gradient step.
 ``head``
     fine-tune the 2-layer head of SeerNet (the trunk frozen) on the K rows, starting from the
     base column's head, with an L2 pull towards the start (L2-SP).
@@ -23,16 +25,17 @@ Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``do
     frozen embeddings, see :func:`meta_init`), then adapted to the K rows like ``head``.
 
 **Interval.**  Each method's out-of-fold residuals ``r_i = log y_i - log yhat_{-i}`` on the K
-rows, whole models left out (leave-one-model-out for ``loglinear``, and for ``head`` / ``meta`` up
-to 10 models, 10 model folds above; 5 folds for ``full``, whose every refit trains the whole
-network), give the half-width ``q`` of a log-space interval ``[yhat / e^q, yhat e^q]`` at level
-``1 - alpha`` (default 90 %):
+rows, whole models left out (for ``loglinear`` *nested*: the base column and ridge strength are
+chosen again without model ``i``; ``head`` / ``meta`` up to 10 model folds; ``full`` 5),
+give the half-width ``q`` of a log-space interval ``[yhat / e^q, yhat e^q]`` at level
+``1 - alpha`` (default 90 %), by one of :data:`INTERVAL_RULES`:
 
-- split-conformal (jackknife form): the ``ceil((n + 1)(1 - alpha))``-th smallest ``|r_i|`` of the
-  ``n`` rows, which exists only for ``n >= 9`` at 90 % (the conformal bound is infinite below);
-- the small-K widening, used where that rank does not exist: the Student-t prediction bound
-  ``t_{n-1, 1-alpha/2} s sqrt(1 + 1/n)`` (``s`` the RMS residual), which grows fast as ``n``
-  falls (``t_{4, 0.95} = 2.13``, ``t_{7, 0.95} = 1.89``; a normal 90 % bound is 1.64 s).
+- ``scaled`` (default): ``q = c(K) s``, ``s`` the RMS residual and ``c(K)`` from
+  :data:`SCALE_TABLE`, learned by simulating K-shot calibration on validation and source devices
+  (never a test device), per way of choosing the K models (K-centre or not);
+- ``conformal`` (jackknife form): the ``ceil((n + 1)(1 - alpha))``-th smallest ``|r_i|`` of the
+  ``n`` rows, which exists only for ``n >= 9`` at 90 % (Student-t below);
+- ``student-t``: ``t_{n-1, 1-alpha/2} s sqrt(1 + 1/n)``.
 
 The calibrated card stores ``q``, the residuals and which rule set it (``calibration.interval``);
 prediction rows carry ``interval`` and ``interval_level``.
@@ -71,6 +74,22 @@ DOMAIN_FEATURES = ("flops_total", "memory_access_total", "weight_total", "batch_
 _GIDX = [GLOBAL_FEATURES.index(f) for f in DOMAIN_FEATURES]
 DOMAIN_MARGIN = 0.25  # share of the calibration rows' log range added on each side
 
+# The correction's feature sets (``CalibrationConfig.variant``): which inputs besides the base
+# device's log prediction enter the ridge regression.  ``diffs``: the other source columns' log
+# ratios to the base column; ``slope``: the base column itself (its coefficient is the slope minus
+# one, so the penalty shrinks the slope towards 1); ``globals``: the five log global features;
+# ``embedding``: the source trunk's embedding of the graph (what its heads read; SeerNet sources).
+VARIANTS = {"full": ("diffs", "globals"), "slope": ("diffs", "slope", "globals"), "cols": ("diffs", "slope"),
+            "one": ("slope",), "emb": ("diffs", "globals", "embedding")}
+AUTO_VARIANTS = ("full", "cols", "emb")  # what ``auto`` chooses among (emb only for a SeerNet source)
+# Chosen on the validation devices (docs/calibration.md): no fixed feature set was best on both
+# NAS-Bench-201 and timm; ``auto`` -- per calibration, the variant of lowest nested
+# leave-one-model-out error on the K rows themselves -- was at or near the best on both.
+DEFAULT_VARIANT = "auto"
+CLIP_MARGIN = 0.25  # the correction's clip: the K rows' fitted range widened by this share on each side
+INTERVAL_RULES = ("scaled", "conformal", "student-t")
+DEFAULT_INTERVAL = "scaled"
+
 
 @dataclass
 class CalibrationConfig:
@@ -80,6 +99,11 @@ class CalibrationConfig:
     coverage: float = 0.9  # level of the interval (the issue's 90 %)
     # ridge strengths tried by loglinear, chosen by leave-one-model-out error on the K rows
     ridge: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1e3, 1e6)  # 1e6: in effect the base device times a constant
+    variant: str = DEFAULT_VARIANT  # loglinear's feature set (VARIANTS)
+    interval: str = DEFAULT_INTERVAL  # how the interval's half-width is set (INTERVAL_RULES)
+    # how the K models were chosen (the scaled interval's table): auto = spanning when every model is
+    # one of the shipped calibration set's (datasets/calibration), else random
+    selection: str = "auto"
     steps: int = 200  # Adam steps (full batch of the K rows) of head and meta adaptation
     steps_full: int = 60  # Adam steps of full fine-tuning (each is a forward/backward of all K graphs)
     lr_head: float = 3e-3  # head and meta adaptation learning rate
@@ -95,6 +119,12 @@ class CalibrationConfig:
             raise PerfseerError(f"unknown calibration method {self.method!r}", f"choose one of {', '.join(METHODS)}")
         if not 0.5 <= self.coverage < 1:
             raise PerfseerError(f"coverage must be in [0.5, 1), got {self.coverage}", "pass e.g. 0.9")
+        if self.variant not in VARIANTS and self.variant != "auto":
+            raise PerfseerError(f"unknown loglinear variant {self.variant!r}", f"choose one of {', '.join(VARIANTS)}")
+        if self.interval not in INTERVAL_RULES:
+            raise PerfseerError(f"unknown interval rule {self.interval!r}", f"choose one of {', '.join(INTERVAL_RULES)}")
+        if self.selection not in SELECTIONS:
+            raise PerfseerError(f"unknown selection {self.selection!r}", f"choose one of {', '.join(SELECTIONS)}")
         if self.steps < 1 or self.cv_folds < 2:
             raise PerfseerError("steps must be >= 1 and cv_folds >= 2", "use the defaults")
 
@@ -160,10 +190,12 @@ def _ridge_fit(X: np.ndarray, r: np.ndarray, lam: float) -> np.ndarray:
     return np.linalg.solve(A.T @ A + D + 1e-9 * np.eye(A.shape[1]), A.T @ r)
 
 
+
+
 @dataclass
 class LogLinear:
-    """The fitted ``loglinear`` correction: features ``[log yhat_j - log yhat_base, g]``, standardised
-    with ``mean`` / ``std`` (the K rows'), coefficients ``coef`` (intercept first)."""
+    """The fitted ``loglinear`` correction: features ``[log yhat_j - log yhat_base, (log yhat_base), g]``,
+    standardised with ``mean`` / ``std`` (the K rows'), coefficients ``coef`` (intercept first)."""
 
     base: int
     columns: list[int]
@@ -172,26 +204,59 @@ class LogLinear:
     std: list[float]
     coef: list[float]
     lam: float
+    slope: bool = False  # the base column's own log prediction is a feature (shrunk towards slope 1)
+    variant: str = "full"
+    embedding: bool = False  # the source trunk's embedding is a feature
+    clip: list[float] | None = None  # the log correction's bounds (the K rows' fitted range, widened)
 
-    def features(self, logp: np.ndarray, glob: np.ndarray) -> np.ndarray:
-        X = np.hstack([logp[:, self.columns] - logp[:, [self.base]], glob[:, self.use_globals]])
-        return (X - np.asarray(self.mean)) / np.asarray(self.std)
+    def features(self, logp: np.ndarray, glob: np.ndarray, emb: np.ndarray | None = None) -> np.ndarray:
+        parts = [logp[:, self.columns] - logp[:, [self.base]]]
+        if self.slope:
+            parts.append(logp[:, [self.base]])
+        parts.append(glob[:, self.use_globals])
+        if self.embedding:
+            if emb is None:
+                raise PerfseerError("this correction reads the source's embeddings", "pass emb")
+            parts.append(np.asarray(emb, dtype=np.float64))
+        return (np.hstack(parts) - np.asarray(self.mean)) / np.asarray(self.std)
 
-    def predict_log(self, logp: np.ndarray, glob: np.ndarray) -> np.ndarray:
+    def predict_log(self, logp: np.ndarray, glob: np.ndarray, emb: np.ndarray | None = None) -> np.ndarray:
         c = np.asarray(self.coef)
-        return logp[:, self.base] + c[0] + self.features(logp, glob) @ c[1:]
+        delta = c[0] + self.features(logp, glob, emb) @ c[1:]
+        if self.clip is not None:  # never extrapolate the correction far beyond what the K rows showed
+            delta = np.clip(delta, self.clip[0], self.clip[1])
+        return logp[:, self.base] + delta
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
-                  ridge: Sequence[float], lam: float | None = None) -> LogLinear:
-    """Fit the correction; ``lam`` None: chosen among ``ridge`` by leave-one-model-out error."""
-    base = int(np.argmin([np.var(logy - logp[:, j]) for j in range(logp.shape[1])]))
-    columns = [j for j in range(logp.shape[1]) if j != base]
-    keep = [i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9]  # a constant column carries nothing
-    X = np.hstack([logp[:, columns] - logp[:, [base]], glob[:, keep]])
+def base_column(logp: np.ndarray, logy: np.ndarray) -> int:
+    """The source column whose log ratio to the measurements varies least."""
+    return int(np.argmin([np.var(logy - logp[:, j]) for j in range(logp.shape[1])]))
+
+
+def fit_correction(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
+                   ridge: Sequence[float], variant: str = DEFAULT_VARIANT, lam: float | None = None,
+                   emb: np.ndarray | None = None) -> LogLinear:
+    """Fit the ``loglinear`` correction of feature set ``variant`` (:data:`VARIANTS`); ``lam`` None:
+    the ridge strength is chosen among ``ridge`` by leave-one-model-out error.  The fitted log
+    correction (prediction minus the base column) is clipped, on any later model, to the range it
+    takes on the K rows widened by :data:`CLIP_MARGIN` of that range on each side."""
+    if variant not in VARIANTS:
+        raise PerfseerError(f"unknown loglinear variant {variant!r}", f"choose one of {', '.join(VARIANTS)}")
+    use = VARIANTS[variant]
+    if "embedding" in use and emb is None:
+        raise PerfseerError(f"loglinear variant {variant} reads the source trunk's embeddings",
+                            "use a SeerNet source, or another variant")
+    base = base_column(logp, logy)
+    columns = [j for j in range(logp.shape[1]) if j != base] if "diffs" in use else []
+    keep = ([i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9]  # a constant column carries nothing
+            if "globals" in use else [])
+    slope = "slope" in use
+    parts = ([logp[:, columns] - logp[:, [base]]] + ([logp[:, [base]]] if slope else []) + [glob[:, keep]]
+             + ([np.asarray(emb, dtype=np.float64)] if "embedding" in use else []))
+    X = np.hstack(parts)
     mean, std = X.mean(0), X.std(0)
     std[~(std > 1e-9)] = 1.0
     Xs = (X - mean) / std
@@ -200,15 +265,51 @@ def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: 
         errs = [np.mean(_loo_ridge(Xs, r, groups, l) ** 2) for l in ridge]
         lam = float(ridge[int(np.argmin(errs))])
     coef = _ridge_fit(Xs, r, lam)
-    return LogLinear(base, columns, keep, mean.tolist(), std.tolist(), coef.tolist(), float(lam))
+    fitted = coef[0] + Xs @ coef[1:]
+    pad = CLIP_MARGIN * float(np.ptp(fitted))
+    clip = [float(fitted.min() - pad), float(fitted.max() + pad)]
+    return LogLinear(base, columns, keep, mean.tolist(), std.tolist(), coef.tolist(), float(lam), slope, variant,
+                     "embedding" in use, clip)
+
+
+def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
+                  ridge: Sequence[float], lam: float | None = None) -> LogLinear:
+    """The ``full`` correction (:func:`fit_correction`)."""
+    return fit_correction(logp, glob, logy, groups, ridge, "full", lam)
+
+
+def nested_residuals(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
+                     variant: str, ridge: Sequence[float], emb: np.ndarray | None = None) -> np.ndarray:
+    """Leave-one-model-out residuals ``log y_i - log yhat_{-i}`` where everything the fit chooses
+    (the base column, the ridge strength by its own inner leave-one-model-out) is chosen again
+    without model ``i``: residuals as honest as a new model's, which the interval needs (choosing
+    the ridge strength on the same residuals makes them optimistic)."""
+    res = np.empty(len(logy))
+    for g in np.unique(groups):
+        out = groups == g
+        e_in, e_out = (emb[~out], emb[out]) if emb is not None else (None, None)
+        fit = fit_correction(logp[~out], glob[~out], logy[~out], groups[~out], ridge, variant, emb=e_in)
+        res[out] = logy[out] - fit.predict_log(logp[out], glob[out], e_out)
+    return res
 
 
 def _loo_ridge(Xs, r, groups, lam) -> np.ndarray:
+    """Leave-one-model-out residuals of ridge regression, in closed form: with the hat matrix
+    ``H`` of the fit on all rows and its residuals ``e``, a left-out group's residuals are
+    ``(I - H_gg)^-1 e_g`` (``e_i / (1 - h_ii)`` for a one-row group) -- one solve per strength
+    instead of one refit per model."""
+    A = np.hstack([np.ones((len(Xs), 1)), Xs])
+    D = np.eye(A.shape[1]) * lam
+    D[0, 0] = 0.0
+    H = A @ np.linalg.solve(A.T @ A + D + 1e-9 * np.eye(A.shape[1]), A.T)
+    e = r - H @ r
+    _, first, counts = np.unique(groups, return_index=True, return_counts=True)
+    if (counts == 1).all():
+        return e / np.maximum(1 - np.diag(H), 1e-12)
     res = np.empty(len(r))
     for g in np.unique(groups):
-        out = groups == g
-        c = _ridge_fit(Xs[~out], r[~out], lam)
-        res[out] = r[out] - (c[0] + Xs[out] @ c[1:])
+        out = np.flatnonzero(groups == g)
+        res[out] = np.linalg.lstsq(np.eye(len(out)) - H[np.ix_(out, out)], e[out], rcond=None)[0]
     return res
 
 
@@ -276,21 +377,90 @@ def _kscale(logy: np.ndarray) -> tuple[float, float]:
 
 # -- the interval -----------------------------------------------------------------------------------
 
-def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: float) -> dict:
-    """Half-width ``q`` of the log-space interval from leave-one-model-out residuals (see module doc)."""
+# The ``scaled`` rule's c(K): the half-width is c(K) times the RMS of the nested
+# leave-one-model-out residuals of the K calibration models, per way the K models were chosen
+# (``spanning``: K-centre, as the shipped calibration set; ``random``: any other choice) and level.
+# Learned by simulating K-shot calibration on the validation and source devices only, never a test
+# device (benchmarks/calibration_sweep.py learn-scale; docs/calibration.md).  Interpolated in log K,
+# held constant outside the table.
+SCALE_TABLE: dict[str, dict[float, dict[int, float]]] = {
+    # python benchmarks/calibration_sweep.py learn-scale sweep_nb201.json sweep_timm3090.json
+    #   sweep_timm4090.json (variant auto; 13 NAS-Bench-201 and 2 x 3 timm simulated calibration targets)
+    "random": {0.9: {10: 2.213, 20: 1.832, 50: 1.66}},
+    "spanning": {0.9: {10: 1.368, 20: 1.452, 50: 1.442}},
+}
+SELECTIONS = ("auto", "spanning", "random")
+
+
+def scale_factor(k: int, level: float, selection: str = "random") -> float | None:
+    """c(K) of :data:`SCALE_TABLE` for ``k`` calibration models (None: no table for ``level``)."""
+    table = SCALE_TABLE.get(selection, {}).get(round(level, 3))
+    if not table:
+        return None
+    ks = sorted(table)
+    return float(np.interp(math.log(max(k, 1)), [math.log(x) for x in ks], [table[x] for x in ks]))
+
+
+def scale_for(ratios: Sequence[np.ndarray], level: float) -> float:
+    """The smallest ``c`` at which the mean, over simulated calibrations, of the share of held-out
+    rows with ``|r| <= c s`` reaches ``level``.  ``ratios``: per calibration, its held-out rows'
+    ``|r| / s`` (``s`` that calibration's RMS nested residual; equally spaced quantiles of them do
+    as well).  Each calibration weighs the same, whatever its number of held-out rows: the level is
+    then the expected coverage on a new device calibrated the same way."""
+    rs = [np.sort(np.asarray(r, dtype=float)) for r in ratios if len(r)]
+    if not rs:
+        raise PerfseerError("no simulated calibrations to learn the interval scale from", "run more draws")
+
+    def cover(c):
+        return float(np.mean([np.searchsorted(r, c, side="right") / len(r) for r in rs]))
+
+    cand = np.unique(np.concatenate(rs))
+    lo, hi = 0, len(cand) - 1
+    if cover(cand[hi]) < level:
+        return float(cand[hi])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cover(cand[mid]) >= level:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(cand[lo])
+
+
+def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: float,
+                       rule: str = DEFAULT_INTERVAL, selection: str = "random") -> dict:
+    """Half-width ``q`` of the log-space interval from leave-one-model-out residuals (module doc).
+
+    ``rule``: ``scaled`` (``c(K) s``, :data:`SCALE_TABLE`), ``conformal`` (the jackknife rank, the
+    Student-t bound below 9 rows at 90 %) or ``student-t``.  A level without a scale table falls
+    back to ``conformal``; every candidate is recorded."""
     from scipy import stats
 
+    if rule not in INTERVAL_RULES:
+        raise PerfseerError(f"unknown interval rule {rule!r}", f"choose one of {', '.join(INTERVAL_RULES)}")
     a = np.sort(np.abs(residuals))
     n = len(a)
+    k = int(len(np.unique(groups)))
     alpha = 1 - coverage
     rank = math.ceil((n + 1) * (1 - alpha))
     conformal = float(a[rank - 1]) if rank <= n else None
     s = float(np.sqrt(np.mean(residuals ** 2)))
     t_bound = float(stats.t.ppf(1 - alpha / 2, max(n - 1, 1)) * s * math.sqrt(1 + 1 / n))
-    q = conformal if conformal is not None else t_bound
-    return {"level": coverage, "log_halfwidth": q, "factor": math.exp(q), "rows": n,
-            "models": int(len(np.unique(groups))), "conformal_rank": rank, "conformal": conformal, "t_bound": t_bound,
-            "basis": "conformal" if conformal is not None else "student-t",
+    c = scale_factor(k, coverage, selection)
+    scaled = c * s if c is not None else None
+    table = SCALE_TABLE.get(selection, {}).get(round(coverage, 3)) or {}
+    below = bool(table) and k < min(table)  # fewer models than were simulated: never below Student-t
+    if rule == "scaled" and scaled is not None and below and t_bound > scaled:
+        q, basis = t_bound, "student-t (below the scale table's smallest K)"
+    elif rule == "scaled" and scaled is not None:
+        q, basis = scaled, "scaled"
+    elif rule == "student-t" or conformal is None:
+        q, basis = t_bound, "student-t"
+    else:
+        q, basis = conformal, "conformal"
+    return {"level": coverage, "log_halfwidth": q, "factor": math.exp(q), "rows": n, "models": k,
+            "rule": rule, "basis": basis, "selection": selection, "rms_residual": s, "scale": c, "scaled": scaled,
+            "conformal_rank": rank, "conformal": conformal, "t_bound": t_bound,
             "residuals": [round(float(r), 5) for r in residuals]}
 
 
@@ -354,17 +524,33 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         raise PerfseerError(f"predictor {source.name} predicts no {metric}",
                             f"calibrate a predictor of {metric}: its targets are {', '.join(t.key for t in source.targets)}")
     logy = np.log(y)
+    selection = cfg.selection if cfg.selection != "auto" else (
+        "spanning" if set(map(str, models)) <= calibration_set_models() else "random")
     outputs = source_outputs if source_outputs is not None else source.predict_graphs(list(graphs))
     logp = np.log(np.maximum(np.asarray(outputs)[:, cols], 1e-12))
     glob = global_design(graphs)
     domain = domain_of(glob)
 
     if cfg.method == "loglinear":
-        ll = fit_loglinear(logp, glob, logy, groups, cfg.ridge)
-        res = _loo_ridge(ll.features(logp, glob), logy - logp[:, ll.base], groups, ll.lam)
+        extra = {"selection": selection}
+        neural = getattr(getattr(source.net, "model", None), "name", None) in ("seernet", "seernet-multi")
+        candidates = [v for v in AUTO_VARIANTS if neural or "embedding" not in VARIANTS[v]] \
+            if cfg.variant == "auto" else [cfg.variant]
+        if not neural and "embedding" in VARIANTS[candidates[0]]:  # no trunk embedding: the same without it
+            candidates = ["full"]
+            extra["variant_fallback"] = f"{cfg.variant} -> full: the source has no trunk embedding"
+        e = None
+        if any("embedding" in VARIANTS[v] for v in candidates):
+            e = (embeddings if embeddings is not None else embed(source.net, list(graphs))).double().numpy()
+        nested = {v: nested_residuals(logp, glob, logy, groups, v, cfg.ridge, emb=e) for v in candidates}
+        rms = {v: float(np.sqrt(np.mean(r ** 2))) for v, r in nested.items()}
+        variant = min(candidates, key=lambda v: rms[v])
+        extra.update({"variant": variant, "variant_rms": rms})
+        ll = fit_correction(logp, glob, logy, groups, cfg.ridge, variant, emb=e)
+        res = nested[variant]
         net = CorrectedNet(source.net, [cols[j] for j in range(len(cols))], ll)
-        return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage), domain, res,
-                           cols[ll.base])
+        return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection),
+                           domain, res, cols[ll.base], extra)
 
     model, heads = _parts(source.net)
     base = int(np.argmin([np.var(logy - logp[:, j]) for j in range(len(cols))]))
@@ -405,8 +591,8 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
             pred = _single(source.net, None, trunk_model, metric, m, s).predict([graphs[i] for i in np.flatnonzero(out)])
             res[out] = logy[out] - np.log(pred[:, 0])
         net = _single(source.net, None, fit_full(np.arange(len(y))), metric, m, s)
-    return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage), domain, res,
-                       cols[base])
+    return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection),
+                       domain, res, cols[base], {"selection": selection})
 
 
 def _folds(groups: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
@@ -460,16 +646,21 @@ class CorrectedNet:
         graphs = list(graphs)
         if not graphs:
             return np.zeros((0, 1))
-        logp = np.log(np.maximum(self.source_net.predict(graphs)[:, self.columns], 1e-12))
-        return np.exp(self.correction.predict_log(logp, global_design(graphs))).reshape(-1, 1)
+        if self.correction.embedding:
+            e = embed(self.source_net, graphs)
+            logp = np.log(np.maximum(heads_output(self.source_net, e)[:, self.columns], 1e-12))
+            e = e.double().numpy()
+        else:
+            logp, e = np.log(np.maximum(self.source_net.predict(graphs)[:, self.columns], 1e-12)), None
+        return np.exp(self.correction.predict_log(logp, global_design(graphs), e)).reshape(-1, 1)
 
 
 # -- choosing what to measure ----------------------------------------------------------------------
 
-def spanning_set(glob: np.ndarray, k: int) -> list[int]:
+def spanning_set(glob: np.ndarray, k: int, start: int | None = None) -> list[int]:
     """Indices of ``k`` rows of ``glob`` ([N, F] log features, :func:`global_design`) that span them:
     greedy K-centre (Gonzalez 1985) on the standardised features, starting from the row nearest
-    the median, each next pick the row farthest from those already picked.  Spanning the
+    the median (or at row ``start``), each next pick the row farthest from those already picked.  Spanning the
     feature space keeps every later model near a calibration row (the domain check) and gives the
     correction's slopes leverage at both ends; deterministic for a given candidate list."""
     X = np.asarray(glob, dtype=np.float64)
@@ -478,7 +669,7 @@ def spanning_set(glob: np.ndarray, k: int) -> list[int]:
     if len(X) == 0:
         return []
     X = (X - X.mean(0)) / X.std(0) if X.shape[1] else np.zeros((len(X), 1))
-    first = int(np.argmin(((X - np.median(X, axis=0)) ** 2).sum(1)))
+    first = int(np.argmin(((X - np.median(X, axis=0)) ** 2).sum(1))) if start is None else int(start)
     picked = [first]
     dist = ((X - X[first]) ** 2).sum(1)
     while len(picked) < min(k, len(X)):
@@ -486,6 +677,42 @@ def spanning_set(glob: np.ndarray, k: int) -> list[int]:
         picked.append(nxt)
         dist = np.minimum(dist, ((X - X[nxt]) ** 2).sum(1))
     return picked
+
+
+def quantile_set(logp: np.ndarray, k: int) -> list[int]:
+    """Indices of ``k`` rows at evenly spaced quantiles, ``(i + 1/2) / k``, of the source's
+    predicted log latency (``logp`` [N, T]: with several source columns, their first principal
+    component, oriented so that it grows with the mean column): calibration models from the
+    fastest to the slowest, as many in each stretch of the ranking."""
+    X = np.asarray(logp, dtype=np.float64)
+    if X.ndim == 1:
+        X = X[:, None]
+    if not len(X):
+        return []
+    Xc = X - X.mean(0)
+    if X.shape[1] > 1:
+        _, _, vt = np.linalg.svd(Xc, full_matrices=False)
+        score = Xc @ vt[0]
+        if np.corrcoef(score, Xc.mean(1))[0, 1] < 0:
+            score = -score
+    else:
+        score = Xc[:, 0]
+    order = np.argsort(score, kind="stable")
+    k = min(k, len(X))
+    pos = np.unique(np.minimum(((np.arange(k) + 0.5) / k * len(X)).astype(int), len(X) - 1))
+    return [int(order[p]) for p in pos]
+
+
+def calibration_set_models() -> set[str]:
+    """The model names of the shipped calibration sets (``datasets/calibration/*.txt``; empty when
+    the datasets are not installed)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "datasets" / "calibration"
+    names: set[str] = set()
+    for f in sorted(root.glob("*.txt")) if root.is_dir() else []:
+        names |= {ln.strip() for ln in f.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+    return names
 
 
 # -- domain -----------------------------------------------------------------------------------------

@@ -1,0 +1,58 @@
+"""benchmarks/calibration_sweep.py end to end on a tiny synthetic cache (seconds): sweep, learn-scale, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import calibration_sweep as S  # noqa: E402
+
+
+def _cache(path: Path) -> None:
+    """Three devices (one per role) of 60 models, 40 train / 20 test; the source has 2 columns."""
+    rng = np.random.default_rng(0)
+    n_graph = 60
+    f = rng.normal(0, 1, n_graph)
+    logp = np.stack([f + rng.normal(0, 0.1, n_graph), f + rng.normal(0, 0.1, n_graph)], axis=1)
+    glob = rng.normal(0, 1, (n_graph, 5))
+    emb = rng.normal(0, 1, (n_graph, 4)).astype(np.float32)
+    cols = {k: [] for k in ("target", "role", "model", "split", "y", "graph_index")}
+    for dev, role, a in (("dev_a", "sim", 0.5), ("dev_b", "val", 1.0), ("dev_c", "test", 2.0)):
+        for g in range(n_graph):
+            cols["target"].append(dev)
+            cols["role"].append(role)
+            cols["model"].append(f"m{g}")
+            cols["split"].append("train" if g < 40 else "test")
+            cols["y"].append(float(np.exp(a + logp[g, 0] + rng.normal(0, 0.1))))
+            cols["graph_index"].append(g)
+    np.savez_compressed(path, **{k: np.asarray(v) for k, v in cols.items()}, batch=np.ones(3 * n_graph, int),
+                        logp=logp, glob=glob, emb=emb, source_devices=np.array(["dev_a", "dev_x"]),
+                        source=np.array("synthetic"))
+
+
+def test_sweep_learn_scale_and_report(tmp_path, capsys):
+    cache = tmp_path / "cache.npz"
+    _cache(cache)
+    out = tmp_path / "sweep_nb201.json"
+    assert S.main(["sweep", "--cache", str(cache), "--k", "6", "--draws", "3", "--kcentre-draws", "2",
+                   "--selection", "random,kcentre-glob", "--variants", "full,cols,emb", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())["results"]
+    assert len(res) == 3 * (3 + 2) * 3  # devices x draws x variants
+    a = [r for r in res if r["target"] == "dev_a"]
+    assert all(r["dropped_columns"] == ["dev_a"] for r in a)  # a source device: its own column left out
+    assert all(0 <= r["coverage"]["conformal"][0] <= 1 and len(r["ratio_q"]) == len(S.RATIO_LEVELS) for r in res)
+    assert np.median([r["mape"] for r in res]) < 30  # y is a scaled source column: easy to calibrate
+    scale = tmp_path / "scale.json"
+    assert S.main(["learn-scale", str(out), "--json", str(scale)]) == 0
+    table = json.loads(scale.read_text())["table"]
+    assert set(table) == {"random", "spanning"} and all(0 < c < 10 for t in table.values() for c in t.values())
+    capsys.readouterr()
+    assert S.main(["report", str(out), "--variant", "auto"]) == 0
+    text = capsys.readouterr().out
+    assert "NAS-Bench-201 test devices, K = 10" not in text  # K = 6 only
+    assert "Coverage of the 90 % interval" in text and "| auto |" in text
