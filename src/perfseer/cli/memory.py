@@ -78,7 +78,7 @@ def format_report(rep: dict) -> str:
         head = f"{rep['model']}  batch {e['batch']}  {e['phase']}"
         if e["phase"] == "train":
             head += f" ({e['optimizer']})"
-        head += f"  {e['precision']}  [{e['method']}]"
+        head += f"  {e['precision']}  [{e.get('basis') or e['method']}]"
         if e["device"] or e["capacity"]:
             head += f"  on {e['device'] or 'the device'} ({e['capacity'] / (1 << 30):g} GiB)"
         lines.append(head)

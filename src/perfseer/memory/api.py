@@ -155,7 +155,17 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
     over = overheads_for(arch, context_mib)
     src = _src or resolve_model(model, input_shape)
     notes: list[str] = []
-    trace, method = simulate(src, batch, config, notes)
+    try:
+        trace, method = simulate(src, batch, config, notes)
+    except SimulationError as e:  # the learned fallback (perfseer.memory.learned), with the reason
+        from perfseer.memory.learned import learned_estimate, learned_mig
+
+        est = learned_estimate(src, batch, config, device_name, capacity, over, notes, e.problem)
+        if mig:
+            spec = device_spec(device) if device is not None else None
+            own = spec is not None and (spec.mig_profiles or spec.parent)
+            est.mig = learned_mig(est, [spec.parent or spec.name] if own else None, context_mib)
+        return est
     est = estimate_from_trace(trace, src.label, batch, config, device_name, capacity, over, notes, method)
     if mig:
         spec = device_spec(device) if device is not None else None
@@ -171,9 +181,12 @@ def simulate(src: ModelSource, batch: int, config: StepConfig, notes: list[str])
         try:
             return trace_model(src, batch, config), "simulation"
         except SimulationError as e:
-            if config.phase != "infer" or src.export is None:
+            from perfseer.memory.learned import INFER_FALLBACK
+
+            if config.phase != "infer" or src.export is None or INFER_FALLBACK != "onnx-liveness":
                 raise
-            notes.append(f"simulation failed ({e.problem}); inference memory from the ONNX graph's liveness")
+            notes.append(f"the simulator could not run ({e.problem}); inference memory from the ONNX graph's "
+                         "liveness")
             src = ModelSource(src.label, onnx=src.export, input_shape=src.input_shape)
     if config.phase != "infer":
         raise MemoryConfigError(f"{src.label}: training memory needs the PyTorch model (an ONNX graph has no "
@@ -298,6 +311,7 @@ def memory_rows(model, rows: list[dict], input_shape=None, optimizer: str = "ada
             warns.append(f"memory for {r['device']} {r['phase']} batch {r['batch_size']}: {e}")
             continue
         out.append({"batch_size": r["batch_size"], "device": r["device"], "phase": r["phase"], "metric": "memory_sim",
-                    "value": est.total / (1 << 20), "unit": "MiB", "method": est.method, "fits": est.fits,
+                    "value": est.total / (1 << 20), "unit": "MiB", "method": est.method, "basis": est.basis,
+                    "interval": [v / (1 << 20) for v in est.interval] if est.interval else None, "fits": est.fits,
                     "precision": est.precision, "optimizer": est.optimizer})
     return out, warns
