@@ -10,6 +10,8 @@ family is unseen in training), per phase:
 - ``gbm-extra`` / ``gbm-total``: LightGBM on the 20 global features (:mod:`perfseer.models.gbm`);
 - ``onnx-liveness`` (inference): the ONNX graph's liveness analysis replayed through the same
   allocator model (:mod:`perfseer.memory.onnx_liveness`), one export per test model;
+- ``activation-sum``: ``log(rest) = a + b log(sum of the graph's node output bytes)`` fitted on
+  the training families (one feature, the obvious physical one);
 - ``weights-rule``: the rule of thumb of ``accelerate estimate-memory`` (inference: the weights;
   training with Adam: 4 x the weights; SGD with momentum: 3 x), for scale.
 
@@ -102,6 +104,30 @@ def fit_and_score(ds, phase, method, kind, split_column, epochs, ship=False):
     return out, predictor, rows
 
 
+def activation_sum(ds, phase, split_column) -> dict:
+    """A one-feature baseline: ``log(extra) = a + b log(sum of the graph's node output bytes)``,
+    least squares on the training families, persistent bytes added back."""
+    from perfseer.features import schema
+    from perfseer.training.data import select
+
+    cols = targets(phase, "extra")
+    sel = select(ds, cols, "cuda-sim/fp32", phase, split_column)
+    k = schema.NODE_FEATURES.index("output_bytes")
+
+    def feat(graphs):
+        return np.log(np.array([float(g.x[:, k].sum()) for g in graphs]) / MIB)
+
+    x_tr, y_tr = feat(sel.train), np.log(np.concatenate([g.y.numpy() for g in sel.train]))
+    a = np.vstack([np.ones_like(x_tr), x_tr]).T
+    coef = np.linalg.lstsq(a, y_tr, rcond=None)[0]  # [2, T]
+    x_te = feat(sel.test)
+    pred = np.exp(np.vstack([np.ones_like(x_te), x_te]).T @ coef)
+    rows = sel.labels.iloc[[int(g.row) for g in sel.test]]
+    res = reserved_predictions(pred, cols, rows, phase, "extra")
+    return {
+        (opt or "infer"): scores(res[p_], rows[f"{p_}reserved_mb"].to_numpy()) for p_, opt in METRICS[phase]}
+
+
 def weights_rule(rows, phase) -> dict:
     out = {}
     w = (rows.param_bytes + rows.buffer_bytes).to_numpy() / MIB
@@ -189,6 +215,7 @@ def main(argv=None) -> int:
                         print(f"wrote {BUNDLED / predictor.name}.json", flush=True)
                     if split_column == "family_split" and method == "seernet" and kind == "extra":
                         res["family_split/weights-rule"] = weights_rule(rows, phase)
+                        res["family_split/activation-sum"] = activation_sum(ds, phase, "family_split")
                         if phase == "infer" and not args.no_liveness:
                             res["family_split/onnx-liveness"] = liveness(rows, DATA / "memory_learned_liveness.csv")
                     print(phase, key, json.dumps(r), flush=True)
