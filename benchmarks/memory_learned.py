@@ -191,6 +191,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     ds = load_dataset(args.data)
+    DATA.mkdir(parents=True, exist_ok=True)
     out_path = Path(args.out)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
     results["dataset"] = {"rows": int(len(ds.labels)), "models": int(ds.labels.model.nunique()),

@@ -31,22 +31,26 @@ class ExportOnly(torch.nn.Module):
 
 
 @pytest.fixture(scope="module")
-def graph():
-    return perfseer.extract(ExportOnly(), batch=1, input_shape=(3, 32, 32))
+def skeleton():
+    from perfseer.graph.load import load_skeleton
+
+    return load_skeleton(ExportOnly(), input_shape=(3, 32, 32))
 
 
 @pytest.fixture
-def cached_extract(graph, monkeypatch):
-    """The learned path's ONNX export, done once for the module (the export is what takes time)."""
+def cached_extract(skeleton, monkeypatch):
+    """The fallbacks' ONNX export, done once for the module (the export is what takes time)."""
     import perfseer.api
+    import perfseer.graph.load
 
     calls = []
 
-    def extract(model, batch=1, input_shape=None, **kw):
-        calls.append(batch)
-        return graph.with_batch(batch)
+    def load(model, **kw):
+        calls.append(kw.get("input_shape"))
+        return skeleton
 
-    monkeypatch.setattr(perfseer.api, "extract", extract)
+    monkeypatch.setattr(perfseer.api, "load_skeleton", load)
+    monkeypatch.setattr(perfseer.graph.load, "load_skeleton", load)
     return calls
 
 
@@ -79,8 +83,8 @@ def test_cards_load_and_predict_finite(phase):
     assert card.card.get("intervals") and card.card.get("domain")
 
 
-@pytest.mark.parametrize("phase", ["train", "infer"])
-def test_model_the_simulator_cannot_run_gets_the_learned_estimate(phase, cached_extract):
+def test_model_the_simulator_cannot_run_gets_the_learned_estimate(cached_extract):
+    phase = "train"
     m = ExportOnly()
     est = perfseer.memory(m, batch=8, phase=phase, optimizer="sgd-momentum", input_shape=(3, 32, 32),
                           device="a100-40gb", mig=True)
@@ -93,28 +97,41 @@ def test_model_the_simulator_cannot_run_gets_the_learned_estimate(phase, cached_
     assert sum(est.breakdown.values()) == est.total
     assert est.interval is None or est.interval[0] <= est.total <= est.interval[1]
     assert est.fits is True and est.mig[0]["smallest"]
-    assert cached_extract == [8]
+    assert len(cached_extract) == 1  # one extraction, re-bound to the batch
+
+
+def test_inference_the_simulator_cannot_run_gets_onnx_liveness(cached_extract):
+    est = perfseer.memory(ExportOnly(), batch=8, phase="infer", input_shape=(3, 32, 32))
+    assert est.method == "onnx-liveness" and est.basis == "ONNX liveness"
+    assert "the simulator could not run" in est.notes[0] and "nonzero" in est.notes[0]
+    assert math.isfinite(est.total) and est.breakdown["weights"] > 0
 
 
 def test_cli_report_states_the_basis(cached_extract):
     from perfseer.cli.memory import format_report, memory_report
 
-    rep = memory_report(ExportOnly(), [4], phase="train", optimizer="adamw", input_shape=(3, 32, 32))
+    rep = memory_report(ExportOnly(), [4], phase="train", optimizer="adamw", input_shape=(3, 32, 32),
+                        device="a100-40gb", max_batch=True)
     e = rep["estimates"][0]
+    assert rep["max_batch"]["batch"] > 4 and rep["max_batch"]["basis"].startswith("learned (card memory-sim.train")
     assert e["method"] == "learned" and e["basis"].startswith("learned (card memory-sim.train")
     text = format_report(rep)
     assert "[learned (card memory-sim.train" in text and "note: the simulator could not run" in text
+    assert "largest batch on a100-40gb:" in text
 
 
-def test_simulation_and_export_both_failing_is_a_clear_error(monkeypatch):
+@pytest.mark.parametrize("phase", ["train", "infer"])
+def test_simulation_and_export_both_failing_is_a_clear_error(phase, monkeypatch):
     import perfseer.api
+    import perfseer.graph.load
 
-    def extract(model, **kw):
+    def load(model, **kw):
         raise UnsupportedModelError("the output shape of NonZero depends on its input", "export with a static size")
 
-    monkeypatch.setattr(perfseer.api, "extract", extract)
+    monkeypatch.setattr(perfseer.api, "load_skeleton", load)
+    monkeypatch.setattr(perfseer.graph.load, "load_skeleton", load)
     with pytest.raises(SimulationError, match="could not run .*nonzero.*could not be extracted either"):
-        perfseer.memory(ExportOnly(), batch=2, phase="train", input_shape=(3, 32, 32))
+        perfseer.memory(ExportOnly(), batch=2, phase=phase, input_shape=(3, 32, 32))
 
 
 def test_learned_fallback_is_fp32_only():

@@ -64,7 +64,8 @@ def memory_report(model, batches, phase="train", optimizer="adamw", precision="f
         mb = max_batch_for(model, device=device, phase=phase, optimizer=optimizer, precision=precision,
                            context_mib=context_mib, capacity_gib=capacity_gib, _src=src)
         out["max_batch"] = {"batch": mb.batch, "capped": mb.capped, "traces_run": mb.traces_run,
-                            "affine": mb.affine, "device": device, "capacity_gib": capacity_gib}
+                            "affine": mb.affine, "device": device, "capacity_gib": capacity_gib,
+                            "basis": getattr(mb, "basis", "simulated")}
     return out
 
 
@@ -106,7 +107,8 @@ def format_report(rep: dict) -> str:
             lines.append(f"largest batch on {where}: none (one sample does not fit)")
         else:
             capped = " (search ceiling reached)" if mb["capped"] else ""
-            lines.append(f"largest batch on {where}: {mb['batch']}{capped}")
+            lines.append(f"largest batch on {where}: {mb['batch']}{capped}"
+                         + (f" [{mb['basis']}]" if mb.get("basis", "simulated") != "simulated" else ""))
     return "\n".join(lines)
 
 

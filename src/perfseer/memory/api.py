@@ -177,6 +177,7 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
 def simulate(src: ModelSource, batch: int, config: StepConfig, notes: list[str]):
     """``(trace, method)``: the simulated step, or the ONNX liveness trace for an ONNX model or
     an inference whose simulation failed (the reason is appended to ``notes``)."""
+    failed = None
     if src.build is not None:
         try:
             return trace_model(src, batch, config), "simulation"
@@ -185,6 +186,7 @@ def simulate(src: ModelSource, batch: int, config: StepConfig, notes: list[str])
 
             if config.phase != "infer" or src.export is None or INFER_FALLBACK != "onnx-liveness":
                 raise
+            failed = e.problem
             notes.append(f"the simulator could not run ({e.problem}); inference memory from the ONNX graph's "
                          "liveness")
             src = ModelSource(src.label, onnx=src.export, input_shape=src.input_shape)
@@ -197,7 +199,15 @@ def simulate(src: ModelSource, batch: int, config: StepConfig, notes: list[str])
     if config.precision != "fp32":
         notes.append("ONNX liveness uses the graph's own dtypes; precision is not applied")
     notes.append("ONNX liveness: operators are not fused or run in place, so activations are an upper bound")
-    return liveness_trace(src.onnx, batch, src.input_shape), "onnx-liveness"
+    if failed is None:
+        return liveness_trace(src.onnx, batch, src.input_shape), "onnx-liveness"
+    try:
+        return liveness_trace(src.onnx, batch, src.input_shape), "onnx-liveness"
+    except PerfseerError as e:  # both ways failed: say why each did
+        raise SimulationError(f"{src.label}: the simulator could not run ({failed}), and the ONNX graph the "
+                              f"fallback needs could not be extracted either ({e.problem})",
+                              "simulate a variant of the model without the data-dependent step, or export it to "
+                              "ONNX with static shapes and pass the .onnx file") from e
 
 
 def estimate_from_trace(trace, label, batch, config: StepConfig, device_name, capacity, over: Overheads,
@@ -238,7 +248,13 @@ def max_batch_for(model, device: str | None = None, phase: str = "train", optimi
     if src.build is None:
         raise MemoryConfigError(f"{src.label}: the largest batch is searched with the simulator, which needs a "
                                 "PyTorch model", "pass the timm:/torchvision: reference or an nn.Module")
-    return max_batch(lambda b: trace_model(src, b, config), overheads_for(arch, context_mib), capacity)
+    over = overheads_for(arch, context_mib)
+    try:
+        return max_batch(lambda b: trace_model(src, b, config), over, capacity)
+    except SimulationError as e:  # the learned fallback's search (perfseer.memory.learned)
+        from perfseer.memory.learned import learned_max_batch
+
+        return learned_max_batch(src, config, capacity, over, e.problem)
 
 
 @dataclass
