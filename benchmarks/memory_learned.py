@@ -212,6 +212,8 @@ def main(argv=None) -> int:
                     if predictor is not None:
                         from perfseer.predictor import BUNDLED
 
+                        predictor.card["basis"] = (f"simulator-trained predictor {predictor.name} (rest of the peak "
+                                                   "beyond the exact persistent bytes)")
                         predictor.save(BUNDLED)
                         print(f"wrote {BUNDLED / predictor.name}.json", flush=True)
                     if split_column == "family_split" and method == "seernet" and kind == "extra":

@@ -47,7 +47,8 @@ def _pick(key: str, choices, salt: str):
 def configs(model: str) -> list[tuple[str, str | None, int]]:
     """``(phase, optimizer, batch)`` of one model."""
     b = _pick(model, BATCHES_TRAIN, "t")
-    return [("infer", None, 1), ("infer", None, _pick(model, BATCHES_INFER, "i"))] + [("train", o, b) for o in OPTIMIZERS]
+    infer = [("infer", None, 1), ("infer", None, _pick(model, BATCHES_INFER, "i"))]
+    return infer + [("train", o, b) for o in OPTIMIZERS]
 
 
 def candidates(datasets: Path) -> list[dict]:

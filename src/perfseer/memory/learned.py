@@ -16,7 +16,8 @@ simulated.  Their memory comes from a predictor card trained on the simulator's 
 The total is persistent + predicted rest + CUDA context, with the card's 90 % interval on the
 rest.  Training steps use it; an inference step that cannot be simulated gets the ONNX liveness
 analysis instead (:data:`INFER_FALLBACK`: it measured better), and ``memory-sim.infer`` stays
-available as a predictor card (``perfseer predict --predictor memory-sim.infer``).  ``docs/memory.md`` ("Learned memory") has the held-out-family accuracy against the ONNX
+available as a predictor card (``perfseer predict --predictor memory-sim.infer``).
+``docs/memory.md`` ("Learned memory") has the held-out-family accuracy against the ONNX
 liveness analysis and a gradient-boosting baseline, and the commands that measure it.
 """
 
@@ -234,7 +235,8 @@ def learned_mig(est, devices=None, context_mib: float | None = None) -> list[dic
         rows = []
         for p in sorted(spec.mig_profiles, key=lambda p: (p.memory_gib, p.compute_fraction)):
             cap = int(p.memory_gib * GIB)
-            rows.append(MigFit(spec.name, p.name, p.memory_gib, total <= cap, total <= cap and total > TIGHT_SHARE * cap))
+            ok = total <= cap
+            rows.append(MigFit(spec.name, p.name, p.memory_gib, ok, ok and total > TIGHT_SHARE * cap))
         smallest = next((r.profile for r in rows if r.fits), None)
         out.append({"device": spec.name, "smallest": smallest, "profiles": [asdict(r) for r in rows]})
     return out
