@@ -137,3 +137,11 @@ def test_simulation_and_export_both_failing_is_a_clear_error(phase, monkeypatch)
 def test_learned_fallback_is_fp32_only():
     with pytest.raises(MemoryConfigError, match="fp32 only"):
         perfseer.memory(ExportOnly(), batch=2, phase="train", precision="amp-bf16", input_shape=(3, 32, 32))
+
+
+def test_a_simulation_past_its_time_limit_falls_back(cached_extract, monkeypatch):
+    from perfseer.memory.api import SIM_TIMEOUT_ENV
+
+    monkeypatch.setenv(SIM_TIMEOUT_ENV, "0.001")
+    est = perfseer.memory(ExportOnly(), batch=2, phase="train", input_shape=(3, 32, 32))
+    assert est.method == "learned" and f"ran past 0.001 s ({SIM_TIMEOUT_ENV})" in est.notes[0]

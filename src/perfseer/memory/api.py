@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from dataclasses import dataclass
@@ -111,7 +112,40 @@ def _capacity(device, capacity_gib) -> tuple[str | None, int | None, str | None]
 
 
 def trace_model(src: ModelSource, batch: int, config: StepConfig):
-    return trace_step(src.build(), src.input_shape, batch, config)
+    with _time_limit(src.label):
+        return trace_step(src.build(), src.input_shape, batch, config)
+
+
+#: Seconds one simulated step may take before it counts as failed (and the fallback answers);
+#: unset or 0: no limit.  Applies in the main thread of a POSIX process (it uses SIGALRM).
+SIM_TIMEOUT_ENV = "PERFSEER_SIM_TIMEOUT"
+
+
+@contextlib.contextmanager
+def _time_limit(label: str):
+    import signal
+    import threading
+
+    try:
+        limit = float(os.environ.get(SIM_TIMEOUT_ENV) or 0)
+    except ValueError:
+        raise MemoryConfigError(f"{SIM_TIMEOUT_ENV}={os.environ[SIM_TIMEOUT_ENV]!r} is not a number of seconds",
+                                f"set {SIM_TIMEOUT_ENV} to e.g. 60, or unset it") from None
+    if limit <= 0 or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SimulationError(f"the simulation of {label} ran past {limit:g} s ({SIM_TIMEOUT_ENV})",
+                              f"raise {SIM_TIMEOUT_ENV} for a simulated answer")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = "adamw", precision: str = "fp32",
