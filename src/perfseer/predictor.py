@@ -242,7 +242,7 @@ class Predictor:
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": checked[i][c]["value"],
                  "interval": checked[i][c]["interval"], "in_domain": verdicts[i][0],
                  "domain_reasons": verdicts[i][1], "flags": checked[i][c]["flags"], "unseen_ops": unseen,
-                 "basis": f"measured-device predictor {self.name}"}
+                 "basis": self.card.get("basis") or f"measured-device predictor {self.name}"}
                 for i, b in enumerate(batches) for c in cols]
         annotate = getattr(self.net, "annotate", None)  # calibrated cards: interval and domain per row
         if annotate is not None:

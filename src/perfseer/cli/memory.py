@@ -64,7 +64,8 @@ def memory_report(model, batches, phase="train", optimizer="adamw", precision="f
         mb = max_batch_for(model, device=device, phase=phase, optimizer=optimizer, precision=precision,
                            context_mib=context_mib, capacity_gib=capacity_gib, _src=src)
         out["max_batch"] = {"batch": mb.batch, "capped": mb.capped, "traces_run": mb.traces_run,
-                            "affine": mb.affine, "device": device, "capacity_gib": capacity_gib}
+                            "affine": mb.affine, "device": device, "capacity_gib": capacity_gib,
+                            "basis": getattr(mb, "basis", "simulated")}
     return out
 
 
@@ -78,7 +79,7 @@ def format_report(rep: dict) -> str:
         head = f"{rep['model']}  batch {e['batch']}  {e['phase']}"
         if e["phase"] == "train":
             head += f" ({e['optimizer']})"
-        head += f"  {e['precision']}  [{e['method']}]"
+        head += f"  {e['precision']}  [{e.get('basis') or e['method']}]"
         if e["device"] or e["capacity"]:
             head += f"  on {e['device'] or 'the device'} ({e['capacity'] / (1 << 30):g} GiB)"
         lines.append(head)
@@ -106,7 +107,8 @@ def format_report(rep: dict) -> str:
             lines.append(f"largest batch on {where}: none (one sample does not fit)")
         else:
             capped = " (search ceiling reached)" if mb["capped"] else ""
-            lines.append(f"largest batch on {where}: {mb['batch']}{capped}")
+            lines.append(f"largest batch on {where}: {mb['batch']}{capped}"
+                         + (f" [{mb['basis']}]" if mb.get("basis", "simulated") != "simulated" else ""))
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from dataclasses import dataclass
@@ -111,7 +112,40 @@ def _capacity(device, capacity_gib) -> tuple[str | None, int | None, str | None]
 
 
 def trace_model(src: ModelSource, batch: int, config: StepConfig):
-    return trace_step(src.build(), src.input_shape, batch, config)
+    with _time_limit(src.label):
+        return trace_step(src.build(), src.input_shape, batch, config)
+
+
+#: Seconds one simulated step may take before it counts as failed (and the fallback answers);
+#: unset or 0: no limit.  Applies in the main thread of a POSIX process (it uses SIGALRM).
+SIM_TIMEOUT_ENV = "PERFSEER_SIM_TIMEOUT"
+
+
+@contextlib.contextmanager
+def _time_limit(label: str):
+    import signal
+    import threading
+
+    try:
+        limit = float(os.environ.get(SIM_TIMEOUT_ENV) or 0)
+    except ValueError:
+        raise MemoryConfigError(f"{SIM_TIMEOUT_ENV}={os.environ[SIM_TIMEOUT_ENV]!r} is not a number of seconds",
+                                f"set {SIM_TIMEOUT_ENV} to e.g. 60, or unset it") from None
+    if limit <= 0 or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SimulationError(f"the simulation of {label} ran past {limit:g} s ({SIM_TIMEOUT_ENV})",
+                              f"raise {SIM_TIMEOUT_ENV} for a simulated answer")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = "adamw", precision: str = "fp32",
@@ -155,7 +189,17 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
     over = overheads_for(arch, context_mib)
     src = _src or resolve_model(model, input_shape)
     notes: list[str] = []
-    trace, method = simulate(src, batch, config, notes)
+    try:
+        trace, method = simulate(src, batch, config, notes)
+    except SimulationError as e:  # the learned fallback (perfseer.memory.learned), with the reason
+        from perfseer.memory.learned import learned_estimate, learned_mig
+
+        est = learned_estimate(src, batch, config, device_name, capacity, over, notes, e.problem)
+        if mig:
+            spec = device_spec(device) if device is not None else None
+            own = spec is not None and (spec.mig_profiles or spec.parent)
+            est.mig = learned_mig(est, [spec.parent or spec.name] if own else None, context_mib)
+        return est
     est = estimate_from_trace(trace, src.label, batch, config, device_name, capacity, over, notes, method)
     if mig:
         spec = device_spec(device) if device is not None else None
@@ -167,13 +211,18 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
 def simulate(src: ModelSource, batch: int, config: StepConfig, notes: list[str]):
     """``(trace, method)``: the simulated step, or the ONNX liveness trace for an ONNX model or
     an inference whose simulation failed (the reason is appended to ``notes``)."""
+    failed = None
     if src.build is not None:
         try:
             return trace_model(src, batch, config), "simulation"
         except SimulationError as e:
-            if config.phase != "infer" or src.export is None:
+            from perfseer.memory.learned import INFER_FALLBACK
+
+            if config.phase != "infer" or src.export is None or INFER_FALLBACK != "onnx-liveness":
                 raise
-            notes.append(f"simulation failed ({e.problem}); inference memory from the ONNX graph's liveness")
+            failed = e.problem
+            notes.append(f"the simulator could not run ({e.problem}); inference memory from the ONNX graph's "
+                         "liveness")
             src = ModelSource(src.label, onnx=src.export, input_shape=src.input_shape)
     if config.phase != "infer":
         raise MemoryConfigError(f"{src.label}: training memory needs the PyTorch model (an ONNX graph has no "
@@ -184,7 +233,15 @@ def simulate(src: ModelSource, batch: int, config: StepConfig, notes: list[str])
     if config.precision != "fp32":
         notes.append("ONNX liveness uses the graph's own dtypes; precision is not applied")
     notes.append("ONNX liveness: operators are not fused or run in place, so activations are an upper bound")
-    return liveness_trace(src.onnx, batch, src.input_shape), "onnx-liveness"
+    if failed is None:
+        return liveness_trace(src.onnx, batch, src.input_shape), "onnx-liveness"
+    try:
+        return liveness_trace(src.onnx, batch, src.input_shape), "onnx-liveness"
+    except PerfseerError as e:  # both ways failed: say why each did
+        raise SimulationError(f"{src.label}: the simulator could not run ({failed}), and the ONNX graph the "
+                              f"fallback needs could not be extracted either ({e.problem})",
+                              "simulate a variant of the model without the data-dependent step, or export it to "
+                              "ONNX with static shapes and pass the .onnx file") from e
 
 
 def estimate_from_trace(trace, label, batch, config: StepConfig, device_name, capacity, over: Overheads,
@@ -225,7 +282,13 @@ def max_batch_for(model, device: str | None = None, phase: str = "train", optimi
     if src.build is None:
         raise MemoryConfigError(f"{src.label}: the largest batch is searched with the simulator, which needs a "
                                 "PyTorch model", "pass the timm:/torchvision: reference or an nn.Module")
-    return max_batch(lambda b: trace_model(src, b, config), overheads_for(arch, context_mib), capacity)
+    over = overheads_for(arch, context_mib)
+    try:
+        return max_batch(lambda b: trace_model(src, b, config), over, capacity)
+    except SimulationError as e:  # the learned fallback's search (perfseer.memory.learned)
+        from perfseer.memory.learned import learned_max_batch
+
+        return learned_max_batch(src, config, capacity, over, e.problem)
 
 
 @dataclass
@@ -298,6 +361,7 @@ def memory_rows(model, rows: list[dict], input_shape=None, optimizer: str = "ada
             warns.append(f"memory for {r['device']} {r['phase']} batch {r['batch_size']}: {e}")
             continue
         out.append({"batch_size": r["batch_size"], "device": r["device"], "phase": r["phase"], "metric": "memory_sim",
-                    "value": est.total / (1 << 20), "unit": "MiB", "method": est.method, "fits": est.fits,
+                    "value": est.total / (1 << 20), "unit": "MiB", "method": est.method, "basis": est.basis,
+                    "interval": [v / (1 << 20) for v in est.interval] if est.interval else None, "fits": est.fits,
                     "precision": est.precision, "optimizer": est.optimizer})
     return out, warns

@@ -28,7 +28,11 @@ class MemoryEstimate:
         capacity: the device's (or MIG slice's) memory, if a device was given.
         fits: whether the step fits in ``capacity`` (the allocator replayed under that limit,
             releasing its cache before giving up, as PyTorch's does); ``None`` without a device.
-        method: ``"simulation"`` (the step run on fake tensors) or ``"onnx-liveness"``.
+        method: ``"simulation"`` (the step run on fake tensors), ``"onnx-liveness"`` or
+            ``"learned"`` (:mod:`~perfseer.memory.learned`, when the simulator cannot run).
+        basis: the method in words for output ("simulated", "ONNX liveness", "learned (card ...,
+            90 % interval ...)").
+        interval: for a learned estimate, the total's 90 % interval ``[low, high]``.
     """
 
     model: str
@@ -48,6 +52,12 @@ class MemoryEstimate:
     fits: bool | None = None
     notes: list[str] = field(default_factory=list)
     mig: list[dict] | None = None  # perfseer.memory.api.mig_advice, when asked for
+    interval: list[int] | None = None
+    basis: str = ""
+
+    def __post_init__(self):
+        if not self.basis:
+            self.basis = {"simulation": "simulated", "onnx-liveness": "ONNX liveness"}.get(self.method, self.method)
 
     def to_dict(self) -> dict:
         d = asdict(self)
