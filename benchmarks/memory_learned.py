@@ -212,6 +212,7 @@ def main(argv=None) -> int:
                     if predictor is not None:
                         from perfseer.predictor import BUNDLED
 
+                        predictor.card["role"] = "memory-fallback"  # not served as a latency predictor
                         predictor.card["basis"] = (f"simulator-trained predictor {predictor.name} (rest of the peak "
                                                    "beyond the exact persistent bytes)")
                         predictor.save(BUNDLED)

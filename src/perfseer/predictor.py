@@ -322,7 +322,7 @@ class Predictor:
         """Name, network, coverage and test scores (what ``perfseer predictors`` shows)."""
         c = self.card
         return {"name": self.name, "model": c["model"]["name"], "parameters": c["model"].get("parameters"),
-                "path": c.get("_path"),
+                "path": c.get("_path"), "role": c.get("role", "latency"),
                 "targets": [Target(**{k: t[k] for k in ("metric", "device", "phase")}).key for t in c["targets"]],
                 "devices": c["devices"], "phases": c["phases"],
                 "training": {k: c["training"].get(k) for k in ("dataset", "split_column", "rows", "batch_sizes",

@@ -108,6 +108,8 @@ def test_an_upload_over_the_limit_is_413(client):
 def test_listing_endpoints_and_the_page(client):
     names = [p["name"] for p in client.get("/v1/predictors").json()]
     assert P3090 in names and P4090 in names
+    # the learned memory fallback cards answer through /v1/memory, not as latency predictors
+    assert not any(n.startswith("memory-sim") for n in names)
     devices = {d["name"]: d for d in client.get("/v1/devices").json()}
     assert "rtx3090/amp-nchw-pt240" in devices["rtx3090"]["settings"] and P3090 in devices["rtx3090"]["predictors"]
     assert devices["h100-sxm"]["memory_gib"] == 80 and devices["h100-sxm"]["predictors"] == []

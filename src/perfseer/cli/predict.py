@@ -271,6 +271,10 @@ def _predictor_block(it: dict) -> str:
         import textwrap
 
         body = textwrap.wrap("; ".join(parts), 78 - 19, break_on_hyphens=False) or [""]
-        lines.append(f"  {escape(who):<19}" + body[0])
-        lines += [" " * 21 + more for more in body[1:]]
+        if len(who) > 18:  # a long target name on a line of its own, its scores under it
+            lines.append(f"  {escape(who)}")
+            lines += [" " * 21 + more for more in body]
+        else:
+            lines.append(f"  {escape(who):<19}" + body[0])
+            lines += [" " * 21 + more for more in body[1:]]
     return "\n".join(lines) + "\n"

@@ -138,7 +138,10 @@ class Service:
         from perfseer.predictor import list_predictors
 
         if self._served is None:  # read once: the bundled cards do not change under a running server
-            self._served = list(self.config.predictors) or [p["name"] for p in list_predictors()]
+            # by default the latency predictors; the learned memory fallback cards (role
+            # "memory-fallback") answer through /v1/memory, where their extra bytes are completed
+            self._served = list(self.config.predictors) or [p["name"] for p in list_predictors()
+                                                            if p.get("role", "latency") == "latency"]
         return list(self._served)
 
     def predictor(self, name: str):
