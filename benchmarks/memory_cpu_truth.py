@@ -23,8 +23,11 @@ batch sizes 2, 3, 4 (small: the measured run executes on this machine's shared C
     nice -n 10 python benchmarks/memory_cpu_truth.py run [--limit N] [--shard I/N]  # resumable, appends JSONL
     python benchmarks/memory_cpu_truth.py report                          # prints the table, writes JSON
 
-``run`` appends one line per configuration to benchmarks/results/memory_cpu_truth.jsonl (done
-configurations are skipped on restart); ``report`` writes benchmarks/results/memory_cpu_truth.json.
+``run`` appends one line per configuration to benchmarks/data/memory_cpu_truth.jsonl (tracked;
+done configurations are skipped on restart, a line cut by an interrupted run is redone); a
+configuration that runs past ``--timeout`` is recorded as a timeout and the model's larger
+configurations as not run; a model that cannot be built or run is recorded with its error.
+``report`` writes benchmarks/data/memory_cpu_truth.json.
 """
 
 from __future__ import annotations
@@ -33,15 +36,15 @@ import argparse
 import csv
 import json
 import os
+import resource
 import signal
 import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
-JSONL = RESULTS / "memory_cpu_truth.jsonl"
-SUMMARY = RESULTS / "memory_cpu_truth.json"
-TIMM_CSV = Path(__file__).resolve().parents[1] / ".." / ".." / "shared" / "datasets" / "timm-benchmark"
+DATA = Path(__file__).parent / "data"
+JSONL = DATA / "memory_cpu_truth.jsonl"
+SUMMARY = DATA / "memory_cpu_truth.json"
 BATCHES = (2, 3, 4)
 MODES = (("infer", None), ("train", "sgd-momentum"), ("train", "adamw"))
 TORCHVISION = ("squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "mobilenet_v3_small", "squeezenet1_0",
@@ -49,6 +52,11 @@ TORCHVISION = ("squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "mobilenet_v
                "mnasnet1_3", "regnet_x_400mf", "regnet_y_400mf", "efficientnet_b0", "alexnet", "resnet18",
                "regnet_x_800mf", "regnet_y_800mf", "googlenet", "efficientnet_b1", "densenet121", "resnet34",
                "shufflenet_v2_x1_5", "shufflenet_v2_x2_0", "resnet50", "inception_v3")
+#: more torchvision classification models, after timm's (increasing size, roughly)
+TORCHVISION_MORE = ("regnet_x_1_6gf", "regnet_y_1_6gf", "efficientnet_b2", "densenet169", "efficientnet_b3",
+                    "vit_b_32", "resnext50_32x4d", "densenet201", "regnet_x_3_2gf", "regnet_y_3_2gf", "convnext_tiny",
+                    "swin_t", "efficientnet_v2_s", "swin_v2_t", "maxvit_t", "resnet101", "wide_resnet50_2",
+                    "densenet161", "resnet152", "vgg11", "vgg11_bn")
 TOL = 0.02
 
 
@@ -68,14 +76,28 @@ def model_list(max_gmacs: float) -> list[str]:
                     continue
     timm_names = sorted((g, n) for n, g in gmacs.items() if g <= max_gmacs and timm.is_model(n)
                         and not n.startswith("test_"))
-    # the larger torchvision models after timm's: on a shared CPU the run may not reach the end
-    small, large = TORCHVISION[:14], TORCHVISION[14:]
-    return ([f"torchvision:{n}" for n in small] + [f"timm:{n}" for _, n in timm_names]
-            + [f"torchvision:{n}" for n in large])
+    # a deprecated alias (gluon_resnet50_v1c -> resnet50c.gluon_in1k) is the same architecture as
+    # its current name: keep the first name of each architecture
+    from timm.models import get_arch_name, get_deprecated_models
+
+    deprecated, seen, unique = get_deprecated_models(), set(), []
+    for g, n in timm_names:
+        arch = get_arch_name(deprecated.get(n) or n)
+        if arch not in seen:
+            seen.add(arch)
+            unique.append((g, n))
+    timm_names = unique
+    # roughly increasing cost, so that a run cut short has covered the cheapest models: small
+    # torchvision models, timm's up to 2.5 GMACs, the larger torchvision models, timm's above
+    # 2.5 GMACs, the largest torchvision models
+    small, large = TORCHVISION[:14], TORCHVISION[14:] + TORCHVISION_MORE[:-5]
+    return ([f"torchvision:{n}" for n in small] + [f"timm:{n}" for g, n in timm_names if g <= 2.5]
+            + [f"torchvision:{n}" for n in large] + [f"timm:{n}" for g, n in timm_names if g > 2.5]
+            + [f"torchvision:{n}" for n in TORCHVISION_MORE[-5:]])
 
 
-class Timeout(Exception):
-    pass
+class Timeout(BaseException):
+    """A configuration ran past ``--timeout`` (a BaseException: no ``except Exception`` swallows it)."""
 
 
 def _alarm(signum, frame):
@@ -87,35 +109,58 @@ def first_difference(sim, real) -> str | None:
     a = [(x.op, x.nbytes) for x in sim.allocations]
     b = [(x.op, x.nbytes) for x in real.allocations]
     for i, (u, v) in enumerate(zip(a, b)):
-        if u != v:
+        if u[1] != v[1]:  # sizes: operator names may differ (the meta backend's attention is an alias)
             return f"allocation {i}: simulated {u[0]} {u[1]} B, measured {v[0]} {v[1]} B"
     if len(a) != len(b):
         return f"simulated {len(a)} allocations, measured {len(b)}"
     return None
 
 
+_BUILT: dict = {}
+
+
+def _build(zoo: str, name: str, meta: bool):
+    """A fresh copy of the model (built once per model and kind: the 9 configurations of a model
+    each get a deep copy of the same freshly initialised module)."""
+    import copy
+
+    from perfseer.graph.zoo import build_zoo_model
+
+    key = (zoo, name, meta)
+    if key not in _BUILT:
+        for k in [k for k in _BUILT if k[:2] != (zoo, name)]:  # keep one model's modules alive
+            del _BUILT[k]
+        module, shape, _ = build_zoo_model(zoo, name, meta=meta)
+        _BUILT[key] = (module, shape)
+    module, shape = _BUILT[key]
+    try:
+        return copy.deepcopy(module), shape
+    except Exception:  # noqa: BLE001 - a module that cannot be copied: build it again
+        return build_zoo_model(zoo, name, meta=meta)[:2]
+
+
 def run_config(model: str, batch: int, phase: str, optimizer: str | None) -> dict:
     import torch
 
-    from perfseer.graph.zoo import build_zoo_model
     from perfseer.memory.step import StepConfig, trace_step
 
     zoo, name = model.split(":", 1)
     cfg = StepConfig(phase=phase, optimizer=optimizer or "sgd", precision="fp32", target="cpu", foreach=False)
     rec = {"model": model, "batch": batch, "phase": phase, "optimizer": optimizer}
     t0 = time.perf_counter()
-    module, shape, _ = build_zoo_model(zoo, name, meta=True)
+    module, shape = _build(zoo, name, True)
     rec["input_shape"] = "x".join(map(str, shape))
     try:
         sim = trace_step(module, shape, batch, cfg, fake=True)
         rec["sim_peak"] = sim.peak()[0]
+        rec["sim_backend"] = sim.backend
     except Exception as e:  # noqa: BLE001 - recorded as the result
         sim = None
         rec["sim_error"] = f"{type(e).__name__}: {str(e)[:300]}"
     rec["sim_s"] = round(time.perf_counter() - t0, 3)
     t0 = time.perf_counter()
     torch.manual_seed(0)
-    module, shape, _ = build_zoo_model(zoo, name, meta=False)
+    module, shape = _build(zoo, name, False)
     try:
         real = trace_step(module, shape, batch, cfg, fake=False)
         rec["real_peak"] = real.peak()[0]
@@ -134,7 +179,7 @@ def cmd_run(args) -> None:
     import torch
 
     torch.set_num_threads(1)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    DATA.mkdir(parents=True, exist_ok=True)
     done = set()
     if JSONL.exists():
         for line in JSONL.read_text().splitlines():
@@ -149,18 +194,28 @@ def cmd_run(args) -> None:
     signal.signal(signal.SIGALRM, _alarm)
     with open(JSONL, "a") as out:
         for model in models:
+            timed_out = None
             for batch in BATCHES:
                 for phase, opt in MODES:
                     if (model, batch, phase, opt) in done:
                         continue
-                    signal.alarm(args.timeout)
-                    try:
-                        rec = run_config(model, batch, phase, opt)
-                    except Exception as e:  # noqa: BLE001 - a model that cannot be built
-                        rec = {"model": model, "batch": batch, "phase": phase, "optimizer": opt,
-                               "error": f"{type(e).__name__}: {str(e)[:300]}"}
-                    finally:
-                        signal.alarm(0)
+                    key = {"model": model, "batch": batch, "phase": phase, "optimizer": opt}
+                    if timed_out:  # a larger batch of a model that timed out: not tried, recorded as such
+                        rec = {**key, "error": f"not run: {timed_out} timed out"}
+                    else:
+                        signal.alarm(args.timeout)
+                        t0 = time.perf_counter()
+                        try:
+                            rec = run_config(model, batch, phase, opt)
+                        except Timeout:
+                            rec = {**key, "error": f"timeout: over {args.timeout} s"}
+                            timed_out = f"b{batch} {phase} {opt or ''}".strip()
+                        except Exception as e:  # noqa: BLE001 - a model that cannot be built
+                            rec = {**key, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                        finally:
+                            signal.alarm(0)
+                        rec["wall_s"] = round(time.perf_counter() - t0, 3)
+                        rec["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
                     err = rec.get("rel_err")
@@ -236,7 +291,7 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("--limit", type=int, default=None, help="first N models of the list")
     r.add_argument("--max-gmacs", type=float, default=2.5, help="skip timm models above this (RTX 3090 benchmark GMACs)")
-    r.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
+    r.add_argument("--timeout", type=int, default=180, help="seconds per configuration")
     r.add_argument("--shard", default="0/1", metavar="I/N", help="run models I, I+N, I+2N... (parallel runs append "
                                                                  "to the same file)")
     sub.add_parser("report")

@@ -55,6 +55,7 @@ class Trace:
     allocations: list[Allocation] = field(default_factory=list)
     events: list[tuple[int, int]] = field(default_factory=list)
     marks: dict[str, int] = field(default_factory=dict)  # "step1.backward" -> event index
+    backend: str | None = None  # what ran the step: "meta", "fake" or "real" (trace_step sets it)
 
     def device_events(self) -> list[tuple[int, int]]:
         """The events of device memory (host-resident allocations dropped)."""
