@@ -25,8 +25,8 @@ batch sizes 2, 3, 4 (small: the measured run executes on this machine's shared C
 
 ``run`` appends one line per configuration to benchmarks/data/memory_cpu_truth.jsonl (tracked;
 done configurations are skipped on restart, a line cut by an interrupted run is redone); a
-configuration that runs past ``--timeout`` is recorded as a timeout and the model's larger
-configurations as not run; a model that cannot be built or run is recorded with its error.
+configuration that runs past ``--timeout`` seconds of CPU time is recorded as a timeout and the
+model's remaining configurations as not run (both are tried again on resume); a model that cannot be built or run is recorded with its error.
 ``report`` writes benchmarks/data/memory_cpu_truth.json.
 """
 
@@ -187,11 +187,15 @@ def cmd_run(args) -> None:
                 r = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by an interrupted run: redone
+            if str(r.get("error", "")).startswith(("timeout", "not run")):
+                continue  # a time limit hit (on a loaded machine, say) is tried again on resume
             done.add((r["model"], r["batch"], r["phase"], r["optimizer"]))
     models = model_list(args.max_gmacs)[: args.limit]
     index, count = (int(x) for x in args.shard.split("/"))
     models = models[index::count]
-    signal.signal(signal.SIGALRM, _alarm)
+    # the limit is CPU time (SIGPROF counts this process's user + system time), so that it does
+    # not depend on how many other processes share the machine
+    signal.signal(signal.SIGPROF, _alarm)
     with open(JSONL, "a") as out:
         for model in models:
             timed_out = None
@@ -203,17 +207,17 @@ def cmd_run(args) -> None:
                     if timed_out:  # a larger batch of a model that timed out: not tried, recorded as such
                         rec = {**key, "error": f"not run: {timed_out} timed out"}
                     else:
-                        signal.alarm(args.timeout)
+                        signal.setitimer(signal.ITIMER_PROF, args.timeout)
                         t0 = time.perf_counter()
                         try:
                             rec = run_config(model, batch, phase, opt)
                         except Timeout:
-                            rec = {**key, "error": f"timeout: over {args.timeout} s"}
+                            rec = {**key, "error": f"timeout: over {args.timeout} s of CPU time"}
                             timed_out = f"b{batch} {phase} {opt or ''}".strip()
                         except Exception as e:  # noqa: BLE001 - a model that cannot be built
                             rec = {**key, "error": f"{type(e).__name__}: {str(e)[:300]}"}
                         finally:
-                            signal.alarm(0)
+                            signal.setitimer(signal.ITIMER_PROF, 0)
                         rec["wall_s"] = round(time.perf_counter() - t0, 3)
                         rec["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
                     out.write(json.dumps(rec) + "\n")
@@ -291,7 +295,9 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("--limit", type=int, default=None, help="first N models of the list")
     r.add_argument("--max-gmacs", type=float, default=2.5, help="skip timm models above this (RTX 3090 benchmark GMACs)")
-    r.add_argument("--timeout", type=int, default=180, help="seconds per configuration")
+    r.add_argument("--timeout", type=int, default=120,
+                   help="CPU seconds per configuration (a model that runs past it is recorded as a timeout, its "
+                        "larger configurations as not run; both are tried again when the run is resumed)")
     r.add_argument("--shard", default="0/1", metavar="I/N", help="run models I, I+N, I+2N... (parallel runs append "
                                                                  "to the same file)")
     sub.add_parser("report")

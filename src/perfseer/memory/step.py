@@ -102,7 +102,10 @@ def _loss(out, batch: int):
         if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad):
             continue
         if t.dim() == 2 and t.shape[0] == batch:
-            labels = torch.randint(0, t.shape[1], (batch,), device=t.device)
+            if t.device.type == "meta":  # no values (and randint's meta kernel is a slow Python reference)
+                labels = torch.empty((batch,), dtype=torch.long, device=t.device)
+            else:
+                labels = torch.randint(0, t.shape[1], (batch,), device=t.device)
             term = F.cross_entropy(t, labels)
         else:
             term = t.float().mean()
@@ -113,7 +116,9 @@ def _loss(out, batch: int):
     return total
 
 
-def _make_input(batch: int, input_shape, dtype: torch.dtype):
+def _make_input(batch: int, input_shape, dtype: torch.dtype, meta: bool = False):
+    if meta:  # no values (and randn's meta kernel is a slow Python reference)
+        return torch.empty(batch, *input_shape, dtype=dtype, device="meta")
     if dtype.is_floating_point:
         return torch.randn(batch, *input_shape, dtype=dtype)
     return torch.randint(0, 100, (batch, *input_shape), dtype=dtype)
@@ -163,9 +168,11 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
         import copy
 
         spare = copy.deepcopy(module) if backend == "auto" else None  # the fake run's module if meta fails
+        from perfseer.memory.imports import without_dynamo
+
         tracer = StorageTracer()
         try:
-            with tracer:
+            with without_dynamo(), tracer:
                 _run(module, input_shape, batch, config, "meta", input_dtype, amp, tracer)
             trace = tracer.close()
             trace.backend = "meta"
@@ -235,8 +242,7 @@ def _run(module, input_shape, batch, config, backend, input_dtype, amp_dtype, tr
     else:
         _materialize(module, "meta" if backend == "meta" else None)
         tracer.tag(list(module.parameters()) + list(module.buffers()), "weights")
-    with on_meta:
-        x = _make_input(batch, input_shape, input_dtype)
+    x = _make_input(batch, input_shape, input_dtype, meta=backend == "meta")
     tracer.tag([x], "input")
     kernels = KernelChoices(cuda=config.target == "cuda")
 
