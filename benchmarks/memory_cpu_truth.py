@@ -38,6 +38,7 @@ import json
 import os
 import resource
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -190,6 +191,11 @@ def cmd_run(args) -> None:
             if str(r.get("error", "")).startswith(("timeout", "not run")):
                 continue  # a time limit hit (on a loaded machine, say) is tried again on resume
             done.add((r["model"], r["batch"], r["phase"], r["optimizer"]))
+    try:  # the simulator's revision, recorded on every row (rows of several revisions can share the file)
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent).stdout.strip() or None
+    except OSError:
+        rev = None
     models = model_list(args.max_gmacs)[: args.limit]
     index, count = (int(x) for x in args.shard.split("/"))
     models = models[index::count]
@@ -219,6 +225,7 @@ def cmd_run(args) -> None:
                         finally:
                             signal.setitimer(signal.ITIMER_PROF, 0)
                         rec["wall_s"] = round(time.perf_counter() - t0, 3)
+                        rec["rev"] = rev
                         rec["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
                     out.write(json.dumps(rec) + "\n")
                     out.flush()

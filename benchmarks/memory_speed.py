@@ -2,8 +2,10 @@
 included), and ``--max-batch``.
 
 Each command runs in its own Python process, ``--repeat`` times; the table gives the wall time
-and the CPU time (user + system of the child process).  On a shared machine the wall time
-includes waiting for a core; the CPU time is what the command costs.
+and the CPU time (user + system of the child process), and the 1-minute load average before each
+run.  On a shared machine the wall time includes waiting for a core; the CPU time is what the
+command costs (it too grows on a loaded machine: two cores' caches and memory bandwidth are
+shared).
 
     python benchmarks/memory_speed.py [--repeat 3]
 
@@ -50,17 +52,24 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for name, argv in COMMANDS.items():
-        runs = [timed(argv) for _ in range(args.repeat)]
+        runs, loads = [], []
+        for _ in range(args.repeat):
+            loads.append(round(os.getloadavg()[0], 2))  # 1-minute load average just before the run
+            runs.append(timed(argv))
         walls = sorted(r[0] for r in runs)
         cpus = sorted(r[1] for r in runs)
         last_line = runs[-1][2].strip().splitlines()[-1]
         rows.append({"command": "perfseer " + " ".join(argv), "name": name, "wall_s": walls, "cpu_s": cpus,
                      "wall_median_s": walls[len(walls) // 2], "cpu_median_s": cpus[len(cpus) // 2],
-                     "target_s": TARGETS.get(name), "output_last_line": last_line})
-    print("| command | wall s (median of %d) | CPU s (median) | target s | last line |" % args.repeat)
-    print("| --- | --- | --- | --- | --- |")
+                     "target_s": TARGETS.get(name), "output_last_line": last_line,
+                     "runs": [{"wall_s": round(r[0], 3), "cpu_s": round(r[1], 3), "loadavg_1min_before": lo}
+                              for r, lo in zip(runs, loads)]})
+    print("| command | wall s (median of %d) | CPU s (median) | wall s of each run (load average before it) | "
+          "target s | last line |" % args.repeat)
+    print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['name']} | {r['wall_median_s']:.2f} | {r['cpu_median_s']:.2f} | {r['target_s'] or ''} | "
+        each = ", ".join(f"{x['wall_s']:.2f} ({x['loadavg_1min_before']:.1f})" for x in r["runs"])
+        print(f"| {r['name']} | {r['wall_median_s']:.2f} | {r['cpu_median_s']:.2f} | {each} | {r['target_s'] or ''} | "
               f"{r['output_last_line']} |")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     RESULTS.mkdir(exist_ok=True)

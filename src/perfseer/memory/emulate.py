@@ -96,3 +96,76 @@ class KernelChoices(TorchFunctionMode):
                     and x.numel() > 0):
                 return torch.native_dropout(x, p, True)[0]
         return func(*args, **kwargs)
+
+
+# -- batch norm on the meta backend ------------------------------------------------------------
+# The meta device's batch norm kernels are PyTorch's Python decompositions, which run dozens of
+# Python reference operators per call (most of a ResNet's simulation time).  These give the
+# outputs the CPU kernels allocate (aten/src/ATen/native/Normalization.cpp: ``batch_norm_cpu``,
+# ``batch_norm_backward_cpu``), directly: the output like the input (its memory format kept), the
+# saved mean and inverse std per channel in training (empty outside it), one gradient per
+# requested input.  Values are not computed (meta tensors have none).
+
+
+def _like(x):
+    """``torch.empty_like(x)`` (memory format kept) without its Python reference on meta."""
+    for fmt in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
+        try:
+            if x.is_contiguous(memory_format=fmt):
+                return torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=fmt)
+        except RuntimeError:  # channels_last of a tensor that is not 4-D
+            continue
+    return torch.empty_like(x)
+
+
+def _stat_dtype(x):
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+def _bn(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    c = input.shape[1] if input.dim() > 1 else 0
+    n = c if training else 0
+    return (_like(input), torch.empty((n,), dtype=_stat_dtype(input), device=input.device),
+            torch.empty((n,), dtype=_stat_dtype(input), device=input.device))
+
+
+def _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                 output_mask):
+    c = input.shape[1]
+    like = weight if weight is not None else None
+    gw = (_like(like) if like is not None else torch.empty((c,), dtype=input.dtype, device=input.device))
+    gb = (_like(like) if like is not None else torch.empty((c,), dtype=input.dtype, device=input.device))
+    return (_like(input) if output_mask[0] else None, gw if output_mask[1] else None,
+            gb if output_mask[2] else None)
+
+
+def _bn_whole(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled):
+    return _like(input)  # under inference_mode the composite operator is dispatched whole
+
+
+def _conv(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """``convolution``'s output, as its meta kernel (``meta_conv``) makes it (contiguous), without
+    the Python shape checks (their ``torch._check`` imports sympy)."""
+    k = weight.shape[2:]
+    n = len(k)
+    stride, padding, dilation = (list(v) * n if len(v) == 1 else list(v) for v in (stride, padding, dilation))
+    if transposed:
+        output_padding = list(output_padding) * n if len(output_padding) == 1 else list(output_padding)
+        spatial = [(i - 1) * s - 2 * p + d * (kk - 1) + op + 1 for i, s, p, d, kk, op in
+                   zip(input.shape[2:], stride, padding, dilation, k, output_padding)]
+        channels = weight.shape[1] * groups
+    else:
+        spatial = [(i + 2 * p - d * (kk - 1) - 1) // s + 1 for i, s, p, d, kk in
+                   zip(input.shape[2:], stride, padding, dilation, k)]
+        channels = weight.shape[0]
+    if input.shape[1] == 0:
+        channels = 0
+    if min(spatial, default=1) <= 0:
+        raise NotOnMeta(f"convolution output size {spatial}")  # the real kernel's error, on the fake backend
+    return input.new_empty((input.shape[0], channels, *spatial))
+
+
+META_KERNELS = {torch.ops.aten.convolution.default: _conv,
+                torch.ops.aten.native_batch_norm.default: _bn,
+                torch.ops.aten.native_batch_norm_backward.default: _bn_backward,
+                torch.ops.aten.batch_norm.default: _bn_whole}

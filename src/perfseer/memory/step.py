@@ -19,7 +19,9 @@ backends:
   tensors; operators run their C++ meta kernels directly.  Tensor sizes, aliasing and lifetimes
   are those of the CPU kernels; the one operator whose kernel choice depends on the device,
   ``scaled_dot_product_attention``, runs the kernel the CPU chooses
-  (:class:`~perfseer.memory.emulate.KernelChoices`).  fp32 only; models with Python-level fast
+  (:class:`~perfseer.memory.emulate.KernelChoices`); batch norm allocates its outputs directly
+  (:data:`~perfseer.memory.emulate.META_KERNELS`: the meta kernels are slow Python
+  decompositions).  fp32 only; models with Python-level fast
   paths that test ``x.device.type`` (``nn.MultiheadAttention``, ``nn.Transformer*Layer``, RNNs,
   timm's ``LiteMLA``) are not run on it.
 * ``"fake"``: ``FakeTensorMode`` tensors that report the CPU device (slower: every operator goes
@@ -168,9 +170,10 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
         import copy
 
         spare = copy.deepcopy(module) if backend == "auto" else None  # the fake run's module if meta fails
+        from perfseer.memory.emulate import META_KERNELS
         from perfseer.memory.imports import without_dynamo
 
-        tracer = StorageTracer()
+        tracer = StorageTracer(kernels=META_KERNELS)
         try:
             with without_dynamo(), tracer:
                 _run(module, input_shape, batch, config, "meta", input_dtype, amp, tracer)
