@@ -242,39 +242,61 @@ def cmd_report(args) -> None:
             r = json.loads(line)
         except json.JSONDecodeError:
             continue
-        rows[(r["model"], r["batch"], r["phase"], r["optimizer"])] = r
+        rows[(r["model"], r["batch"], r["phase"], r["optimizer"])] = r  # a later row (a retry) wins
     rows = list(rows.values())
     compared = [r for r in rows if "rel_err" in r]
-    both_fail = [r for r in rows if "rel_err" not in r and ("real_error" in r or "error" in r)]
+    timeouts = [r for r in rows if str(r.get("error", "")).startswith("timeout")]
+    not_run = [r for r in rows if str(r.get("error", "")).startswith("not run")]
+    errors = [r for r in rows if "error" in r and r not in timeouts and r not in not_run]
+    real_fail = [r for r in rows if "real_error" in r]
     sim_only_fail = [r for r in rows if "sim_error" in r and "real_error" not in r]
     within = [r for r in compared if abs(r["rel_err"]) <= TOL]
     over10 = [r for r in compared if abs(r["rel_err"]) > 0.10]
+    models_run = sorted({r["model"] for r in rows})
     models = sorted({r["model"] for r in compared})
+    complete = sorted(m for m in models if sum(r["model"] == m for r in compared) == len(BATCHES) * len(MODES))
     abs_err = sorted(abs(r["rel_err"]) for r in compared)
+    backends = {}
+    for r in compared:
+        backends[r.get("sim_backend", "fake")] = backends.get(r.get("sim_backend", "fake"), 0) + 1
     summary = {
         "configurations_run": len(rows),
         "configurations_compared": len(compared),
+        "models_run": len(models_run),
         "models_compared": len(models),
+        "models_all_9_configurations_compared": len(complete),
+        "timm_models_compared": sum(m.startswith("timm:") for m in models),
+        "torchvision_models_compared": sum(m.startswith("torchvision:") for m in models),
         "within_2pct": len(within),
         "within_2pct_share": len(within) / len(compared) if compared else None,
         "over_10pct": len(over10),
         "median_abs_rel_err": abs_err[len(abs_err) // 2] if abs_err else None,
         "max_abs_rel_err": abs_err[-1] if abs_err else None,
-        "real_run_failed": len(both_fail),
+        "simulation_backend_of_compared": backends,
+        "timeouts": len(timeouts),
+        "not_run_after_a_timeout": len(not_run),
+        "build_or_run_errors": len(errors),
+        "real_run_failed": len(real_fail),
         "simulation_failed_only": len(sim_only_fail),
+        "worst": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "sim_peak", "real_peak", "rel_err",
+                                         "first_difference")}
+                  for r in sorted(compared, key=lambda r: -abs(r["rel_err"]))[:10] if r["rel_err"] != 0],
         "outliers": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "sim_peak", "real_peak",
                                             "rel_err", "first_difference")}
                      for r in compared if abs(r["rel_err"]) > TOL],
         "simulation_failures": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "sim_error")}
                                 for r in sim_only_fail],
-        "real_failures": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "real_error", "error")}
-                          for r in both_fail],
+        "failures": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "real_error", "error")}
+                     for r in real_fail + errors + timeouts],
     }
-    print(f"models compared: {summary['models_compared']}; configurations compared: {len(compared)} "
-          f"(run: {len(rows)})")
+    print(f"models run: {len(models_run)}; compared: {len(models)} ({summary['timm_models_compared']} timm, "
+          f"{summary['torchvision_models_compared']} torchvision), all 9 configurations: {len(complete)}; "
+          f"configurations compared: {len(compared)} (run: {len(rows)})")
     if compared:
         print(f"within 2 %: {len(within)} ({100 * summary['within_2pct_share']:.1f} %); over 10 %: {len(over10)}; "
-              f"median |error| {100 * summary['median_abs_rel_err']:.3f} %, max {100 * summary['max_abs_rel_err']:.2f} %")
+              f"median |error| {100 * summary['median_abs_rel_err']:.3f} %, max {100 * summary['max_abs_rel_err']:.3f} %; "
+              f"exactly equal: {sum(r['rel_err'] == 0 for r in compared)}")
+        print("simulated on: " + ", ".join(f"{k} backend {v}" for k, v in sorted(backends.items())))
     by_mode = {}
     for r in compared:
         key = f"{r['phase']} {r['optimizer'] or ''}".strip()
@@ -284,13 +306,20 @@ def cmd_report(args) -> None:
     print("| --- | --- | --- |")
     for k, (n, w) in sorted(by_mode.items()):
         print(f"| {k} | {n} | {w} ({100 * w / n:.1f} %) |")
-    print(f"measured run failed (no ground truth): {len(both_fail)}; simulation failed where the real run worked: "
-          f"{len(sim_only_fail)}")
+    print(f"timeouts: {len(timeouts)} (+ {len(not_run)} configurations not run after them); build/run errors: "
+          f"{len(errors)}; measured run failed (no ground truth): {len(real_fail)}; simulation failed where the "
+          f"real run worked: {len(sim_only_fail)}")
+    for o in summary["worst"]:
+        print(f"largest difference {o['model']} b{o['batch']} {o['phase']} {o['optimizer'] or ''}: "
+              f"{100 * o['rel_err']:+.4f} % ({o['sim_peak'] - o['real_peak']:+d} B)")
     for o in summary["outliers"]:
         print(f"outlier {o['model']} b{o['batch']} {o['phase']} {o['optimizer'] or ''}: "
               f"{100 * o['rel_err']:+.2f} % ({o['first_difference']})")
     for o in summary["simulation_failures"]:
         print(f"simulation failed {o['model']} b{o['batch']} {o['phase']}: {o['sim_error']}")
+    for o in summary["failures"]:
+        print(f"failed {o['model']} b{o['batch']} {o['phase']} {o['optimizer'] or ''}: "
+              f"{o.get('real_error') or o.get('error')}")
     tmp = SUMMARY.with_name(SUMMARY.name + ".tmp")
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     os.replace(tmp, SUMMARY)
