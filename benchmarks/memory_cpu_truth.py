@@ -318,8 +318,8 @@ def cmd_report(args) -> None:
     for o in summary["simulation_failures"]:
         print(f"simulation failed {o['model']} b{o['batch']} {o['phase']}: {o['sim_error']}")
     for o in summary["failures"]:
-        print(f"failed {o['model']} b{o['batch']} {o['phase']} {o['optimizer'] or ''}: "
-              f"{o.get('real_error') or o.get('error')}")
+        mode = f"{o['phase']} {o['optimizer'] or ''}".strip()
+        print(f"failed {o['model']} b{o['batch']} {mode}: {o.get('real_error') or o.get('error')}")
     tmp = SUMMARY.with_name(SUMMARY.name + ".tmp")
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     os.replace(tmp, SUMMARY)
