@@ -167,9 +167,9 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
     # meta: fp32 only (the meta kernels of batch norm keep fp32 statistics for fp16/bf16 inputs,
     # the fake backend's decompositions the input's dtype)
     if fake and backend != "fake" and (backend == "meta" or (config.precision == "fp32" and meta_backend_ok(module))):
-        import copy
-
-        spare = copy.deepcopy(module) if backend == "auto" else None  # the fake run's module if meta fails
+        # what the meta run changes in the module (parameter and buffer slots, train/eval), kept
+        # to give the fake run the module as it was if the meta run fails
+        saved = [(m, dict(m._parameters), dict(m._buffers), m.training) for m in module.modules()]
         from perfseer.memory.emulate import META_KERNELS
         from perfseer.memory.imports import without_dynamo
 
@@ -186,7 +186,12 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
             tracer.close()
             if backend == "meta":
                 raise
-            module = spare
+            for m, params, buffers, training in saved:
+                m._parameters.clear()
+                m._parameters.update(params)
+                m._buffers.clear()
+                m._buffers.update(buffers)
+                m.training = training
     tracer = StorageTracer()
     fake_mode = _fake_mode() if fake else contextlib.nullcontext()
     try:
