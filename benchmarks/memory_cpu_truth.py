@@ -3,9 +3,10 @@
 For each model x batch size x mode (``infer``; ``train`` with SGD(momentum 0.9); ``train`` with
 AdamW), fp32:
 
-* **simulated**: :func:`perfseer.memory.step.trace_step` on fake tensors (the model built on the
-  meta device, no weight allocated), ``target="cpu"`` (the CPU kernels' memory: CPU dropout,
-  no autocast emulation) and ``foreach=False`` (what ``torch.optim`` picks for CPU parameters);
+* **simulated**: :func:`perfseer.memory.step.trace_step` as shipped (``backend="auto"``: meta
+  tensors where the meta backend applies, else fake tensors; the model built on the meta device,
+  no weight allocated), ``target="cpu"`` (the CPU kernels' memory: CPU dropout, no autocast
+  emulation) and ``foreach=False`` (what ``torch.optim`` picks for CPU parameters);
 * **measured**: the same step on real CPU tensors (random weights), with every storage
   allocation and free recorded as it happens (the dispatch-level recorder of
   :mod:`perfseer.memory.trace`, on real tensors: real kernels, real autograd, real optimizer).
@@ -15,19 +16,24 @@ accounting (allocator rounding, context and workspaces come after, see docs/memo
 configuration *agrees* when the two differ by at most 2 %.  For each disagreement the first
 allocation where the two traces part (operator and size) is recorded as its cause.
 
-Models: 14 small torchvision classification models, then timm's in increasing order of the
-GMACs timm's RTX 3090 benchmark lists (shared/datasets/timm-benchmark), up to ``--max-gmacs``,
-then 12 larger torchvision models;
-batch sizes 2, 3, 4 (small: the measured run executes on this machine's shared CPU).
+Models, in roughly increasing cost (a run cut short has covered the cheapest): 14 small
+torchvision classification models; timm's up to 2.5 GMACs in increasing order of the GMACs
+timm's RTX 3090 benchmark lists (shared/datasets/timm-benchmark; a deprecated alias of an
+architecture already listed is skipped); 28 larger torchvision models; timm's from 2.5 GMACs up to
+``--max-gmacs``; the 5 largest torchvision models (333 models with ``--max-gmacs 4.5``).
+Batch sizes 2, 3, 4 (small: the measured run executes on this machine's shared CPU).  Each of a
+model's 9 configurations gets a deep copy of one freshly built module (one meta, one real).
 
-    nice -n 10 python benchmarks/memory_cpu_truth.py run [--limit N] [--shard I/N]  # resumable, appends JSONL
+    OMP_NUM_THREADS=1 nice -n 15 python benchmarks/memory_cpu_truth.py run --max-gmacs 4.5  # resumable
     python benchmarks/memory_cpu_truth.py report                          # prints the table, writes JSON
 
 ``run`` appends one line per configuration to benchmarks/data/memory_cpu_truth.jsonl (tracked;
 done configurations are skipped on restart, a line cut by an interrupted run is redone); a
 configuration that runs past ``--timeout`` seconds of CPU time is recorded as a timeout and the
-model's remaining configurations as not run (both are tried again on resume); a model that cannot be built or run is recorded with its error.
-``report`` writes benchmarks/data/memory_cpu_truth.json.
+model's remaining configurations as not run (both are tried again on resume); a model that
+cannot be built or run is recorded with its error.  Each line records the simulator's backend,
+its git revision, the time of both runs and the process's peak RSS.  ``report`` writes
+benchmarks/data/memory_cpu_truth.json.
 """
 
 from __future__ import annotations
