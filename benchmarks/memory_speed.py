@@ -8,6 +8,7 @@ command costs (it too grows on a loaded machine: two cores' caches and memory ba
 shared).
 
     python benchmarks/memory_speed.py [--repeat 3]
+    python benchmarks/memory_speed.py --breakdown     # CPU seconds of each stage, in one process
 
 Prints a table and writes benchmarks/results/memory_speed.json.
 """
@@ -46,10 +47,46 @@ def timed(argv: list[str]) -> tuple[float, float, str]:
     return wall, cpu, out.stdout
 
 
+BREAKDOWN = """
+import time
+T = time.process_time
+t = [(T(), "start")]
+import torch
+t.append((T(), "import torch"))
+import perfseer.cli.main, perfseer.cli.memory
+from perfseer.memory.api import memory, resolve_model
+t.append((T(), "import perfseer (CLI, memory)"))
+src = resolve_model("timm:resnet50")
+t.append((T(), "import timm, build the model on meta"))
+memory("timm:resnet50", batch=64, phase="train", optimizer="sgd", _src=src)
+t.append((T(), "simulate + allocator + breakdown (first)"))
+import torch.fx.experimental.symbolic_shapes
+memory("timm:resnet50", batch=64, phase="train", optimizer="sgd", _src=src)
+t.append((T(), "the same again in this process"))
+for a, b in zip(t, t[1:]):
+    print(f"{b[1]:44s} {b[0] - a[0]:.2f}")
+"""
+
+
+def breakdown() -> None:
+    """Where the first call's CPU time goes (time.process_time in one fresh process)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    print(subprocess.run([sys.executable, "-c", BREAKDOWN], env=env, capture_output=True, text=True,
+                         check=True).stdout, end="")
+    code = "import time, torch; t = time.process_time(); import torch.fx.experimental.symbolic_shapes; " \
+           "print(f'{\"import sympy (symbolic_shapes), after torch\":44s} {time.process_time() - t:.2f}')"
+    print(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout, end="")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--breakdown", action="store_true", help="only print where the first call's CPU time goes")
     args = ap.parse_args()
+    if args.breakdown:
+        breakdown()
+        return
     rows = []
     for name, argv in COMMANDS.items():
         runs, loads = [], []
