@@ -3,9 +3,10 @@
 For each model x batch size x mode (``infer``; ``train`` with SGD(momentum 0.9); ``train`` with
 AdamW), fp32:
 
-* **simulated**: :func:`perfseer.memory.step.trace_step` on fake tensors (the model built on the
-  meta device, no weight allocated), ``target="cpu"`` (the CPU kernels' memory: CPU dropout,
-  no autocast emulation) and ``foreach=False`` (what ``torch.optim`` picks for CPU parameters);
+* **simulated**: :func:`perfseer.memory.step.trace_step` as shipped (``backend="auto"``: meta
+  tensors where the meta backend applies, else fake tensors; the model built on the meta device,
+  no weight allocated), ``target="cpu"`` (the CPU kernels' memory: CPU dropout, no autocast
+  emulation) and ``foreach=False`` (what ``torch.optim`` picks for CPU parameters);
 * **measured**: the same step on real CPU tensors (random weights), with every storage
   allocation and free recorded as it happens (the dispatch-level recorder of
   :mod:`perfseer.memory.trace`, on real tensors: real kernels, real autograd, real optimizer).
@@ -15,16 +16,24 @@ accounting (allocator rounding, context and workspaces come after, see docs/memo
 configuration *agrees* when the two differ by at most 2 %.  For each disagreement the first
 allocation where the two traces part (operator and size) is recorded as its cause.
 
-Models: 14 small torchvision classification models, then timm's in increasing order of the
-GMACs timm's RTX 3090 benchmark lists (shared/datasets/timm-benchmark), up to ``--max-gmacs``,
-then 12 larger torchvision models;
-batch sizes 2, 3, 4 (small: the measured run executes on this machine's shared CPU).
+Models, in roughly increasing cost (a run cut short has covered the cheapest): 14 small
+torchvision classification models; timm's up to 2.5 GMACs in increasing order of the GMACs
+timm's RTX 3090 benchmark lists (shared/datasets/timm-benchmark; a deprecated alias of an
+architecture already listed is skipped); 28 larger torchvision models; timm's from 2.5 GMACs up to
+``--max-gmacs``; the 5 largest torchvision models (333 models with ``--max-gmacs 4.5``).
+Batch sizes 2, 3, 4 (small: the measured run executes on this machine's shared CPU).  Each of a
+model's 9 configurations gets a deep copy of one freshly built module (one meta, one real).
 
-    nice -n 10 python benchmarks/memory_cpu_truth.py run [--limit N] [--shard I/N]  # resumable, appends JSONL
+    OMP_NUM_THREADS=1 nice -n 15 python benchmarks/memory_cpu_truth.py run --max-gmacs 4.5  # resumable
     python benchmarks/memory_cpu_truth.py report                          # prints the table, writes JSON
 
-``run`` appends one line per configuration to benchmarks/results/memory_cpu_truth.jsonl (done
-configurations are skipped on restart); ``report`` writes benchmarks/results/memory_cpu_truth.json.
+``run`` appends one line per configuration to benchmarks/data/memory_cpu_truth.jsonl (tracked;
+done configurations are skipped on restart, a line cut by an interrupted run is redone); a
+configuration that runs past ``--timeout`` seconds of CPU time is recorded as a timeout and the
+model's remaining configurations as not run (both are tried again on resume); a model that
+cannot be built or run is recorded with its error.  Each line records the simulator's backend,
+its git revision, the time of both runs and the process's peak RSS.  ``report`` writes
+benchmarks/data/memory_cpu_truth.json.
 """
 
 from __future__ import annotations
@@ -33,15 +42,16 @@ import argparse
 import csv
 import json
 import os
+import resource
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
-JSONL = RESULTS / "memory_cpu_truth.jsonl"
-SUMMARY = RESULTS / "memory_cpu_truth.json"
-TIMM_CSV = Path(__file__).resolve().parents[1] / ".." / ".." / "shared" / "datasets" / "timm-benchmark"
+DATA = Path(__file__).parent / "data"
+JSONL = DATA / "memory_cpu_truth.jsonl"
+SUMMARY = DATA / "memory_cpu_truth.json"
 BATCHES = (2, 3, 4)
 MODES = (("infer", None), ("train", "sgd-momentum"), ("train", "adamw"))
 TORCHVISION = ("squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "mobilenet_v3_small", "squeezenet1_0",
@@ -49,6 +59,11 @@ TORCHVISION = ("squeezenet1_1", "shufflenet_v2_x0_5", "mnasnet0_5", "mobilenet_v
                "mnasnet1_3", "regnet_x_400mf", "regnet_y_400mf", "efficientnet_b0", "alexnet", "resnet18",
                "regnet_x_800mf", "regnet_y_800mf", "googlenet", "efficientnet_b1", "densenet121", "resnet34",
                "shufflenet_v2_x1_5", "shufflenet_v2_x2_0", "resnet50", "inception_v3")
+#: more torchvision classification models, after timm's (increasing size, roughly)
+TORCHVISION_MORE = ("regnet_x_1_6gf", "regnet_y_1_6gf", "efficientnet_b2", "densenet169", "efficientnet_b3",
+                    "vit_b_32", "resnext50_32x4d", "densenet201", "regnet_x_3_2gf", "regnet_y_3_2gf", "convnext_tiny",
+                    "swin_t", "efficientnet_v2_s", "swin_v2_t", "maxvit_t", "resnet101", "wide_resnet50_2",
+                    "densenet161", "resnet152", "vgg11", "vgg11_bn")
 TOL = 0.02
 
 
@@ -68,14 +83,28 @@ def model_list(max_gmacs: float) -> list[str]:
                     continue
     timm_names = sorted((g, n) for n, g in gmacs.items() if g <= max_gmacs and timm.is_model(n)
                         and not n.startswith("test_"))
-    # the larger torchvision models after timm's: on a shared CPU the run may not reach the end
-    small, large = TORCHVISION[:14], TORCHVISION[14:]
-    return ([f"torchvision:{n}" for n in small] + [f"timm:{n}" for _, n in timm_names]
-            + [f"torchvision:{n}" for n in large])
+    # a deprecated alias (gluon_resnet50_v1c -> resnet50c.gluon_in1k) is the same architecture as
+    # its current name: keep the first name of each architecture
+    from timm.models import get_arch_name, get_deprecated_models
+
+    deprecated, seen, unique = get_deprecated_models(), set(), []
+    for g, n in timm_names:
+        arch = get_arch_name(deprecated.get(n) or n)
+        if arch not in seen:
+            seen.add(arch)
+            unique.append((g, n))
+    timm_names = unique
+    # roughly increasing cost, so that a run cut short has covered the cheapest models: small
+    # torchvision models, timm's up to 2.5 GMACs, the larger torchvision models, timm's above
+    # 2.5 GMACs, the largest torchvision models
+    small, large = TORCHVISION[:14], TORCHVISION[14:] + TORCHVISION_MORE[:-5]
+    return ([f"torchvision:{n}" for n in small] + [f"timm:{n}" for g, n in timm_names if g <= 2.5]
+            + [f"torchvision:{n}" for n in large] + [f"timm:{n}" for g, n in timm_names if g > 2.5]
+            + [f"torchvision:{n}" for n in TORCHVISION_MORE[-5:]])
 
 
-class Timeout(Exception):
-    pass
+class Timeout(BaseException):
+    """A configuration ran past ``--timeout`` (a BaseException: no ``except Exception`` swallows it)."""
 
 
 def _alarm(signum, frame):
@@ -87,35 +116,58 @@ def first_difference(sim, real) -> str | None:
     a = [(x.op, x.nbytes) for x in sim.allocations]
     b = [(x.op, x.nbytes) for x in real.allocations]
     for i, (u, v) in enumerate(zip(a, b)):
-        if u != v:
+        if u[1] != v[1]:  # sizes: operator names may differ (the meta backend's attention is an alias)
             return f"allocation {i}: simulated {u[0]} {u[1]} B, measured {v[0]} {v[1]} B"
     if len(a) != len(b):
         return f"simulated {len(a)} allocations, measured {len(b)}"
     return None
 
 
+_BUILT: dict = {}
+
+
+def _build(zoo: str, name: str, meta: bool):
+    """A fresh copy of the model (built once per model and kind: the 9 configurations of a model
+    each get a deep copy of the same freshly initialised module)."""
+    import copy
+
+    from perfseer.graph.zoo import build_zoo_model
+
+    key = (zoo, name, meta)
+    if key not in _BUILT:
+        for k in [k for k in _BUILT if k[:2] != (zoo, name)]:  # keep one model's modules alive
+            del _BUILT[k]
+        module, shape, _ = build_zoo_model(zoo, name, meta=meta)
+        _BUILT[key] = (module, shape)
+    module, shape = _BUILT[key]
+    try:
+        return copy.deepcopy(module), shape
+    except Exception:  # noqa: BLE001 - a module that cannot be copied: build it again
+        return build_zoo_model(zoo, name, meta=meta)[:2]
+
+
 def run_config(model: str, batch: int, phase: str, optimizer: str | None) -> dict:
     import torch
 
-    from perfseer.graph.zoo import build_zoo_model
     from perfseer.memory.step import StepConfig, trace_step
 
     zoo, name = model.split(":", 1)
     cfg = StepConfig(phase=phase, optimizer=optimizer or "sgd", precision="fp32", target="cpu", foreach=False)
     rec = {"model": model, "batch": batch, "phase": phase, "optimizer": optimizer}
     t0 = time.perf_counter()
-    module, shape, _ = build_zoo_model(zoo, name, meta=True)
+    module, shape = _build(zoo, name, True)
     rec["input_shape"] = "x".join(map(str, shape))
     try:
         sim = trace_step(module, shape, batch, cfg, fake=True)
         rec["sim_peak"] = sim.peak()[0]
+        rec["sim_backend"] = sim.backend
     except Exception as e:  # noqa: BLE001 - recorded as the result
         sim = None
         rec["sim_error"] = f"{type(e).__name__}: {str(e)[:300]}"
     rec["sim_s"] = round(time.perf_counter() - t0, 3)
     t0 = time.perf_counter()
     torch.manual_seed(0)
-    module, shape, _ = build_zoo_model(zoo, name, meta=False)
+    module, shape = _build(zoo, name, False)
     try:
         real = trace_step(module, shape, batch, cfg, fake=False)
         rec["real_peak"] = real.peak()[0]
@@ -134,7 +186,7 @@ def cmd_run(args) -> None:
     import torch
 
     torch.set_num_threads(1)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    DATA.mkdir(parents=True, exist_ok=True)
     done = set()
     if JSONL.exists():
         for line in JSONL.read_text().splitlines():
@@ -142,25 +194,45 @@ def cmd_run(args) -> None:
                 r = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by an interrupted run: redone
+            if str(r.get("error", "")).startswith(("timeout", "not run")):
+                continue  # a time limit hit (on a loaded machine, say) is tried again on resume
             done.add((r["model"], r["batch"], r["phase"], r["optimizer"]))
+    try:  # the simulator's revision, recorded on every row (rows of several revisions can share the file)
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent).stdout.strip() or None
+    except OSError:
+        rev = None
     models = model_list(args.max_gmacs)[: args.limit]
     index, count = (int(x) for x in args.shard.split("/"))
     models = models[index::count]
-    signal.signal(signal.SIGALRM, _alarm)
+    # the limit is CPU time (SIGPROF counts this process's user + system time), so that it does
+    # not depend on how many other processes share the machine
+    signal.signal(signal.SIGPROF, _alarm)
     with open(JSONL, "a") as out:
         for model in models:
+            timed_out = None
             for batch in BATCHES:
                 for phase, opt in MODES:
                     if (model, batch, phase, opt) in done:
                         continue
-                    signal.alarm(args.timeout)
-                    try:
-                        rec = run_config(model, batch, phase, opt)
-                    except Exception as e:  # noqa: BLE001 - a model that cannot be built
-                        rec = {"model": model, "batch": batch, "phase": phase, "optimizer": opt,
-                               "error": f"{type(e).__name__}: {str(e)[:300]}"}
-                    finally:
-                        signal.alarm(0)
+                    key = {"model": model, "batch": batch, "phase": phase, "optimizer": opt}
+                    if timed_out:  # a larger batch of a model that timed out: not tried, recorded as such
+                        rec = {**key, "error": f"not run: {timed_out} timed out"}
+                    else:
+                        signal.setitimer(signal.ITIMER_PROF, args.timeout)
+                        t0 = time.perf_counter()
+                        try:
+                            rec = run_config(model, batch, phase, opt)
+                        except Timeout:
+                            rec = {**key, "error": f"timeout: over {args.timeout} s of CPU time"}
+                            timed_out = f"b{batch} {phase} {opt or ''}".strip()
+                        except Exception as e:  # noqa: BLE001 - a model that cannot be built
+                            rec = {**key, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                        finally:
+                            signal.setitimer(signal.ITIMER_PROF, 0)
+                        rec["wall_s"] = round(time.perf_counter() - t0, 3)
+                        rec["rev"] = rev
+                        rec["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
                     err = rec.get("rel_err")
@@ -176,39 +248,61 @@ def cmd_report(args) -> None:
             r = json.loads(line)
         except json.JSONDecodeError:
             continue
-        rows[(r["model"], r["batch"], r["phase"], r["optimizer"])] = r
+        rows[(r["model"], r["batch"], r["phase"], r["optimizer"])] = r  # a later row (a retry) wins
     rows = list(rows.values())
     compared = [r for r in rows if "rel_err" in r]
-    both_fail = [r for r in rows if "rel_err" not in r and ("real_error" in r or "error" in r)]
+    timeouts = [r for r in rows if str(r.get("error", "")).startswith("timeout")]
+    not_run = [r for r in rows if str(r.get("error", "")).startswith("not run")]
+    errors = [r for r in rows if "error" in r and r not in timeouts and r not in not_run]
+    real_fail = [r for r in rows if "real_error" in r]
     sim_only_fail = [r for r in rows if "sim_error" in r and "real_error" not in r]
     within = [r for r in compared if abs(r["rel_err"]) <= TOL]
     over10 = [r for r in compared if abs(r["rel_err"]) > 0.10]
+    models_run = sorted({r["model"] for r in rows})
     models = sorted({r["model"] for r in compared})
+    complete = sorted(m for m in models if sum(r["model"] == m for r in compared) == len(BATCHES) * len(MODES))
     abs_err = sorted(abs(r["rel_err"]) for r in compared)
+    backends = {}
+    for r in compared:
+        backends[r.get("sim_backend", "fake")] = backends.get(r.get("sim_backend", "fake"), 0) + 1
     summary = {
         "configurations_run": len(rows),
         "configurations_compared": len(compared),
+        "models_run": len(models_run),
         "models_compared": len(models),
+        "models_all_9_configurations_compared": len(complete),
+        "timm_models_compared": sum(m.startswith("timm:") for m in models),
+        "torchvision_models_compared": sum(m.startswith("torchvision:") for m in models),
         "within_2pct": len(within),
         "within_2pct_share": len(within) / len(compared) if compared else None,
         "over_10pct": len(over10),
         "median_abs_rel_err": abs_err[len(abs_err) // 2] if abs_err else None,
         "max_abs_rel_err": abs_err[-1] if abs_err else None,
-        "real_run_failed": len(both_fail),
+        "simulation_backend_of_compared": backends,
+        "timeouts": len(timeouts),
+        "not_run_after_a_timeout": len(not_run),
+        "build_or_run_errors": len(errors),
+        "real_run_failed": len(real_fail),
         "simulation_failed_only": len(sim_only_fail),
+        "worst": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "sim_peak", "real_peak", "rel_err",
+                                         "first_difference")}
+                  for r in sorted(compared, key=lambda r: -abs(r["rel_err"]))[:10] if r["rel_err"] != 0],
         "outliers": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "sim_peak", "real_peak",
                                             "rel_err", "first_difference")}
                      for r in compared if abs(r["rel_err"]) > TOL],
         "simulation_failures": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "sim_error")}
                                 for r in sim_only_fail],
-        "real_failures": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "real_error", "error")}
-                          for r in both_fail],
+        "failures": [{k: r.get(k) for k in ("model", "batch", "phase", "optimizer", "real_error", "error")}
+                     for r in real_fail + errors + timeouts],
     }
-    print(f"models compared: {summary['models_compared']}; configurations compared: {len(compared)} "
-          f"(run: {len(rows)})")
+    print(f"models run: {len(models_run)}; compared: {len(models)} ({summary['timm_models_compared']} timm, "
+          f"{summary['torchvision_models_compared']} torchvision), all 9 configurations: {len(complete)}; "
+          f"configurations compared: {len(compared)} (run: {len(rows)})")
     if compared:
         print(f"within 2 %: {len(within)} ({100 * summary['within_2pct_share']:.1f} %); over 10 %: {len(over10)}; "
-              f"median |error| {100 * summary['median_abs_rel_err']:.3f} %, max {100 * summary['max_abs_rel_err']:.2f} %")
+              f"median |error| {100 * summary['median_abs_rel_err']:.3f} %, max {100 * summary['max_abs_rel_err']:.3f} %; "
+              f"exactly equal: {sum(r['rel_err'] == 0 for r in compared)}")
+        print("simulated on: " + ", ".join(f"{k} backend {v}" for k, v in sorted(backends.items())))
     by_mode = {}
     for r in compared:
         key = f"{r['phase']} {r['optimizer'] or ''}".strip()
@@ -218,13 +312,20 @@ def cmd_report(args) -> None:
     print("| --- | --- | --- |")
     for k, (n, w) in sorted(by_mode.items()):
         print(f"| {k} | {n} | {w} ({100 * w / n:.1f} %) |")
-    print(f"measured run failed (no ground truth): {len(both_fail)}; simulation failed where the real run worked: "
-          f"{len(sim_only_fail)}")
+    print(f"timeouts: {len(timeouts)} (+ {len(not_run)} configurations not run after them); build/run errors: "
+          f"{len(errors)}; measured run failed (no ground truth): {len(real_fail)}; simulation failed where the "
+          f"real run worked: {len(sim_only_fail)}")
+    for o in summary["worst"]:
+        print(f"largest difference {o['model']} b{o['batch']} {o['phase']} {o['optimizer'] or ''}: "
+              f"{100 * o['rel_err']:+.4f} % ({o['sim_peak'] - o['real_peak']:+d} B)")
     for o in summary["outliers"]:
         print(f"outlier {o['model']} b{o['batch']} {o['phase']} {o['optimizer'] or ''}: "
               f"{100 * o['rel_err']:+.2f} % ({o['first_difference']})")
     for o in summary["simulation_failures"]:
         print(f"simulation failed {o['model']} b{o['batch']} {o['phase']}: {o['sim_error']}")
+    for o in summary["failures"]:
+        mode = f"{o['phase']} {o['optimizer'] or ''}".strip()
+        print(f"failed {o['model']} b{o['batch']} {mode}: {o.get('real_error') or o.get('error')}")
     tmp = SUMMARY.with_name(SUMMARY.name + ".tmp")
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     os.replace(tmp, SUMMARY)
@@ -236,7 +337,9 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("--limit", type=int, default=None, help="first N models of the list")
     r.add_argument("--max-gmacs", type=float, default=2.5, help="skip timm models above this (RTX 3090 benchmark GMACs)")
-    r.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
+    r.add_argument("--timeout", type=int, default=120,
+                   help="CPU seconds per configuration (a model that runs past it is recorded as a timeout, its "
+                        "larger configurations as not run; both are tried again when the run is resumed)")
     r.add_argument("--shard", default="0/1", metavar="I/N", help="run models I, I+N, I+2N... (parallel runs append "
                                                                  "to the same file)")
     sub.add_parser("report")

@@ -44,8 +44,11 @@ def resolve_model(model, input_shape=None) -> ModelSource:
         kind, sep, name = model.partition(":")
         if sep and kind in ("timm", "torchvision"):
             from perfseer.graph.zoo import build_zoo_model
+            from perfseer.memory.imports import import_zoo, skip_meta_init, without_dynamo
 
-            module, default, _ = build_zoo_model(kind, name, meta=True)
+            import_zoo(kind)  # without torch._dynamo: a faster first call
+            with without_dynamo(), skip_meta_init():
+                module, default, _ = build_zoo_model(kind, name, meta=True)
             module = module.to("meta") if _on_cpu(module) else module
             return ModelSource(model, lambda: copy.deepcopy(module), shape or default, export=model)
         if sep and kind in ("nb201", "fbnet", "space"):

@@ -12,8 +12,25 @@ The step is what a user's loop runs, with PyTorch's own autograd engine and opti
   gradient scaler: a scale, a growth tracker and a found-inf flag, gradients unscaled in place by
   ``_foreach_mul_`` as ``GradScaler.unscale_`` does); ``fp16`` / ``bf16``: the whole model cast.
 
-With ``fake=True`` the model runs on ``FakeTensorMode`` tensors (nothing is allocated, any batch
-size); with ``fake=False`` on real CPU tensors (the ground truth).
+With ``fake=True`` nothing is allocated (any batch size) and the model runs on one of two
+backends:
+
+* ``"meta"`` (the fast path): parameters, buffers, input and activations are ``meta``-device
+  tensors; operators run their C++ meta kernels directly.  Tensor sizes, aliasing and lifetimes
+  are those of the CPU kernels; the one operator whose kernel choice depends on the device,
+  ``scaled_dot_product_attention``, runs the kernel the CPU chooses
+  (:class:`~perfseer.memory.emulate.KernelChoices`); batch norm allocates its outputs directly
+  (:data:`~perfseer.memory.emulate.META_KERNELS`: the meta kernels are slow Python
+  decompositions).  fp32 only; models with Python-level fast
+  paths that test ``x.device.type`` (``nn.MultiheadAttention``, ``nn.Transformer*Layer``, RNNs,
+  timm's ``LiteMLA``) are not run on it.
+* ``"fake"``: ``FakeTensorMode`` tensors that report the CPU device (slower: every operator goes
+  through the fake-tensor dispatcher in Python).  Used for the models above and whenever the meta
+  run raises (e.g. a model that reads a tensor's value).
+
+Both give the same trace (tests/memory/test_step.py, and the CPU ground truth of
+``benchmarks/memory_cpu_truth.py`` runs the default, ``"auto"``).  With ``fake=False`` the model
+runs on real CPU tensors (the ground truth).
 """
 
 from __future__ import annotations
@@ -87,7 +104,10 @@ def _loss(out, batch: int):
         if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad):
             continue
         if t.dim() == 2 and t.shape[0] == batch:
-            labels = torch.randint(0, t.shape[1], (batch,), device=t.device)
+            if t.device.type == "meta":  # no values (and randint's meta kernel is a slow Python reference)
+                labels = torch.empty((batch,), dtype=torch.long, device=t.device)
+            else:
+                labels = torch.randint(0, t.shape[1], (batch,), device=t.device)
             term = F.cross_entropy(t, labels)
         else:
             term = t.float().mean()
@@ -98,14 +118,30 @@ def _loss(out, batch: int):
     return total
 
 
-def _make_input(batch: int, input_shape, dtype: torch.dtype):
+def _make_input(batch: int, input_shape, dtype: torch.dtype, meta: bool = False):
+    if meta:  # no values (and randn's meta kernel is a slow Python reference)
+        return torch.empty(batch, *input_shape, dtype=dtype, device="meta")
     if dtype.is_floating_point:
         return torch.randn(batch, *input_shape, dtype=dtype)
     return torch.randint(0, 100, (batch, *input_shape), dtype=dtype)
 
 
+#: module types whose forward tests ``x.device.type`` (a fast path the CPU takes and ``meta`` does not)
+_DEVICE_DEPENDENT = ("MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
+                     "RNNBase", "LiteMLA")
+BACKENDS = ("auto", "meta", "fake")
+
+
+def meta_backend_ok(module: torch.nn.Module) -> bool:
+    """Whether ``module`` can run on the meta backend (no device-dependent Python fast path)."""
+    for m in module.modules():
+        if any(c.__name__ in _DEVICE_DEPENDENT for c in type(m).__mro__):
+            return False
+    return True
+
+
 def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepConfig, fake: bool = True,
-               input_dtype: torch.dtype = torch.float32) -> Trace:
+               input_dtype: torch.dtype = torch.float32, backend: str = "auto") -> Trace:
     """Run ``config``'s step of ``module`` on a batch of ``batch`` samples of ``input_shape`` and
     return its :class:`Trace`.
 
@@ -125,11 +161,42 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
         module = module.to(low)
         if input_dtype.is_floating_point:
             input_dtype = low
+    if backend not in BACKENDS:
+        raise MemoryConfigError(f"unknown backend {backend!r}", f"use one of: {', '.join(BACKENDS)}")
+    amp = low if not pure else None
+    # meta: fp32 only (the meta kernels of batch norm keep fp32 statistics for fp16/bf16 inputs,
+    # the fake backend's decompositions the input's dtype)
+    if fake and backend != "fake" and (backend == "meta" or (config.precision == "fp32" and meta_backend_ok(module))):
+        # what the meta run changes in the module (parameter and buffer slots, train/eval), kept
+        # to give the fake run the module as it was if the meta run fails
+        saved = [(m, dict(m._parameters), dict(m._buffers), m.training) for m in module.modules()]
+        from perfseer.memory.emulate import META_KERNELS
+        from perfseer.memory.imports import without_dynamo
+
+        tracer = StorageTracer(kernels=META_KERNELS)
+        try:
+            with without_dynamo(), tracer:
+                _run(module, input_shape, batch, config, "meta", input_dtype, amp, tracer)
+            trace = tracer.close()
+            trace.backend = "meta"
+            return trace
+        except PerfseerError:
+            raise
+        except Exception:  # noqa: BLE001 - e.g. a model that reads a value: the fake backend can
+            tracer.close()
+            if backend == "meta":
+                raise
+            for m, params, buffers, training in saved:
+                m._parameters.clear()
+                m._parameters.update(params)
+                m._buffers.clear()
+                m._buffers.update(buffers)
+                m.training = training
     tracer = StorageTracer()
     fake_mode = _fake_mode() if fake else contextlib.nullcontext()
     try:
         with fake_mode, tracer:
-            _run(module, input_shape, batch, config, fake, input_dtype, low if not pure else None, tracer)
+            _run(module, input_shape, batch, config, "fake" if fake else "real", input_dtype, amp, tracer)
     except PerfseerError:
         raise
     except Exception as e:  # the model failed on fake tensors: report why, never a traceback
@@ -137,7 +204,9 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
                               f"{str(e).splitlines()[0][:300] if str(e) else ''}",
                               "for inference, perfseer memory falls back to the ONNX graph's liveness "
                               "(--phase infer); training memory of this model cannot be simulated yet") from e
-    return tracer.close()
+    trace = tracer.close()
+    trace.backend = "fake" if fake else "real"
+    return trace
 
 
 def _fake_mode():
@@ -147,8 +216,9 @@ def _fake_mode():
     return FakeTensorMode(allow_non_fake_inputs=True)
 
 
-def _materialize(module) -> None:
-    """Give ``module`` fresh (fake) CPU parameters and buffers, allocated by factory calls.
+def _materialize(module, device=None) -> None:
+    """Give ``module`` fresh (fake CPU, or meta) parameters and buffers, allocated by factory calls
+    (so the tracer records them, in the same order on either backend).
 
     Faster than ``module.to_empty()``, whose ``empty_like`` of each meta tensor makes the fake mode
     convert that tensor first.  Tied parameters stay tied.
@@ -161,23 +231,26 @@ def _materialize(module) -> None:
                     continue
                 new = made.get(id(t))
                 if new is None:
-                    new = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype)
+                    new = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
                     if is_param:
                         new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
                     made[id(t)] = new
                 slots[name] = new
 
 
-def _run(module, input_shape, batch, config, fake, input_dtype, amp_dtype, tracer: StorageTracer) -> None:
+def _run(module, input_shape, batch, config, backend, input_dtype, amp_dtype, tracer: StorageTracer) -> None:
     from perfseer.memory.autocast import CudaAutocast
     from perfseer.memory.emulate import KernelChoices
 
-    if fake:
-        _materialize(module)
-        tracer.tag(list(module.parameters()) + list(module.buffers()), "weights")
-    else:
+    # meta: every tensor the step makes without naming a device is a meta tensor too, except in
+    # optimizer.step() (Adam's step counters are host tensors whose value is read, as on a GPU)
+    on_meta = torch.device("meta") if backend == "meta" else contextlib.nullcontext()
+    if backend == "real":
         tracer.register(list(module.parameters()) + list(module.buffers()), "weights")
-    x = _make_input(batch, input_shape, input_dtype)
+    else:
+        _materialize(module, "meta" if backend == "meta" else None)
+        tracer.tag(list(module.parameters()) + list(module.buffers()), "weights")
+    x = _make_input(batch, input_shape, input_dtype, meta=backend == "meta")
     tracer.tag([x], "input")
     kernels = KernelChoices(cuda=config.target == "cuda")
 
@@ -189,7 +262,7 @@ def _run(module, input_shape, batch, config, fake, input_dtype, amp_dtype, trace
     if config.phase == "infer":
         module.eval()
         grad_off = torch.inference_mode() if config.inference_mode else torch.no_grad()
-        with grad_off, kernels:
+        with grad_off, kernels, on_meta:
             for step in range(2):
                 tracer.phase = "forward"
                 tracer.mark(f"step{step}.forward")
@@ -206,29 +279,32 @@ def _run(module, input_shape, batch, config, fake, input_dtype, amp_dtype, trace
     scaler = None
     if config.precision == "amp-fp16":
         # GradScaler's state (torch/amp/grad_scaler.py): the scale and the growth tracker
-        scaler = (torch.full((), 2.0 ** 16), torch.full((), 0, dtype=torch.int32))
+        with on_meta:
+            scaler = (torch.full((), 2.0 ** 16), torch.full((), 0, dtype=torch.int32))
     with kernels:
         for step in range(config.steps):
             tracer.phase = "forward"
             tracer.mark(f"step{step}.forward")
-            with autocast():
+            with autocast(), on_meta:
                 out = module(x)
                 loss = _loss(out, batch)
             del out
             tracer.phase = "backward"
             tracer.mark(f"step{step}.backward")
-            if scaler is not None:
-                (loss * scaler[0]).backward()
-            else:
-                loss.backward()
+            with on_meta:
+                if scaler is not None:
+                    (loss * scaler[0]).backward()
+                else:
+                    loss.backward()
             del loss
             tracer.tag([p.grad for p in params], "gradients")
             tracer.phase = "optimizer"
             tracer.mark(f"step{step}.optimizer")
             if scaler is not None:
-                inv = scaler[0].double().reciprocal().float()
-                found_inf = torch.full((), 0.0)
-                torch._foreach_mul_([p.grad for p in params if p.grad is not None], inv)
+                with on_meta:
+                    inv = scaler[0].double().reciprocal().float()
+                    found_inf = torch.full((), 0.0)
+                    torch._foreach_mul_([p.grad for p in params if p.grad is not None], inv)
                 del inv, found_inf
             opt.step()
             for state in opt.state.values():

@@ -55,6 +55,7 @@ class Trace:
     allocations: list[Allocation] = field(default_factory=list)
     events: list[tuple[int, int]] = field(default_factory=list)
     marks: dict[str, int] = field(default_factory=dict)  # "step1.backward" -> event index
+    backend: str | None = None  # what ran the step: "meta", "fake" or "real" (trace_step sets it)
 
     def device_events(self) -> list[tuple[int, int]]:
         """The events of device memory (host-resident allocations dropped)."""
@@ -97,16 +98,19 @@ class StorageTracer(TorchDispatchMode):
         32
     """
 
-    def __init__(self):
+    def __init__(self, kernels: dict | None = None):
+        """``kernels``: operator -> function run instead of the operator's own kernel (the meta
+        backend's output-only batch norm, :data:`perfseer.memory.emulate.META_KERNELS`)."""
         super().__init__()
         self.trace = Trace()
         self.phase = "setup"
         self._live: dict[int, int] = {}  # StorageImpl address -> allocation id
         self._closed = False
+        self._kernels = kernels or {}
 
     # -- recording -------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        out = self._kernels.get(func, func)(*args, **(kwargs or {}))
         name = func.__name__ if hasattr(func, "__name__") else str(func)
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):

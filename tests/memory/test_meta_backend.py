@@ -1,0 +1,89 @@
+"""The meta backend (the simulation's fast path) against the fake-tensor backend it replaces:
+the same allocations, frees and peak, byte for byte; and the import stand-ins leave no trace."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from perfseer.memory.step import StepConfig, meta_backend_ok, trace_step
+
+CONFIGS = [StepConfig(phase="infer", target="cpu", foreach=False),
+           StepConfig(phase="train", optimizer="sgd-momentum", target="cpu", foreach=False),
+           StepConfig(phase="train", optimizer="adamw")]  # CUDA defaults: foreach, CUDA dropout
+
+
+def _same(build, shape, batch, cfg):
+    meta = trace_step(build(), shape, batch, cfg, backend="meta")
+    fake = trace_step(build(), shape, batch, cfg, backend="fake")
+    assert (meta.backend, fake.backend) == ("meta", "fake")
+    assert meta.peak() == fake.peak()
+    assert [a.nbytes for a in meta.allocations] == [a.nbytes for a in fake.allocations]
+    assert meta.events == fake.events
+    assert [a.kind() for a in meta.allocations] == [a.kind() for a in fake.allocations]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.phase}-{c.optimizer}")
+@pytest.mark.parametrize("name", ["resnet18", "test_vit"])
+def test_meta_backend_gives_the_fake_backends_trace(name, cfg):
+    pytest.importorskip("timm")
+    from perfseer.graph.zoo import build_zoo_model
+
+    def build():
+        return build_zoo_model("timm", name, meta=True)[0]
+
+    shape = build_zoo_model("timm", name, meta=True)[1]
+    _same(build, shape, 2, cfg)
+
+
+def test_attention_takes_the_cpu_flash_kernel_on_meta():
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(32, 96)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).reshape(x.shape[0], 16, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            return nn.functional.scaled_dot_product_attention(q, k, v).mean((1, 2))
+
+    for cfg in CONFIGS:
+        _same(Attn, (16, 32), 3, cfg)
+    t = trace_step(Attn(), (16, 32), 3, CONFIGS[1], backend="meta")
+    assert any(a.op.startswith("_scaled_dot_product_flash_attention_for_cpu") for a in t.allocations)
+
+
+def test_device_dependent_modules_and_value_reads_use_the_fake_backend():
+    mha = nn.Sequential(nn.Linear(8, 8))
+    mha.attn = nn.MultiheadAttention(8, 2)
+    assert not meta_backend_ok(mha)
+
+    class PlainTensorAttribute(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.scale = torch.ones(4)  # neither parameter nor buffer: stays a CPU tensor, fails on meta
+
+        def forward(self, x):
+            return self.fc(x) * self.scale
+
+    t = trace_step(PlainTensorAttribute(), (4,), 2, StepConfig(phase="train", optimizer="sgd"))
+    assert t.backend == "fake"
+    # low precision runs on the fake backend (batch norm's saved statistics differ on meta)
+    t = trace_step(nn.Sequential(nn.Linear(4, 4)), (4,), 2, StepConfig(phase="infer", precision="amp-bf16"))
+    assert t.backend == "fake"
+
+
+def test_first_call_leaves_torch_dynamo_importable():
+    code = ("import sys, torch\n"
+            "from perfseer.memory.api import memory\n"
+            "memory('timm:test_resnet', batch=2, phase='train', optimizer='sgd')\n"
+            "assert 'torch._dynamo' not in sys.modules, 'imported on the fast path'\n"
+            "import torch._dynamo\n"
+            "assert hasattr(torch._dynamo, 'optimize') and torch._dynamo.utils.is_compile_supported('cpu') in (True, False)\n"
+            "from perfseer.memory.imports import _Stub\n"
+            "assert not isinstance(torch._dynamo, _Stub) and not isinstance(torch._dynamo.utils, _Stub)\n")
+    pytest.importorskip("timm")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=None)
+    assert out.returncode == 0, out.stderr[-2000:]
