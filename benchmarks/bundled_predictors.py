@@ -2,7 +2,8 @@
 
 The card of each predictor holds its test scores over all batch sizes; this script recomputes them
 from the committed dataset and breaks them down by batch size (NAS-Bench-201's targets are stated
-on the batch-256 columns).
+on the batch-256 columns).  Predictors fitted on train + test are skipped (their test rows are
+training rows); ``benchmarks/kfold_predictors.py`` gives their k-fold scores.
 
     python benchmarks/bundled_predictors.py [--json OUT]
 """
@@ -32,10 +33,13 @@ def main() -> None:
                   pad_edge=False)
     for c in ("predictor", "target", "batch", "n", "MAPE %", "≤10 %", "Spearman", "Kendall"):
         table.add_column(c, justify="left" if c in ("predictor", "target") else "right")
-    results = []
+    results, skipped = [], []
     for item in list_predictors():
         p = load_predictor(item["name"])
         training = p.card["training"]
+        if "test" in (training.get("fit_splits") or ["train"]):  # its test rows were fitted: no test score
+            skipped.append(p.name)
+            continue
         ds = load_dataset(resolve_dataset(training["dataset"]))
         labels = ds.labels[ds.labels[training["split_column"]].astype(str) == "test"]
         t0 = time.perf_counter()
@@ -56,6 +60,9 @@ def main() -> None:
                               f"{s['spearman']:.3f}", f"{s['kendall']:.3f}")
         results.append({"predictor": p.name, "seconds": round(time.perf_counter() - t0, 1)})
     Console().print(table)
+    if skipped:
+        print(f"not scored (fitted on train + test, k-fold scores instead: python benchmarks/kfold_predictors.py): "
+              f"{', '.join(skipped)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

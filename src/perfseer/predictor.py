@@ -562,6 +562,12 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     from perfseer.training.trainer import TrainConfig
 
     train_config = train_config or TrainConfig()
+    if kfold is not None and train_config.batch_size is None:  # the folds (fewer rows) keep the final network's
+        from dataclasses import replace
+
+        from perfseer.training.trainer import auto_batch_size
+
+        train_config = replace(train_config, batch_size=auto_batch_size(len(sel.train)))
     keys = dict(zip(sel.targets, (t.key for t in targets)))
     stages = Path(stage_dir) if stage_dir is not None else None
     fitted = _train_stage(method, sel.train, sel.val, model_config, train_config, sel, targets, stages, "final",
@@ -679,14 +685,23 @@ def _kfold(predictor, method, sel, model_config, train_config, k, targets, stage
         per_fold.append({"fold": j, "rows_train": len(train), "rows_held": len(held),
                          "models_held": len({models[int(sel.train[i].row)] for i in held}),
                          "epochs_run": getattr(fitted.train_result, "epochs_run", None),
+                         "stopped": getattr(fitted.train_result, "stopped", None),
                          "mape": {keys[t]: float(np.mean(np.abs(oof[held, c] / y[held, c] - 1)) * 100)
-                                  for c, t in enumerate(sel.targets)}})
+                                  for c, t in enumerate(sel.targets)},
+                         "spearman": {keys[t]: evaluate(y[held, c], oof[held, c])["spearman"]
+                                      for c, t in enumerate(sel.targets)}})
         done = j == k - 1
-        predictor.card["training"]["kfold"] = {"k": k, "by": "model", "seed": train_config.seed,
-                                               "folds_done": j + 1, "folds": per_fold}
-        if done:
-            predictor.card["scores"]["kfold"] = {keys[t]: evaluate(y[:, c], oof[:, c])
-                                                 for c, t in enumerate(sel.targets)}
+        predictor.card["training"]["kfold"] = {
+            "k": k, "by": "model", "seed": train_config.seed, "fit_splits": list(predictor.card["training"]["fit_splits"]),
+            "rule": "every model's (architecture's) rows in one fold, by a hash of its name and the seed; each fold's "
+                    "network is trained on the other folds with the final network's config and validation split",
+            "folds_done": j + 1, "folds": per_fold}
+        if done:  # pooled out-of-fold scores, and the mean and sd over folds
+            predictor.card["scores"]["kfold"] = {
+                keys[t]: evaluate(y[:, c], oof[:, c]) | {
+                    f"{m}_fold_{s}": float(f(np.array([f_[m][keys[t]] for f_ in per_fold]), **kw))
+                    for m in ("mape", "spearman") for s, f, kw in (("mean", np.mean, {}), ("sd", np.std, {"ddof": 1}))}
+                for c, t in enumerate(sel.targets)}
         if on_stage is not None:
             on_stage(predictor)
 

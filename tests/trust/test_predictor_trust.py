@@ -40,6 +40,10 @@ def test_kfold_card(kfolded, data):
     kf = c["training"]["kfold"]
     assert kf["k"] == 2 and kf["folds_done"] == 2 and sum(f["rows_held"] for f in kf["folds"]) == rows["train"]
     assert set(c["scores"]) == {"val", "kfold"} and c["scores"]["kfold"]["latency_ms@rtx3090/amp-nchw-pt240:infer"]["n"] == rows["train"]
+    pooled = c["scores"]["kfold"]["latency_ms@rtx3090/amp-nchw-pt240:infer"]
+    per = [f["mape"]["latency_ms@rtx3090/amp-nchw-pt240:infer"] for f in kf["folds"]]
+    assert pooled["mape_fold_mean"] == pytest.approx(np.mean(per)) and pooled["mape_fold_sd"] == pytest.approx(np.std(per, ddof=1))
+    assert kf["fit_splits"] == ["train", "test"] and "architecture" in kf["rule"] and -1 <= pooled["spearman_fold_mean"] <= 1
     assert {p.name for p in (data / "stages").glob("*.json")} == {"final.json", "fold0.json", "fold1.json"}
     d = c["domain"]
     assert d["batch_sizes"] == [1, 16] and d["inputs"]["values_per_sample"] == [3072, 3072] and d["embedding"]["threshold"] > 0
