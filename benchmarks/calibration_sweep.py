@@ -372,11 +372,9 @@ def report(args) -> str:
 
 
 def _md(df) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + " --- |" * len(cols)]
-    for _, r in df.iterrows():
-        lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r) + " |")
-    return "\n".join(lines)
+    from calibration import _md as markdown_table  # the calibration benchmark's table writer
+
+    return markdown_table(df, None)
 
 
 def main(argv=None) -> int:

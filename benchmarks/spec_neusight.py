@@ -33,7 +33,6 @@ import argparse
 import functools
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -374,11 +373,10 @@ def _coverage_table(cov: dict) -> str:
 
 
 def _atomic_json(path, obj) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, p)
+    from perfseer.atomic import atomic_write_text
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -38,11 +37,10 @@ SEERNET = {"rtx3090/amp-nchw-pt240": (6.52, 0.994), "rtx4090/amp-nchw-pt291": (7
 
 
 def _atomic_json(path, obj) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, p)
+    from perfseer.atomic import atomic_write_text
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
 
 
 def spearman(a, b) -> float:
