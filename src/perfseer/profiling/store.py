@@ -138,7 +138,7 @@ class Store:
             raise CollectError(f"'{self.path}' is a folder", "give a file path for the --db store")
         try:
             self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
+            _set_wal(self.db)
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.executescript(_SCHEMA)
@@ -346,3 +346,20 @@ class Store:
 
             atomic_write_text(failures, others[cols].to_csv(index=False))
         return written, excluded
+
+
+def _set_wal(db: sqlite3.Connection, wait_s: float = 60.0) -> None:
+    """Switch to WAL.  The switch needs the database to itself and SQLite may refuse it at once with
+    "database is locked" (without calling the busy handler) while another collector is creating the
+    schema; once any process has switched, the mode persists and the pragma is a no-op.  Retried."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
