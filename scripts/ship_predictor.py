@@ -54,9 +54,9 @@ def main(argv=None) -> int:
         shutil.copyfile(src.with_suffix(suffix), tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, BUNDLED / f"{name}{suffix}")
-    tmp = BUNDLED / f"{name}.json.tmp"
-    tmp.write_text(json.dumps(new, indent=1) + "\n")
-    os.replace(tmp, old_path)
+    from perfseer.atomic import atomic_write_text
+
+    atomic_write_text(old_path, json.dumps(new, indent=1) + "\n")
     print(f"wrote {old_path}")
     return 0
 

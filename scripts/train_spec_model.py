@@ -128,9 +128,9 @@ def attach(card_path: Path, calibration, trust, argv) -> int:
         card.update(_intervals(trust, card))
         card["intervals_command"] = cmd
     card["domain"] = build_domain([get_device(d) for d in card["training"]["devices"]])
-    tmp = card_path.with_name(card_path.name + ".tmp")
-    tmp.write_text(json.dumps(card, indent=1) + "\n")
-    os.replace(tmp, card_path)
+    from perfseer.atomic import atomic_write_text
+
+    atomic_write_text(card_path, json.dumps(card, indent=1) + "\n")
     print(f"attached to {card_path}")
     return 0
 
