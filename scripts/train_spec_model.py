@@ -112,7 +112,6 @@ def _intervals(paths, card: dict) -> dict:
 def attach(card_path: Path, calibration, trust, argv) -> int:
     """Put a calibration (written by benchmarks/spec_timm_logo.py --fit-all), interval calibrations
     and the domain into a card, atomically."""
-    import os
 
     from perfseer.devices import get_device
     from perfseer.specmodel.trust import build_domain
