@@ -92,12 +92,14 @@ def evaluate_predictor(predictor, measurements: str | os.PathLike, split: str | 
             graphs[int(i)] = g
             unseen.update(predictor.unseen_ops([OP_VOCAB[int(k)] for k in g.op_type.unique().tolist()]))
     order = sorted(graphs)
-    pred = predictor.predict_graphs([graphs[i] for i in order]) if order else np.zeros((0, len(predictor.targets)))
+    pred, emb = (predictor.predict_with_embeddings([graphs[i] for i in order]) if order
+                 else (np.zeros((0, len(predictor.targets))), None))
     at = {i: k for k, i in enumerate(order)}
     shapes = rows["input_shape"].astype(str).to_numpy() if "input_shape" in rows else None
     verdicts, checked = predictor.assess([graphs[i] for i in order], pred,
                                          [[OP_VOCAB[int(k)] for k in graphs[i].op_type.unique().tolist()] for i in order],
-                                         [shapes[i] for i in order] if shapes is not None else None)
+                                         [shapes[i] for i in order] if shapes is not None else None,
+                                         embeddings=emb)
     scores, scored = {}, set()
     for c, t, idx in per_target:
         idx = [int(i) for i in idx if int(i) in at]

@@ -180,6 +180,26 @@ class Predictor:
         """Predictions ``[len(graphs), len(targets)]`` for PyG ``Data`` graphs of raw features."""
         return self.net.predict(list(graphs))
 
+    def predict_with_embeddings(self, graphs: Sequence) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`predict_graphs` and, when the card's domain check measures the embedding distance,
+        the graphs' encoder embeddings ``[N, D]`` (else ``None``), the network run once for both
+        where it can (:meth:`perfseer.training.trainer.NeuralPredictor.predict_with_embeddings`).
+        Pass them on to :meth:`assess`."""
+        graphs = list(graphs)
+        if not self._embedding_checked():
+            return self.predict_graphs(graphs), None
+        both = getattr(self.net, "predict_with_embeddings", None)
+        values, emb = both(graphs) if both is not None else (self.predict_graphs(graphs), None)
+        if emb is None:
+            from perfseer.trust.calibrate import embeddings
+
+            emb = embeddings(self.net, graphs)
+        return values, emb
+
+    def _embedding_checked(self) -> bool:
+        domain = self.card.get("domain")
+        return bool(domain and domain.get("embedding") and self.domain_embeddings is not None)
+
     def predict(self, model, batch: int | Sequence[int] = 1, input_shape=None, dims=None,
                 device: str | None = None, phase: str | None = None, seq_len: int | None = None) -> list[dict]:
         """Predict ``model``'s metrics at each batch size.
@@ -233,11 +253,11 @@ class Predictor:
             warnings.warn(f"{pg.graph.name or 'the model'} has operator types never seen in training by predictor "
                           f"{self.name}: {', '.join(unseen)}; their cost features still count, but treat the "
                           f"prediction with care", UnseenOperatorWarning, stacklevel=_stacklevel)
-        values = self.predict_graphs(graphs)
+        values, emb = self.predict_with_embeddings(graphs)
         name = pg.graph.name if name is None else name
         shape = _input_shape(pg)
         verdicts, checked = self.assess(graphs, values, [pg.op_types] * len(graphs), [shape] * len(graphs),
-                                        [family] * len(graphs))
+                                        [family] * len(graphs), embeddings=emb)
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": checked[i][c]["value"],
                  "interval": checked[i][c]["interval"], "in_domain": verdicts[i][0],
@@ -251,7 +271,8 @@ class Predictor:
 
     def assess(self, graphs: Sequence, values: np.ndarray, op_types: Sequence[Sequence[str]],
                input_shapes: Sequence | None = None,
-               families: Sequence[str | None] | None = None) -> tuple[list[tuple[bool, list[str]]], list[list[dict]]]:
+               families: Sequence[str | None] | None = None,
+               embeddings: np.ndarray | None = None) -> tuple[list[tuple[bool, list[str]]], list[list[dict]]]:
         """The trust in each prediction of :meth:`predict_graphs`.
 
         Args:
@@ -260,6 +281,8 @@ class Predictor:
             input_shapes: per graph, one sample's input shape (``"3x224x224"``; ``None``: not checked).
             families: per graph its architecture family (``timm:`` / ``torchvision:`` references;
                 ``None``: not checked); a family the card's domain does not list is out of domain.
+            embeddings: the graphs' encoder embeddings from :meth:`predict_with_embeddings`
+                (``None``: computed here when the domain check needs them).
 
         Returns:
             ``(verdicts, checked)``: per graph ``(in_domain, reasons)``
@@ -273,10 +296,10 @@ class Predictor:
 
         domain = self.card.get("domain")
         emb = None
-        if domain and domain.get("embedding") and self.domain_embeddings is not None:
-            from perfseer.trust.calibrate import embeddings
+        if self._embedding_checked():
+            from perfseer.trust.calibrate import embeddings as embed
 
-            emb = embeddings(self.net, list(graphs))
+            emb = embed(self.net, list(graphs)) if embeddings is None else embeddings
         verdicts = dom.verdicts(domain, graphs, op_types, input_shapes, emb, self.domain_embeddings, families)
         inside = np.array([v[0] for v in verdicts], dtype=bool)
         cal = self.card.get("intervals") or {}

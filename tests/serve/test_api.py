@@ -194,17 +194,23 @@ def test_a_repeated_request_is_answered_from_the_row_cache(client):
 
 def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypatch):
     from perfseer.features.perfgraph import PerfGraph
+    from perfseer.models.seernet import SeerNetTrunk
     from perfseer.predictor import Predictor
 
-    binds, forwards = [], []
-    with_batch, predict_graphs = PerfGraph.with_batch, Predictor.predict_graphs
+    binds, forwards, trunks = [], [], []
+    with_batch, predict = PerfGraph.with_batch, Predictor.predict_with_embeddings
+    trunk = SeerNetTrunk.forward
     monkeypatch.setattr(PerfGraph, "with_batch", lambda self, b: binds.append(b) or with_batch(self, b))
-    monkeypatch.setattr(Predictor, "predict_graphs",
-                        lambda self, graphs: forwards.append((self.name, len(graphs))) or predict_graphs(self, graphs))
+    monkeypatch.setattr(Predictor, "predict_with_embeddings",
+                        lambda self, graphs: forwards.append((self.name, len(graphs))) or predict(self, graphs))
+    monkeypatch.setattr(SeerNetTrunk, "forward", lambda self, data, *a, **k: trunks.append(data.num_graphs)
+                        or trunk(self, data, *a, **k))
     r = client.post("/v1/predict", json={"model": "example:mobilenet_v3_small", "batch": [9, 10, 11]}).json()
     names = client.app.state.service.predictor_names()
     assert sorted(binds) == [9, 10, 11]  # once per batch size for every predictor
-    assert sorted(forwards) == sorted((n, 3) for n in names)  # one pass per predictor, all its devices and phases
+    assert sorted(forwards) == sorted((n, 3) for n in names)  # one call per predictor, all its devices and phases
+    # and one pass through each network's trunk for the predictions and the domain embeddings together
+    assert trunks == [3] * len(names)
     assert {x["predictor"] for x in r["predictions"]} == set(names)
     nb201 = [x for x in r["predictions"] if x["predictor"] == "nb201-gpus.infer"]
     assert len(nb201) == 5 * 3 and len({x["device"] for x in nb201}) == 5

@@ -238,6 +238,29 @@ class Blend(GraphRegressor):
             raise AttributeError("embed")
         return lambda data: torch.cat([m.embed(data) for m in parts], dim=-1)
 
+    @property
+    def forward_embed(self):
+        """``forward_embed(data) -> (forward(data), embed(data))``, each member's network run once;
+        absent where :attr:`embed` is."""
+        if not any(hasattr(m, "embed") for m in self.members):
+            raise AttributeError("forward_embed")
+
+        def both(data) -> tuple[Tensor, Tensor]:
+            self._inputs(data)
+            outs, embs = [], []
+            for m in self.members:
+                if hasattr(m, "forward_embed"):
+                    out, e = m.forward_embed(data)
+                    embs.append(e)
+                else:
+                    out = m(data)
+                    if hasattr(m, "embed"):
+                        embs.append(m.embed(data))
+                outs.append(out)
+            return sum(w * o for w, o in zip(self.weights, outs)), torch.cat(embs, dim=-1)
+
+        return both
+
 
 def train_blend(train_set, val_set, config: dict, train_config, targets, test_set=None):
     """Train each member with :func:`perfseer.training.run.train_method` (same data, seed and

@@ -356,11 +356,18 @@ class SeerNet(GraphRegressor):
         return _readout(self.config, self.trunk(data, batch, u, num_graphs), u)
 
     def forward(self, data) -> Tensor:
+        return self.forward_embed(data)[0]
+
+    def forward_embed(self, data) -> tuple[Tensor, Tensor]:
+        """``(forward(data), embed(data))`` from one pass through the trunk: [G, num_targets] and
+        [G, hidden_dim] (what a predictor needs for a prediction and its domain distance)."""
+        batch, u, num_graphs = self._inputs(data)
         if isinstance(self.head, SumReadout):
-            batch, u, num_graphs = self._inputs(data)
             x, emb = self.trunk.states(data, batch, u, num_graphs)
-            return self.head(_cat(x, data.x), _readout(self.config, emb, u), batch)
-        return self.head(self.embed(data))
+            h = _readout(self.config, emb, u)
+            return self.head(_cat(x, data.x), h, batch), h
+        h = _readout(self.config, self.trunk(data, batch, u, num_graphs), u)
+        return self.head(h), h
 
 
 class SeerNetMulti(GraphRegressor):
@@ -405,8 +412,12 @@ class SeerNetMulti(GraphRegressor):
         return _readout(self.config, self.trunk(data, batch, u, num_graphs), u)
 
     def forward(self, data) -> Tensor:
+        return self.forward_embed(data)[0]
+
+    def forward_embed(self, data) -> tuple[Tensor, Tensor]:
+        """``(forward(data), embed(data))`` from one pass through the trunk."""
         h = self.embed(data)
-        return _cat(*(head(h) for head in self.heads))
+        return _cat(*(head(h) for head in self.heads)), h
 
     def shared_parameters(self):
         """Parameters every task's loss reaches (encoders and SeerBlocks): what PCGrad projects."""

@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -160,27 +161,39 @@ class NeuralPredictor:
 
     def predict_scaled(self, graphs: Sequence, scaled: bool = False) -> np.ndarray:
         """Raw network outputs ``[N, T]`` (standardised log units); ``scaled``: graphs already scaled."""
-        from torch_geometric.data import Batch
-
-        if len(graphs) == 0:
-            return np.zeros((0, len(self.targets)))
-        was_training = self.model.training
-        self.model.eval()
-        outs = []
-        try:
-            with torch.no_grad():
-                for i in range(0, len(graphs), self.batch_size):
-                    chunk = graphs[i:i + self.batch_size]
-                    chunk = chunk if scaled else [_model_input(self.feature_scaler.transform(g)) for g in chunk]
-                    out = self.model(Batch.from_data_list(list(chunk)).to(self.device))
-                    outs.append(_as_2d(out, len(chunk)).double().cpu())
-        finally:
-            self.model.train(was_training)
-        return torch.cat(outs).numpy()
+        return self._run(graphs, scaled, embed=False)[0]
 
     def predict(self, graphs: Sequence) -> np.ndarray:
         """Predicted metrics ``[N, T]`` in the targets' units (PyG ``Data`` of raw PerfGraphs in)."""
         return self.target_scaler.inverse_transform(self.predict_scaled(graphs))
+
+    def predict_with_embeddings(self, graphs: Sequence) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(predict(graphs), embeddings [N, D])`` from one pass through the network, the
+        embeddings being what the head reads (``model.embed``); ``None`` for no graphs or a model
+        without ``forward_embed`` (whose predictions are then computed alone)."""
+        if not hasattr(self.model, "forward_embed"):
+            return self.predict(graphs), None
+        out, emb = self._run(graphs, False, embed=True)
+        return self.target_scaler.inverse_transform(out), emb
+
+    def _run(self, graphs: Sequence, scaled: bool, embed: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        from torch_geometric.data import Batch
+
+        if len(graphs) == 0:
+            return np.zeros((0, len(self.targets))), None
+        outs, embs = [], []
+        with inference(self.model):
+            for i in range(0, len(graphs), self.batch_size):
+                chunk = graphs[i:i + self.batch_size]
+                chunk = chunk if scaled else [_model_input(self.feature_scaler.transform(g)) for g in chunk]
+                batch = Batch.from_data_list(list(chunk)).to(self.device)
+                if embed:
+                    out, e = self.model.forward_embed(batch)
+                    embs.append(e.double().cpu())
+                else:
+                    out = self.model(batch)
+                outs.append(_as_2d(out, len(chunk)).double().cpu())
+        return torch.cat(outs).numpy(), (torch.cat(embs).numpy() if embed else None)
 
 
 @dataclass
@@ -219,6 +232,23 @@ class TrainResult:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def inference(model: nn.Module):
+    """Run a block with ``model`` in eval mode and without gradients.  A model in training mode
+    (predictions during training) is switched to eval mode and back; one already in eval mode (a
+    predictor loaded for prediction, which stays so) is left alone, so that repeated predictions
+    do not walk its modules twice a call."""
+    was_training = model.training
+    if was_training:
+        model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if was_training:
+            model.train()
+
 
 def _as_2d(out: torch.Tensor, n: int) -> torch.Tensor:
     if out.dim() == 1:

@@ -70,25 +70,20 @@ def _subset(graphs: list, n: int) -> list:
 
 def embeddings(net, graphs) -> np.ndarray | None:
     """Encoder embeddings ``[N, D]`` (what the head reads) of raw PyG graphs, or ``None`` for a
-    network without an ``embed`` method (baselines)."""
-    import torch
+    network without an ``embed`` method (baselines).  A prediction that also needs them takes both
+    from one pass: :meth:`perfseer.predictor.Predictor.predict_with_embeddings`."""
     from torch_geometric.data import Batch
 
-    from perfseer.training.trainer import _model_input
+    from perfseer.training.trainer import _model_input, inference
 
     model = getattr(net, "model", None)
     if model is None or not hasattr(model, "embed") or not len(graphs):
         return None
-    was = model.training
-    model.eval()
     out = []
-    try:
-        with torch.no_grad():
-            for i in range(0, len(graphs), 64):
-                chunk = [_model_input(net.feature_scaler.transform(g)) for g in graphs[i:i + 64]]
-                out.append(model.embed(Batch.from_data_list(chunk).to(net.device)).double().cpu().numpy())
-    finally:
-        model.train(was)
+    with inference(model):
+        for i in range(0, len(graphs), 64):
+            chunk = [_model_input(net.feature_scaler.transform(g)) for g in graphs[i:i + 64]]
+            out.append(model.embed(Batch.from_data_list(chunk).to(net.device)).double().cpu().numpy())
     return np.concatenate(out)
 
 

@@ -1,0 +1,31 @@
+"""``forward_embed``: a prediction and the embedding its head read, from one pass through the trunk."""
+
+import pytest
+import torch
+from torch_geometric.data import Batch
+from test_models_conformance import graphs
+
+from perfseer.models import build_model
+
+
+@pytest.mark.parametrize("name, kw", [
+    ("seernet", {}),
+    ("seernet", {"readout": "sum"}),
+    ("seernet", {"head_globals": True}),
+    ("seernet-multi", {}),
+    ("blend", {"members": "seernet[readout=sum]+pmgns+seernet-multi"}),
+])
+def test_forward_embed_is_forward_and_embed(name, kw):
+    torch.manual_seed(0)
+    model = build_model(name, hidden_dim=16, head_hidden_dim=16, num_targets=2, **kw).eval()
+    batch = Batch.from_data_list(graphs())
+    with torch.no_grad():
+        out, emb = model.forward_embed(batch)
+        torch.testing.assert_close(out, model(batch), rtol=0, atol=0)
+        torch.testing.assert_close(emb, model.embed(batch), rtol=0, atol=0)
+    assert out.shape == (3, 2) and emb.shape[0] == 3
+
+
+def test_a_blend_without_an_embedding_member_has_no_forward_embed():
+    assert not hasattr(build_model("blend", members="gcn+pmgns", hidden_dim=8, head_hidden_dim=8), "forward_embed")
+    assert hasattr(build_model("blend", members="gcn+seernet", hidden_dim=8, head_hidden_dim=8), "forward_embed")
