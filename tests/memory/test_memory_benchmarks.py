@@ -7,8 +7,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import memory_cpu_truth as mct  # noqa: E402
+import pytest  # noqa: E402
 
 from perfseer.memory.trace import Allocation, Trace  # noqa: E402
+
+
+def row(model: str, batch: int = 2, phase: str = "infer", optimizer: str | None = None, **result) -> dict:
+    """One line of the benchmark's JSONL: a configuration and what its run gave."""
+    return {"model": model, "batch": batch, "phase": phase, "optimizer": optimizer, **result}
+
+
+@pytest.fixture
+def report(tmp_path, monkeypatch):
+    """``report(rows, tail="")``: the benchmark's ``report`` over ``rows`` written as its JSONL
+    (then ``tail``, e.g. a line cut by a crash); returns the summary it wrote."""
+    def run(rows: list[dict], tail: str = "") -> dict:
+        jsonl = tmp_path / "r.jsonl"
+        jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n" + tail)
+        monkeypatch.setattr(mct, "JSONL", jsonl)
+        monkeypatch.setattr(mct, "SUMMARY", tmp_path / "r.json")
+        mct.cmd_report(None)
+        return json.loads((tmp_path / "r.json").read_text())
+
+    return run
 
 
 def test_first_difference_names_the_operator():
@@ -18,36 +39,21 @@ def test_first_difference_names_the_operator():
     assert mct.first_difference(a, a) is None
 
 
-def test_report_counts_agreement_and_lists_outliers(tmp_path, monkeypatch, capsys):
-    rows = [{"model": "m1", "batch": 2, "phase": "infer", "optimizer": None, "sim_peak": 100, "real_peak": 100,
-             "rel_err": 0.0},
-            {"model": "m2", "batch": 2, "phase": "train", "optimizer": "adamw", "sim_peak": 80, "real_peak": 100,
-             "rel_err": -0.2, "first_difference": "allocation 3: ..."},
-            {"model": "m3", "batch": 2, "phase": "infer", "optimizer": None, "sim_error": "SimulationError: x",
-             "real_peak": 5}]
-    jsonl = tmp_path / "r.jsonl"
-    jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n{cut")
-    monkeypatch.setattr(mct, "JSONL", jsonl)
-    monkeypatch.setattr(mct, "SUMMARY", tmp_path / "r.json")
-    mct.cmd_report(None)
-    s = json.loads((tmp_path / "r.json").read_text())
+def test_report_counts_agreement_and_lists_outliers(report, capsys):
+    s = report([row("m1", sim_peak=100, real_peak=100, rel_err=0.0),
+                row("m2", phase="train", optimizer="adamw", sim_peak=80, real_peak=100, rel_err=-0.2,
+                    first_difference="allocation 3: ..."),
+                row("m3", sim_error="SimulationError: x", real_peak=5)], tail="{cut")
     assert (s["configurations_compared"], s["within_2pct"], s["over_10pct"], s["simulation_failed_only"]) == (2, 1, 1, 1)
     assert s["outliers"][0]["model"] == "m2"
     assert "outlier m2 b2 train adamw: -20.00 %" in capsys.readouterr().out
 
 
-def test_report_counts_timeouts_and_a_retry_replaces_them(tmp_path, monkeypatch, capsys):
-    key = {"model": "m1", "batch": 2, "phase": "train", "optimizer": "adamw"}
-    rows = [{**key, "error": "timeout: over 120 s of CPU time"},
-            {**key, "batch": 3, "error": "not run: b2 train adamw timed out"},
-            {"model": "m2", "batch": 2, "phase": "infer", "optimizer": None, "error": "ModelLoadError: x"},
-            {**key, "sim_peak": 10, "real_peak": 10, "rel_err": 0.0}]  # the retry of the first row
-    jsonl = tmp_path / "r.jsonl"
-    jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    monkeypatch.setattr(mct, "JSONL", jsonl)
-    monkeypatch.setattr(mct, "SUMMARY", tmp_path / "r.json")
-    mct.cmd_report(None)
-    s = json.loads((tmp_path / "r.json").read_text())
+def test_report_counts_timeouts_and_a_retry_replaces_them(report, capsys):
+    s = report([row("m1", phase="train", optimizer="adamw", error="timeout: over 120 s of CPU time"),
+                row("m1", batch=3, phase="train", optimizer="adamw", error="not run: b2 train adamw timed out"),
+                row("m2", error="ModelLoadError: x"),
+                row("m1", phase="train", optimizer="adamw", sim_peak=10, real_peak=10, rel_err=0.0)])  # the retry
     assert (s["configurations_compared"], s["timeouts"], s["not_run_after_a_timeout"], s["build_or_run_errors"],
             s["models_run"], s["models_compared"]) == (1, 0, 1, 1, 2, 1)
     assert "failed m2 b2 infer: ModelLoadError: x" in capsys.readouterr().out

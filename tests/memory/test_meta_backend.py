@@ -10,8 +10,9 @@ from torch import nn
 
 from perfseer.memory.step import StepConfig, meta_backend_ok, trace_step
 
-CONFIGS = [StepConfig(phase="infer", target="cpu", foreach=False),
-           StepConfig(phase="train", optimizer="sgd-momentum", target="cpu", foreach=False),
+from .steps import cpu_step, module
+
+CONFIGS = [cpu_step("infer"), cpu_step("train", "sgd-momentum"),
            StepConfig(phase="train", optimizer="adamw")]  # CUDA defaults: foreach, CUDA dropout
 
 
@@ -39,18 +40,16 @@ def test_meta_backend_gives_the_fake_backends_trace(name, cfg):
 
 
 def test_attention_takes_the_cpu_flash_kernel_on_meta():
-    class Attn(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = nn.Linear(32, 96)
+    def attn(self, x):
+        q, k, v = self.qkv(x).reshape(x.shape[0], 16, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        return nn.functional.scaled_dot_product_attention(q, k, v).mean((1, 2))
 
-        def forward(self, x):
-            q, k, v = self.qkv(x).reshape(x.shape[0], 16, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
-            return nn.functional.scaled_dot_product_attention(q, k, v).mean((1, 2))
+    def build():
+        return module(attn, qkv=nn.Linear(32, 96))
 
     for cfg in CONFIGS:
-        _same(Attn, (16, 32), 3, cfg)
-    t = trace_step(Attn(), (16, 32), 3, CONFIGS[1], backend="meta")
+        _same(build, (16, 32), 3, cfg)
+    t = trace_step(build(), (16, 32), 3, CONFIGS[1], backend="meta")
     assert any(a.op.startswith("_scaled_dot_product_flash_attention_for_cpu") for a in t.allocations)
 
 
@@ -59,16 +58,13 @@ def test_device_dependent_modules_and_value_reads_use_the_fake_backend():
     mha.attn = nn.MultiheadAttention(8, 2)
     assert not meta_backend_ok(mha)
 
-    class PlainTensorAttribute(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-            self.scale = torch.ones(4)  # neither parameter nor buffer: stays a CPU tensor, fails on meta
+    def scaled(self, x):
+        return self.fc(x) * self.scale
 
-        def forward(self, x):
-            return self.fc(x) * self.scale
-
-    t = trace_step(PlainTensorAttribute(), (4,), 2, StepConfig(phase="train", optimizer="sgd"))
+    # scale is neither parameter nor buffer: it stays a CPU tensor, which fails on meta
+    plain = module(scaled, fc=nn.Linear(4, 4), scale=torch.ones(4))
+    assert [n for n, _ in plain.named_parameters()] == ["fc.weight", "fc.bias"] and not list(plain.buffers())
+    t = trace_step(plain, (4,), 2, StepConfig(phase="train", optimizer="sgd"))
     assert t.backend == "fake"
     # low precision runs on the fake backend (batch norm's saved statistics differ on meta)
     t = trace_step(nn.Sequential(nn.Linear(4, 4)), (4,), 2, StepConfig(phase="infer", precision="amp-bf16"))

@@ -6,6 +6,8 @@ from torch import nn
 
 from perfseer.memory.step import MemoryConfigError, SimulationError, StepConfig, trace_step
 
+from .steps import cpu_step, module
+
 
 def mlp():
     torch.manual_seed(0)
@@ -19,7 +21,7 @@ PARAM_BYTES = (64 * 128 + 128 + 128 * 10 + 10) * 4
                                              ("train", "adam")])
 @pytest.mark.parametrize("backend", ["meta", "fake"])
 def test_simulated_step_matches_real_cpu_step(phase, optimizer, backend):
-    cfg = StepConfig(phase=phase, optimizer=optimizer, target="cpu", foreach=False)
+    cfg = cpu_step(phase, optimizer)
     sim = trace_step(mlp(), (64,), 8, cfg, fake=True, backend=backend)
     real = trace_step(mlp(), (64,), 8, cfg, fake=False)
     assert sim.backend == backend
@@ -66,17 +68,12 @@ def test_amp_caches_one_fp16_copy_of_each_weight_per_forward():
 
 
 def test_data_dependent_model_is_a_clear_error():
-    class Masked(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
-        def forward(self, x):
-            y = self.fc(x)
-            return y[y > 0].sum().reshape(1, 1).expand(x.shape[0], 2)
+    def masked(self, x):
+        y = self.fc(x)
+        return y[y > 0].sum().reshape(1, 1).expand(x.shape[0], 2)
 
     with pytest.raises(SimulationError, match="could not be simulated"):
-        trace_step(Masked(), (4,), 2, StepConfig(phase="train", optimizer="sgd"))
+        trace_step(module(masked, fc=nn.Linear(4, 4)), (4,), 2, StepConfig(phase="train", optimizer="sgd"))
 
 
 def test_bad_config_names_the_choices():
