@@ -49,8 +49,8 @@ def test_errors(tmp_path):
 
 def test_beyond_the_training_devices_the_ratio_to_roofline_shrinks(tmp_path):
     """A device beyond the training range (H100: peak and bandwidth) is answered between the MLP
-    and the roofline bound when ``ood_weight`` < 1; devices inside the range are untouched; the
-    range survives save/load."""
+    and the physics estimate (roofline bound + launch floor) when ``ood_weight`` < 1; devices
+    inside the range are untouched; range and floor survive save/load."""
     t, dev, y = _world()
     m = KernelModel(KernelModelConfig(hidden=16, layers=2, epochs=5, time_limit_s=10, batch_size=64)).fit(t, dev, y)
     assert m.device_range_["gemm"]["sms"] == [40.0, 80.0]
@@ -60,7 +60,9 @@ def test_beyond_the_training_devices_the_ratio_to_roofline_shrinks(tmp_path):
     roof = np.maximum(tf, tm)
     full = m.predict(t, far)
     m.config.ood_weight = 0.5
-    np.testing.assert_allclose(m.predict(t, far), np.sqrt(full * roof), rtol=1e-4)  # geometric mean
+    floor = m.floor_us_["gemm"]
+    assert 5.0 < floor < np.quantile(y, 0.05)  # the world's launch time is 5 µs
+    np.testing.assert_allclose(m.predict(t, far), np.sqrt(full * (roof + floor)), rtol=1e-4)  # geometric mean
     np.testing.assert_allclose(m.predict(t, dev), KernelModel.load(m.save(tmp_path, "r"))[0].predict(t, dev), rtol=1e-5)
     m2, card = KernelModel.load(tmp_path / "r.json")
     assert card["device_range"]["gemm"]["bw_gbs"] == [320.0, 900.0]

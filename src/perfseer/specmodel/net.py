@@ -29,6 +29,13 @@ CARD_FORMAT = "perfseer.specmodel"
 CARD_VERSION = 1
 
 
+def launch_floor_us(latency_us) -> float:
+    """The time no kernel of a family goes below on the training GPUs: the 1st percentile of its
+    measured latencies (NeuSight's single-op CUDA-event timings: launch and framework overhead,
+    25-60 µs by family).  Device-independent: it is the ``+ floor`` of the physics estimate."""
+    return float(np.quantile(np.asarray(latency_us, dtype=float), 0.01))
+
+
 class SpecModelError(PerfseerError):
     """A spec-model file that cannot be used, or a model used before it was fitted."""
 
@@ -52,8 +59,9 @@ class KernelModelConfig:
     threads: int = 1  # torch threads while fitting: these MLPs are too small to gain from more
     # Kernels on a device beyond the training devices' range (peak at the kernel's precision,
     # bandwidth or SMs more than ``ood_tolerance`` times outside it) are predicted at
-    # ``t_roof * 10 ** (ood_weight * log_ratio)``: 1 trusts the MLP's extrapolation, 0 answers
-    # with the roofline bound, 0.5 with the geometric mean of the two.
+    # ``t_mlp ** ood_weight * t_phys ** (1 - ood_weight)``, ``t_phys = t_roof + floor`` (the
+    # roofline bound plus the family's launch floor, see KernelModel.floor_us_): 1 trusts the
+    # MLP's extrapolation, 0 answers with the physics estimate, 0.5 with the geometric mean.
     ood_weight: float = 1.0
     ood_tolerance: float = 1.5  # the domain's tolerance (perfseer.specmodel.trust.TOLERANCE)
 
@@ -84,6 +92,7 @@ class KernelModel:
     scalers_: dict = field(default_factory=dict)
     history_: dict = field(default_factory=dict)
     device_range_: dict = field(default_factory=dict)  # per family: [min, max] of each of RANGE_COLUMNS
+    floor_us_: dict = field(default_factory=dict)  # per family: launch_floor_us of its training latencies
 
     def fit(self, table: pd.DataFrame, dev: pd.DataFrame, latency_us, verbose: bool = False) -> "KernelModel":
         import torch
@@ -112,6 +121,7 @@ class KernelModel:
             ym, ys = float(y.mean()), float(y.std() + 1e-6)
             d = dev.iloc[idx]
             self.device_range_[fam] = {c: [float(d[c].min()), float(d[c].max())] for c in RANGE_COLUMNS}
+            self.floor_us_[fam] = launch_floor_us(y_all[idx])
             self.scalers_[fam] = {"x_mean": mu, "x_std": sd, "x_min": x.min(0), "x_max": x.max(0),
                                   "y_mean": ym, "y_std": ys,
                                   "y_min": float(y.min()), "y_max": float(y.max())}
@@ -185,7 +195,9 @@ class KernelModel:
             logr = np.clip(logr, s.get("y_min", -1.0) - 0.5, s.get("y_max", 4.0) + 0.5)
             far = self.beyond_range(use, dev.iloc[idx])
             if far.any() and self.config.ood_weight != 1.0:
-                logr = np.where(far, self.config.ood_weight * logr, logr)
+                w = self.config.ood_weight
+                phys = np.log10((t_roof + self.floor_us_.get(use, 0.0)) / t_roof)
+                logr = np.where(far, w * logr + (1 - w) * phys, logr)
             out[idx] = t_roof * 10 ** logr
         return out
 
@@ -227,7 +239,7 @@ class KernelModel:
                 "config": self.config.to_dict(), "families": sorted(self.nets_),
                 "target_scaling": {f: {k: s[k] for k in ("y_mean", "y_std", "y_min", "y_max")}
                                    for f, s in self.scalers_.items()},
-                "history": self.history_, "device_range": self.device_range_, **(extra or {})}
+                "history": self.history_, "device_range": self.device_range_, "floor_us": self.floor_us_, **(extra or {})}
         c = directory / f"{name}.json"
         tmp = c.with_name(c.name + ".tmp")
         tmp.write_text(json.dumps(card, indent=1) + "\n")
@@ -263,4 +275,5 @@ class KernelModel:
                                  "retrain the spec model") from e
         m.history_ = card.get("history", {})
         m.device_range_ = card.get("device_range") or {}
+        m.floor_us_ = card.get("floor_us") or {}
         return m, card
