@@ -44,18 +44,18 @@ FAMILIES = ("gemm", "vec", "ln", "softmax")  # NeuSight's transformers use no co
 GPUS = ("a100-40gb-pcie", "t4", "tesla-p100-pcie-16gb", "tesla-p4", "v100-pcie-32gb")
 # Candidate kernel configurations (perfseer.specmodel.net.KernelModelConfig fields).
 CONFIGS = {
-    "full": {},  # the bundled model's recipe before this selection
+    "full": {},  # the bundled MLPs alone (the bundled recipe before the out-of-range rule)
     "relative": {"feature_set": "relative"},
     "relative-gemm": {"feature_set": "relative-gemm"},
-    "full-s1": {"seed": 1},  # seed variation of the bundled recipe
+    "full-s1": {"seed": 1},  # seed variation of the MLPs alone
     "full-s2": {"seed": 2},
     "relative-gemm-s1": {"feature_set": "relative-gemm", "seed": 1},
     "full-h32": {"hidden": 32},
     "relative-h32": {"feature_set": "relative", "hidden": 32},
     "full-power": {"device_features": "power"},  # + log10(TDP / FP32 peak)
     "full-tdp": {"device_features": "tdp"},  # + log10(TDP)
-    # out of the training GPUs' range: the kernel's log ratio to its roofline bound times this weight
-    "full-ood50": {"ood_weight": 0.5},
+    # beyond the training GPUs' range: t_mlp ** w * (t_roof + floor) ** (1 - w) (KernelModelConfig.ood_weight)
+    "full-ood50": {"ood_weight": 0.5},  # the bundled recipe
     "full-ood40": {"ood_weight": 0.4},
     "full-ood60": {"ood_weight": 0.6},
     "full-ood75": {"ood_weight": 0.75},
