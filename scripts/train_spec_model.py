@@ -34,12 +34,16 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=20.0, help="CPU seconds per family")
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--device-features", default="0", choices=("0", "power", "all"))
+    ap.add_argument("--device-features", default="0", choices=("0", "power", "tdp", "all"))
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--trust", action="append", default=[],
                     help="interval calibration JSON (benchmarks/spec_neusight.py / spec_timm_logo.py --trust); repeatable")
     ap.add_argument("--feature-set", default="full", choices=("full", "relative", "relative-gemm"),
                     help="kernel features (perfseer.specmodel.kernels.features)")
+    ap.add_argument("--ood-weight", type=float, default=0.5,
+                    help="beyond the training GPUs' range, each kernel's log ratio to its roofline bound times this "
+                         "(perfseer.specmodel.net.KernelModelConfig.ood_weight; 1: off; default 0.5, the geometric "
+                         "mean of the MLP and the roofline bound: docs/devices.md measures it)")
     ap.add_argument("--attach-only", action="store_true",
                     help="do not train: copy --calibration into the existing card OUT/NAME.json")
     args = ap.parse_args(argv)
@@ -63,8 +67,8 @@ def main(argv=None) -> int:
         k = k.sample(frac=1.0, random_state=0).groupby(["family", "device"]).head(args.max_rows).reset_index(drop=True)
     dev = kt.device_frame([_spec(d) for d in k["device"]], ["fp32"] * len(k), k["family"])
     cfg = KernelModelConfig(epochs=args.epochs, time_limit_s=args.time_limit, hidden=args.hidden, layers=args.layers,
-                            device_features={"0": False, "power": "power", "all": "all"}[args.device_features],
-                            feature_set=args.feature_set)
+                            device_features={"0": False, "power": "power", "tdp": "tdp", "all": "all"}[args.device_features],
+                            feature_set=args.feature_set, ood_weight=args.ood_weight)
     t0 = time.time()
     model = KernelModel(cfg).fit(k, dev, k["latency_us"], verbose=True)
     extra = {

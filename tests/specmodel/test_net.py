@@ -45,3 +45,25 @@ def test_errors(tmp_path):
     bad.write_text('{"format": "perfseer.specmodel", "format_version": 1, "config": {}, "families": ["gemm"]}')
     with pytest.raises(SpecModelError, match="weights .* are missing"):
         KernelModel.load(bad)
+
+
+def test_beyond_the_training_devices_the_ratio_to_roofline_shrinks(tmp_path):
+    """A device beyond the training range (H100: peak and bandwidth) is answered between the MLP
+    and the physics estimate (roofline bound + launch floor) when ``ood_weight`` < 1; devices
+    inside the range are untouched; range and floor survive save/load."""
+    t, dev, y = _world()
+    m = KernelModel(KernelModelConfig(hidden=16, layers=2, epochs=5, time_limit_s=10, batch_size=64)).fit(t, dev, y)
+    assert m.device_range_["gemm"]["sms"] == [40.0, 80.0]
+    far = kt.device_frame([get_device("h100-sxm")] * len(t), ["fp32"] * len(t), t["family"])
+    assert m.beyond_range("gemm", far).all() and not m.beyond_range("gemm", dev).any()
+    tf, tm = kt.roofline_us(t, far)
+    roof = np.maximum(tf, tm)
+    full = m.predict(t, far)
+    m.config.ood_weight = 0.5
+    floor = m.floor_us_["gemm"]
+    assert 5.0 < floor < np.quantile(y, 0.05)  # the world's launch time is 5 µs
+    np.testing.assert_allclose(m.predict(t, far), np.sqrt(full * (roof + floor)), rtol=1e-4)  # geometric mean
+    np.testing.assert_allclose(m.predict(t, dev), KernelModel.load(m.save(tmp_path, "r"))[0].predict(t, dev), rtol=1e-5)
+    m2, card = KernelModel.load(tmp_path / "r.json")
+    assert card["device_range"]["gemm"]["bw_gbs"] == [320.0, 900.0]
+    np.testing.assert_allclose(m2.predict(t, far), m.predict(t, far), rtol=1e-5)

@@ -31,7 +31,7 @@ import pandas as pd
 FAMILIES = ("gemm", "conv", "vec", "ln", "softmax")
 COLUMNS = ("family", "flops", "bytes", "dtype_bytes", "B", "M", "N", "K", "kernel", "rows", "cols", "elems", "inputs",
            "weights")
-DEVICE_COLUMNS = ("peak_tflops", "bw_gbs", "sms", "l2_mib", "clock_mhz", "w_per_tflop")
+DEVICE_COLUMNS = ("peak_tflops", "bw_gbs", "sms", "l2_mib", "clock_mhz", "w_per_tflop", "tdp_w")
 
 
 def empty_table() -> pd.DataFrame:
@@ -146,6 +146,8 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
         common += [lg(sms), lg(dev["bw_gbs"]), lg(dev["peak_tflops"]), lg(dev["l2_mib"]), lg(dev["clock_mhz"])]
     if device_features in ("power", "all"):
         common += [lg(dev["w_per_tflop"])]
+    if device_features == "tdp":  # the board's power limit alone (70-75 W cards cannot hold their boost clock)
+        common += [lg(dev["tdp_w"])]
     if family in ("gemm", "conv"):
         B, M, N, K = (table[c].to_numpy() for c in "BMNK")
         extra = [lg(B), lg(M), lg(N), lg(K)] if full else []
@@ -179,6 +181,6 @@ def device_frame(specs, precisions, families) -> pd.DataFrame:
         if key not in cache:
             peak = s.peak(p) if key[2] else s.peak("fp32") * (2.0 if p in ("fp16", "bf16") else 1.0)
             cache[key] = (peak, s.mem_bandwidth_gbs, s.sms, s.l2_mib or 1.0, s.clock_mhz or 1500.0,
-                          (s.tdp_w or 250.0) / s.peak("fp32"))
+                          (s.tdp_w or 250.0) / s.peak("fp32"), s.tdp_w or 250.0)
         rows.append(cache[key])
     return pd.DataFrame(rows, columns=list(DEVICE_COLUMNS))

@@ -4,6 +4,9 @@ time), from the roofline / wave / device features of :func:`perfseer.specmodel.k
 
 ``latency_us = t_roof * 10 ** mlp(features)``, trained with MSE on ``log10(latency / t_roof)``
 (so on relative error), features standardised with the training set's mean and deviation.
+On a device beyond the training devices' range (``KernelModel.beyond_range``) the answer is
+pulled toward the physics estimate ``t_roof + floor`` (``KernelModelConfig.ood_weight``; the
+bundled card: their geometric mean), measured in docs/devices.md.
 
 Saved as ``NAME.safetensors`` (weights and scalers) + ``NAME.json`` (the card: config, feature
 count per family, training data and scores); nothing is unpickled.
@@ -24,8 +27,16 @@ from perfseer.cards import CardFormat
 from perfseer.errors import PerfseerError
 from perfseer.specmodel import kernels as kt
 
+RANGE_COLUMNS = ("peak_tflops", "bw_gbs", "sms")  # device inputs whose training range bounds extrapolation
 CARD_FORMAT = "perfseer.specmodel"
 CARD_VERSION = 1
+
+
+def launch_floor_us(latency_us) -> float:
+    """The time no kernel of a family goes below on the training GPUs: the 1st percentile of its
+    measured latencies (NeuSight's single-op CUDA-event timings: launch and framework overhead,
+    25-60 µs by family).  Device-independent: it is the ``+ floor`` of the physics estimate."""
+    return float(np.quantile(np.asarray(latency_us, dtype=float), 0.01))
 
 
 class SpecModelError(PerfseerError):
@@ -49,6 +60,13 @@ class KernelModelConfig:
     device_features: bool = False  # see perfseer.specmodel.kernels.features
     feature_set: str = "full"  # perfseer.specmodel.kernels.FEATURE_SETS
     threads: int = 1  # torch threads while fitting: these MLPs are too small to gain from more
+    # Kernels on a device beyond the training devices' range (peak at the kernel's precision,
+    # bandwidth or SMs more than ``ood_tolerance`` times outside it) are predicted at
+    # ``t_mlp ** ood_weight * t_phys ** (1 - ood_weight)``, ``t_phys = t_roof + floor`` (the
+    # roofline bound plus the family's launch floor, see KernelModel.floor_us_): 1 trusts the
+    # MLP's extrapolation, 0 answers with the physics estimate, 0.5 with the geometric mean.
+    ood_weight: float = 1.0
+    ood_tolerance: float = 1.5  # the domain's tolerance (perfseer.specmodel.trust.TOLERANCE)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -76,6 +94,8 @@ class KernelModel:
     nets_: dict = field(default_factory=dict)
     scalers_: dict = field(default_factory=dict)
     history_: dict = field(default_factory=dict)
+    device_range_: dict = field(default_factory=dict)  # per family: [min, max] of each of RANGE_COLUMNS
+    floor_us_: dict = field(default_factory=dict)  # per family: launch_floor_us of its training latencies
 
     def fit(self, table: pd.DataFrame, dev: pd.DataFrame, latency_us, verbose: bool = False) -> "KernelModel":
         import torch
@@ -102,6 +122,9 @@ class KernelModel:
             y = np.log10(y_all[idx] / t_roof).astype(np.float32)
             mu, sd = x.mean(0), x.std(0) + 1e-6
             ym, ys = float(y.mean()), float(y.std() + 1e-6)
+            d = dev.iloc[idx]
+            self.device_range_[fam] = {c: [float(d[c].min()), float(d[c].max())] for c in RANGE_COLUMNS}
+            self.floor_us_[fam] = launch_floor_us(y_all[idx])
             self.scalers_[fam] = {"x_mean": mu, "x_std": sd, "x_min": x.min(0), "x_max": x.max(0),
                                   "y_mean": ym, "y_std": ys,
                                   "y_min": float(y.min()), "y_max": float(y.max())}
@@ -111,6 +134,10 @@ class KernelModel:
             if verbose:
                 print(f"  {fam}: {len(idx)} rows, {hist['epochs']} epochs, {hist['cpu_seconds']:.0f} CPU s, "
                       f"hold-out rmse(log10) {hist['best_val']:.4f}")
+        if "conv" in self.floor_us_ and "gemm" in self.floor_us_:
+            # a convolution is an implicit GEMM; NeuSight's convolution sweep has no kernel under
+            # ~120 µs, so its 1st percentile is the sweep's smallest size, not a launch floor
+            self.floor_us_["conv"] = min(self.floor_us_["conv"], self.floor_us_["gemm"])
         return self
 
     def _train(self, x, y, n_in):
@@ -173,8 +200,28 @@ class KernelModel:
             logr = z.squeeze(1).numpy().astype(float) * s["y_std"] + s["y_mean"]
             # never beyond what training saw, +-0.5 decades: an MLP extrapolates without bound
             logr = np.clip(logr, s.get("y_min", -1.0) - 0.5, s.get("y_max", 4.0) + 0.5)
+            far = self.beyond_range(use, dev.iloc[idx])
+            if far.any() and self.config.ood_weight != 1.0:
+                w = self.config.ood_weight
+                phys = np.log10((t_roof + self.floor_us_.get(use, 0.0)) / t_roof)
+                logr = np.where(far, w * logr + (1 - w) * phys, logr)
             out[idx] = t_roof * 10 ** logr
         return out
+
+    def beyond_range(self, family: str, dev: pd.DataFrame) -> np.ndarray:
+        """Per row: is the device beyond the training devices' range for ``family`` (peak at the
+        row's precision, bandwidth or SMs more than ``ood_tolerance`` times outside it)?  All
+        ``False`` for a model saved before ranges were recorded."""
+        rng = self.device_range_.get(family)
+        far = np.zeros(len(dev), dtype=bool)
+        if not rng:
+            return far
+        tol = float(self.config.ood_tolerance)
+        for c in RANGE_COLUMNS:
+            v = dev[c].to_numpy(dtype=float)
+            lo, hi = rng[c]
+            far |= (v < lo / tol) | (v > hi * tol)
+        return far
 
     # -- files ---------------------------------------------------------------------------------
     def save(self, directory, name: str, extra: dict | None = None) -> Path:
@@ -199,7 +246,7 @@ class KernelModel:
                 "config": self.config.to_dict(), "families": sorted(self.nets_),
                 "target_scaling": {f: {k: s[k] for k in ("y_mean", "y_std", "y_min", "y_max")}
                                    for f, s in self.scalers_.items()},
-                "history": self.history_, **(extra or {})}
+                "history": self.history_, "device_range": self.device_range_, "floor_us": self.floor_us_, **(extra or {})}
         c = directory / f"{name}.json"
         tmp = c.with_name(c.name + ".tmp")
         tmp.write_text(json.dumps(card, indent=1) + "\n")
@@ -234,4 +281,6 @@ class KernelModel:
             raise SpecModelError(f"spec-model weights do not fit card {card_path} ({str(e).splitlines()[0]})",
                                  "retrain the spec model") from e
         m.history_ = card.get("history", {})
+        m.device_range_ = card.get("device_range") or {}
+        m.floor_us_ = card.get("floor_us") or {}
         return m, card
