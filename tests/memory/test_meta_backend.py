@@ -83,3 +83,43 @@ def test_first_call_leaves_torch_dynamo_importable():
     pytest.importorskip("timm")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=None)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_first_call_defers_sympy_and_the_hub_and_leaves_them_importable():
+    code = ("import sys, torch\n"
+            "from perfseer.memory.api import memory\n"
+            "memory('timm:test_vit', batch=2, phase='train', optimizer='adamw')\n"
+            "for name in ('sympy', 'torch.fx.experimental.symbolic_shapes', 'huggingface_hub'):\n"
+            "    assert name not in sys.modules, name + ' imported on the fast path'\n"
+            "import sympy, huggingface_hub\n"
+            "from torch.fx.experimental import symbolic_shapes\n"
+            "from perfseer.memory.imports import _Deferred\n"
+            "assert not isinstance(sympy, _Deferred) and not isinstance(symbolic_shapes, _Deferred)\n"
+            "assert isinstance(sympy.Symbol('x'), sympy.Basic) and symbolic_shapes.guard_or_false(True)\n")
+    pytest.importorskip("timm")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=None)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_deferred_symbolic_shapes_answers_plain_values_as_the_real_module():
+    from torch.fx.experimental import symbolic_shapes as real
+
+    from perfseer.memory.imports import _FAST
+
+    values = [True, False]
+    for name in ("expect_true", "guard_or_false", "guard_or_true", "statically_known_true", "statically_known_false",
+                 "guard_size_oblivious", "guard_bool", "is_concrete_bool"):
+        for v in values:
+            assert _FAST[name](v) == getattr(real, name)(v), (name, v)
+    for name in ("guard_int", "guarding_hint_or_throw", "has_guarding_hint", "is_concrete_int", "is_nested_int",
+                 "is_symbolic"):
+        for v in (0, 3, -7):
+            assert _FAST[name](v) == getattr(real, name)(v), (name, v)
+    for args in [(True,), (True, False), (True, True, True), (False, True)]:
+        assert _FAST["sym_and"](*args) == real.sym_and(*args)
+        assert _FAST["sym_or"](*args) == real.sym_or(*args)
+    for x, y in [(3, 3), (3, 4), ((1, 2), (1, 2)), ((1, 2), [1, 2]), ((1, 2), (1, 2, 3)), (torch.Size([2, 3]), (2, 3)),
+                 ((1, (2, 3)), (1, (2, 4)))]:
+        assert _FAST["sym_eq"](x, y) == real.sym_eq(x, y), (x, y)
+    t = torch.empty(2, 3, device="meta")
+    assert list(_FAST["free_unbacked_symbols"](t)) == list(real.free_unbacked_symbols(t)) == []

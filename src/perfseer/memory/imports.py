@@ -34,6 +34,7 @@ import sys
 import types
 
 _STUBS = ("torch._dynamo", "torch._dynamo.utils")
+_SHAPES = "torch.fx.experimental.symbolic_shapes"
 
 
 def _is_compile_supported(device_type):
@@ -66,6 +67,137 @@ class _Stub(types.ModuleType):
     pass
 
 
+def _concrete(x) -> bool:
+    """A plain Python bool/int, or a list/tuple of them (no symbolic value anywhere)."""
+    if type(x) in (bool, int):
+        return True
+    return isinstance(x, (tuple, list)) and all(_concrete(v) for v in x)  # torch.Size is a tuple
+
+
+def _concrete_bool(name):
+    """``guard_or_false`` & co.: each returns a plain bool argument unchanged."""
+
+    def fast(a, *args, **kwargs):
+        if type(a) is bool:
+            return a
+        return getattr(_SHAPES_STUB._load(), name)(a, *args, **kwargs)
+
+    return fast
+
+
+def _concrete_value(name, types_, answer):
+    """Functions whose answer for a plain value of ``types_`` is ``answer(value)``."""
+
+    def fast(a, *args, **kwargs):
+        if type(a) in types_:
+            return answer(a)
+        return getattr(_SHAPES_STUB._load(), name)(a, *args, **kwargs)
+
+    return fast
+
+
+def _sym_fold(name, op):
+    def fast(x, *others):
+        if type(x) is bool and all(type(y) is bool for y in others):
+            for y in others:
+                x = op(x, y)
+            return x
+        return getattr(_SHAPES_STUB._load(), name)(x, *others)
+
+    return fast
+
+
+def _sym_eq(x, y):
+    if _concrete(x) and _concrete(y):
+        if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
+            return len(x) == len(y) and all(_sym_eq(a, b) for a, b in zip(x, y))
+        if type(x) is int and type(y) is int:
+            return x == y
+    return _SHAPES_STUB._load().sym_eq(x, y)
+
+
+def _is_nested_int(s):
+    if type(s) in (bool, int, float):
+        return False
+    return _SHAPES_STUB._load().is_nested_int(s)
+
+
+def _free_unbacked_symbols(x):
+    import torch
+
+    if isinstance(x, torch.Tensor):  # sizes, strides and offset all plain ints: no symbol at all
+        if _concrete(tuple(x.shape)) and _concrete(x.stride()) and type(x.storage_offset()) is int:
+            from torch.utils._ordered_set import OrderedSet
+
+            return OrderedSet()
+    return _SHAPES_STUB._load().free_unbacked_symbols(x)
+
+
+#: what PyTorch's meta kernels and Python references ask of ``symbolic_shapes`` on a step with
+#: concrete shapes, answered as the real functions answer plain Python values (torch 2.13's
+#: ``torch/fx/experimental/symbolic_shapes.py``); any symbolic argument goes to the real function
+_FAST = {
+    **{n: _concrete_bool(n) for n in ("expect_true", "guard_or_false", "guard_or_true", "statically_known_true",
+                                       "guard_size_oblivious")},
+    "sym_and": _sym_fold("sym_and", lambda a, b: a & b),
+    "sym_or": _sym_fold("sym_or", lambda a, b: a | b),
+    "sym_eq": _sym_eq,
+    "is_nested_int": _is_nested_int,
+    "statically_known_false": _concrete_value("statically_known_false", (bool,), lambda a: not a),
+    "guard_bool": _concrete_value("guard_bool", (bool,), lambda a: a),
+    "guard_int": _concrete_value("guard_int", (int,), lambda a: a),
+    "guarding_hint_or_throw": _concrete_value("guarding_hint_or_throw", (bool, int), lambda a: a),
+    "has_guarding_hint": _concrete_value("has_guarding_hint", (bool, int, float), lambda a: True),
+    "is_concrete_int": _concrete_value("is_concrete_int", (bool, int), lambda a: True),
+    "is_concrete_bool": _concrete_value("is_concrete_bool", (bool,), lambda a: True),
+    "free_unbacked_symbols": _free_unbacked_symbols,
+    "is_symbolic": _concrete_value("is_symbolic", (bool, int, float), lambda a: False),
+}
+
+
+class _Deferred(types.ModuleType):
+    """A stand-in for a module that is slow to import: it answers the names in ``fast`` itself
+    and, for anything else, imports the real module in its own place and forwards to it.
+
+    Once the real module is loaded, every name (those in ``fast`` too) comes from it."""
+
+    def __init__(self, name: str, fast: dict, package: bool):
+        super().__init__(name)
+        self._fast = fast
+        self._package = package  # a package has __path__ (the import system asks for it)
+        self._real = None
+
+    def _load(self):
+        if self._real is None:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            self._real = importlib.import_module(self.__name__)
+        return self._real
+
+    def __getattr__(self, name):
+        if name == "__path__" and self._package:
+            return self._load().__path__  # importing a submodule, or `from package import name`
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._real is None and name in self._fast:
+            return self._fast[name]
+        return getattr(self._load(), name)
+
+
+class _NeverInstantiated:
+    """No object is an instance of this class: the answer to ``isinstance(x, sympy.Basic)`` for
+    every ``x`` while sympy has not been imported (no sympy object can exist then)."""
+
+
+#: ``torch.fx.experimental.symbolic_shapes`` imports sympy (about 0.4 s of CPU); PyTorch's meta
+#: kernels and Python references import a few of its functions at every call (``torch._check``
+#: its ``expect_true``, the stride checks ``guard_or_false``...), which on a step with concrete
+#: shapes only echo plain bools and compare ints (:data:`_FAST`)
+_SHAPES_STUB = _Deferred(_SHAPES, _FAST, package=False)
+#: ``torch._prims_common.elementwise_dtypes`` imports sympy for one ``isinstance(x, sympy.Basic)``
+_SYMPY_STUB = _Deferred("sympy", {"Basic": _NeverInstantiated}, package=True)
+
+
 @contextlib.contextmanager
 def without_dynamo():
     """Run the block with stand-ins for ``torch._dynamo`` (see the module docstring); a no-op
@@ -94,9 +226,16 @@ def without_dynamo():
     utils.is_compile_supported = _is_compile_supported
     had = "_dynamo" in vars(torch)
     sys.modules["torch._dynamo"], sys.modules["torch._dynamo.utils"] = package, utils
+    deferred = [stub for stub in (_SHAPES_STUB, _SYMPY_STUB)
+                if stub.__name__ not in sys.modules and stub._real is None]
+    for stub in deferred:
+        sys.modules[stub.__name__] = stub
     try:
         yield
     finally:
+        for stub in deferred:
+            if sys.modules.get(stub.__name__) is stub:
+                del sys.modules[stub.__name__]
         for name in _STUBS:
             if isinstance(sys.modules.get(name), _Stub):
                 del sys.modules[name]
@@ -114,8 +253,18 @@ def import_zoo(zoo: str):
     from perfseer.graph.zoo import _prepare_torchvision
 
     _prepare_torchvision()
-    with without_dynamo():
-        return importlib.import_module(zoo)
+    # timm imports huggingface_hub (and its HTTP stack, about 0.2 s) only to download pretrained
+    # weights, which perfseer never asks for (``pretrained=False``, no network): hidden while timm
+    # is imported, timm records that the hub is not installed.  Nothing else sees the difference.
+    hide = zoo == "timm" and "huggingface_hub" not in sys.modules
+    if hide:
+        sys.modules["huggingface_hub"] = None  # `import huggingface_hub` raises ImportError
+    try:
+        with without_dynamo():
+            return importlib.import_module(zoo)
+    finally:
+        if hide and sys.modules.get("huggingface_hub", 0) is None:
+            del sys.modules["huggingface_hub"]
 
 
 #: in-place operators of weight initialisation (``torch.nn.init``, timm's ``trunc_normal_``...);
