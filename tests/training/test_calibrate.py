@@ -131,6 +131,14 @@ def test_calibrated_card_round_trip_with_interval_and_domain(source, tmp_path):
         assert "flops_total" in out[1]["domain_reasons"][0] and "outside-calibration-domain" in out[1]["flags"]
         lo, hi = out[1]["interval"]
         assert lo < 2.0 < hi and out[1]["interval_level"] == 0.9
+        # the default interval grows with the distance from the calibration models in the source's
+        # embedding: a calibration model gets the narrowest, c(K) s_w; the far graph a wider one
+        dist = card["calibration"]["interval"]["distance"]
+        assert card["calibration"]["interval"]["basis"].startswith("distance") and len(dist["coords"]) == 10
+        assert out[0]["interval"][1] == pytest.approx(np.exp(dist["scale"] * dist["rms_weighted"]), rel=1e-3)
+        assert out[1]["interval"][1] / 2.0 > out[0]["interval"][1]
+        assert ("far-from-calibration-set" in out[1]["flags"]) == any("farther from the calibration models" in r
+                                                                      for r in out[1]["domain_reasons"])
 
 
 def test_cli_errors(tmp_path):

@@ -60,7 +60,7 @@ def test_scaled_rule_learned_on_simulated_devices_covers_a_new_one(monkeypatch):
         monkeypatch.setitem(C.SCALE_TABLE, "random", {0.9: {k: c}})
         cov = []
         for r, g, rt in _calibrations(3, 50, k, 0.3):
-            iv = C.interval_halfwidth(r, g, 0.9)
+            iv = C.interval_halfwidth(r, g, 0.9, "scaled")
             assert iv["basis"] == "scaled" and iv["scale"] == pytest.approx(c)
             cov.append(np.mean(np.abs(rt) <= iv["log_halfwidth"]))
         assert 0.85 <= np.mean(cov) <= 0.95
@@ -85,15 +85,77 @@ def test_scale_for_and_the_table():
     # below the table's smallest K the scaled rule is never narrower than the Student-t bound
     try:
         C.SCALE_TABLE = table
-        iv = C.interval_halfwidth(np.full(4, 0.1), np.arange(4), 0.9)
+        iv = C.interval_halfwidth(np.full(4, 0.1), np.arange(4), 0.9, "scaled")
         assert iv["log_halfwidth"] == pytest.approx(iv["t_bound"]) and iv["t_bound"] > 2.0 * 0.1
     finally:
         C.SCALE_TABLE = C_scale
     # without a table for the level, the scaled rule falls back to conformal / Student-t
-    iv = C.interval_halfwidth(np.full(6, 0.1), np.arange(6), 0.8)
+    iv = C.interval_halfwidth(np.full(6, 0.1), np.arange(6), 0.8, "scaled")
     assert iv["rule"] == "scaled" and iv["basis"] in ("conformal", "student-t")
     with pytest.raises(PerfseerError, match="unknown interval rule"):
         C.interval_halfwidth(np.full(6, 0.1), np.arange(6), 0.9, "bogus")
+
+
+def _far_device(rng, n, k):
+    """A device whose error grows with the distance from the K calibration models in a 2-d
+    "embedding": the calibration models sit in the unit disc, the others up to 4 away."""
+    emb = rng.normal(0, 1, (n, 2))
+    emb[k:] *= rng.uniform(0.5, 4.0, (n - k, 1))
+    r = rng.normal(0, 1, n) * 0.05 * (1 + np.linalg.norm(emb, axis=1))
+    return emb, r
+
+
+def test_distance_rule_widens_with_distance_and_flags_far_models(monkeypatch):
+    rng = np.random.default_rng(5)
+    k, groups = 20, np.arange(20)
+    monkeypatch.setitem(C.DISTANCE_TABLE, "random", {0.9: {k: 1.8}})
+    emb, r = _far_device(rng, 400, k)
+    iv = C.interval_halfwidth(r[:k], groups, 0.9, "distance", coords=emb[:k])
+    assert iv["basis"] == "distance" and iv["distance"]["scale"] == 1.8
+    assert iv["distance"]["d_ref"] > 0 and len(iv["distance"]["coords"]) == k
+    q, far = C.row_halfwidths(iv, emb[k:])
+    d = C.nearest_distance(emb[k:], emb[:k])
+    # the half-width grows with the distance from the calibration set, linearly
+    assert np.all(np.diff(q[np.argsort(d)]) >= -1e-12) and q.max() > 1.5 * q.min()
+    assert np.array_equal(far, d > iv["distance"]["far"]) and far.any() and not far.all()
+    # the calibration models themselves are at distance 0: the narrowest interval, never flagged
+    q0, far0 = C.row_halfwidths(iv, emb[:k])
+    assert np.allclose(q0, q0[0]) and not far0.any()
+    # without coordinates (a source with no embedding) or with another rule: one half-width for all
+    assert C.interval_halfwidth(r[:k], groups, 0.9, "distance")["basis"].startswith("scaled")
+    assert C.row_halfwidths(C.interval_halfwidth(r[:k], groups, 0.9, "scaled"), emb[k:]) == (None, None)
+
+
+def test_distance_rule_learned_on_simulated_devices_covers_new_ones(monkeypatch):
+    # c(K) learned on simulated devices, coverage checked on other draws: the rule's scale-free
+    # ratio |r| / (s_w w(d)) carries the level over, and covers the far rows better than a
+    # constant width does
+    rng = np.random.default_rng(6)
+    k, groups = 20, np.arange(20)
+
+    def sims(n):
+        out = []
+        for _ in range(n):
+            emb, r = _far_device(rng, 300, k)
+            loo = C.loo_distance(emb[:k], groups)
+            unit = C.row_scales(r[:k], loo, C.nearest_distance(emb[k:], emb[:k]), C.DISTANCE_RULE["beta"])
+            out.append((emb, r, np.abs(r[k:]) / unit))
+        return out
+
+    c = C.scale_for([x[2] for x in sims(40)], 0.9)
+    monkeypatch.setitem(C.DISTANCE_TABLE, "random", {0.9: {k: c}})
+    cov, cov_far, cov_const_far = [], [], []
+    for emb, r, _ in sims(40):
+        iv = C.interval_halfwidth(r[:k], groups, 0.9, "distance", coords=emb[:k])
+        q, _ = C.row_halfwidths(iv, emb[k:])
+        d = C.nearest_distance(emb[k:], emb[:k])
+        far = d > np.quantile(d, 0.8)
+        cov.append(np.mean(np.abs(r[k:]) <= q))
+        cov_far.append(np.mean(np.abs(r[k:][far]) <= q[far]))
+        q_const = np.quantile(np.abs(r[k:]) / np.sqrt(np.mean(r[:k] ** 2)), 0.9) * np.sqrt(np.mean(r[:k] ** 2))
+        cov_const_far.append(np.mean(np.abs(r[k:][far]) <= q_const))
+    assert 0.85 <= np.mean(cov) <= 0.95
+    assert np.mean(cov_far) > np.mean(cov_const_far) + 0.05
 
 
 def test_quantile_set_spans_the_predicted_range():

@@ -17,7 +17,8 @@ def add_parser(sub) -> None:
         description="Turn K measurements of a new device (K = 5-50 rows of a measurement table, e.g. the "
                     "calibration set measured by perfseer collect; docs/calibration.md) and a source predictor "
                     "into a predictor card for the new device, with a 90 %% interval from leave-one-model-out "
-                    "residuals and a domain (the calibration rows' feature ranges).  The card records the source "
+                    "residuals that widens with a model's distance from the calibration models, and a domain (the "
+                    "calibration rows' feature ranges; models far from every calibration model are flagged).  The card records the source "
                     "predictor (name and file digests) and the calibration rows.")
     p.add_argument("--predictor", required=True, metavar="NAME|PATH", help="the source predictor (perfseer predictors)")
     p.add_argument("--measurements", required=True, metavar="TABLE", help="CSV or Parquet measurement table")
@@ -35,7 +36,7 @@ def add_parser(sub) -> None:
                    help=f"how the interval's half-width is set (default {DEFAULT_INTERVAL}, chosen on validation "
                         "and source devices; docs/calibration.md)")
     p.add_argument("--selection", default="auto", choices=("auto", "spanning", "random"),
-                   help="how the K models were chosen, for the scaled interval: spanning (K-centre, as the shipped "
+                   help="how the K models were chosen, for the interval's c(K): spanning (K-centre, as the shipped "
                         "calibration set), random (any other choice); auto: spanning when every model is one of "
                         "datasets/calibration's")
     p.add_argument("--coverage", type=float, default=0.9, help="interval level (default 0.9)")

@@ -30,7 +30,14 @@ chosen again without model ``i``; ``head`` / ``meta`` up to 10 model folds; ``fu
 give the half-width ``q`` of a log-space interval ``[yhat / e^q, yhat e^q]`` at level
 ``1 - alpha`` (default 90 %), by one of :data:`INTERVAL_RULES`:
 
-- ``scaled`` (default): ``q = c(K) s``, ``s`` the RMS residual and ``c(K)`` from
+- ``distance`` (default): per predicted row, ``q(x) = c(K) s_w (1 + beta d(x) / d_ref)``, ``d(x)``
+  the distance in the source trunk's embedding from the nearest calibration model, ``d_ref`` the
+  calibration rows' mean leave-one-model-out distance and ``s_w`` the RMS of the residuals each
+  divided by its own growth (:func:`row_scales`); ``beta`` and ``c(K)`` (:data:`DISTANCE_RULE`,
+  :data:`DISTANCE_TABLE`) learned on validation and source devices.  A model farther from the
+  calibration set than any calibration model is from the others is flagged.  Needs a SeerNet
+  source (else ``scaled``);
+- ``scaled``: ``q = c(K) s``, ``s`` the RMS residual and ``c(K)`` from
   :data:`SCALE_TABLE`, learned by simulating K-shot calibration on validation and source devices
   (never a test device), per way of choosing the K models (K-centre or not);
 - ``conformal`` (jackknife form): the ``ceil((n + 1)(1 - alpha))``-th smallest ``|r_i|`` of the
@@ -87,8 +94,8 @@ AUTO_VARIANTS = ("full", "cols", "emb")  # what ``auto`` chooses among (emb only
 # leave-one-model-out error on the K rows themselves -- was at or near the best on both.
 DEFAULT_VARIANT = "auto"
 CLIP_MARGIN = 0.25  # the correction's clip: the K rows' fitted range widened by this share on each side
-INTERVAL_RULES = ("scaled", "conformal", "student-t")
-DEFAULT_INTERVAL = "scaled"
+INTERVAL_RULES = ("distance", "scaled", "conformal", "student-t")
+DEFAULT_INTERVAL = "distance"
 
 
 @dataclass
@@ -391,28 +398,42 @@ SCALE_TABLE: dict[str, dict[float, dict[int, float]]] = {
 }
 SELECTIONS = ("auto", "spanning", "random")
 
+# The ``distance`` rule: the half-width grows linearly with the distance from the calibration set in
+# the source trunk's embedding, ``beta`` per mean leave-one-model-out distance of the K rows; c(K) per
+# way of choosing the K models.  Chosen and learned like SCALE_TABLE, on validation and source devices
+# only: python benchmarks/calibration_intervals.py learn rows_nb201.npz rows_timm3090.npz
+# rows_timm4090.npz (docs/calibration.md; each of the three settings weighs the same in c(K)).
+DISTANCE_RULE = {"space": "emb", "beta": 0.5, "form": "linear"}
+DISTANCE_TABLE: dict[str, dict[float, dict[int, float]]] = {
+    "random": {0.9: {10: 2.1829, 20: 1.9307, 50: 1.7248}},
+    "spanning": {0.9: {10: 1.8272, 20: 1.6864, 50: 1.6612}},
+}
 
-def scale_factor(k: int, level: float, selection: str = "random") -> float | None:
-    """c(K) of :data:`SCALE_TABLE` for ``k`` calibration models (None: no table for ``level``)."""
-    table = SCALE_TABLE.get(selection, {}).get(round(level, 3))
+
+def scale_factor(k: int, level: float, selection: str = "random", tables: dict | None = None) -> float | None:
+    """c(K) of :data:`SCALE_TABLE` (or ``tables``) for ``k`` calibration models (None: no table for ``level``)."""
+    table = (SCALE_TABLE if tables is None else tables).get(selection, {}).get(round(level, 3))
     if not table:
         return None
     ks = sorted(table)
     return float(np.interp(math.log(max(k, 1)), [math.log(x) for x in ks], [table[x] for x in ks]))
 
 
-def scale_for(ratios: Sequence[np.ndarray], level: float) -> float:
+def scale_for(ratios: Sequence[np.ndarray], level: float, weights: Sequence[float] | None = None) -> float:
     """The smallest ``c`` at which the mean, over simulated calibrations, of the share of held-out
     rows with ``|r| <= c s`` reaches ``level``.  ``ratios``: per calibration, its held-out rows'
     ``|r| / s`` (``s`` that calibration's RMS nested residual; equally spaced quantiles of them do
-    as well).  Each calibration weighs the same, whatever its number of held-out rows: the level is
-    then the expected coverage on a new device calibrated the same way."""
-    rs = [np.sort(np.asarray(r, dtype=float)) for r in ratios if len(r)]
+    as well).  Each calibration weighs the same (or ``weights``), whatever its number of held-out
+    rows: the level is then the expected coverage on a new device calibrated the same way."""
+    keep = [i for i, r in enumerate(ratios) if len(r)]
+    rs = [np.sort(np.asarray(ratios[i], dtype=float)) for i in keep]
     if not rs:
         raise PerfseerError("no simulated calibrations to learn the interval scale from", "run more draws")
+    w = np.ones(len(rs)) if weights is None else np.asarray([weights[i] for i in keep], dtype=float)
+    w = w / w.sum()
 
     def cover(c):
-        return float(np.mean([np.searchsorted(r, c, side="right") / len(r) for r in rs]))
+        return float(np.dot(w, [np.searchsorted(r, c, side="right") / len(r) for r in rs]))
 
     cand = np.unique(np.concatenate(rs))
     lo, hi = 0, len(cand) - 1
@@ -427,13 +448,73 @@ def scale_for(ratios: Sequence[np.ndarray], level: float) -> float:
     return float(cand[lo])
 
 
+# -- distance from the calibration set --------------------------------------------------------------
+
+# Spaces in which a model's distance from the K calibration models is measured: ``glob`` the five
+# log global features (natural log units, unstandardised: a factor e in FLOPs is one unit whatever
+# the calibration set), ``pred`` the source's log predictions (RMS over its columns), ``emb`` the
+# source trunk's embedding (what its heads read).
+DISTANCE_SPACES = ("glob", "pred", "emb")
+
+
+def distance_coords(logp: np.ndarray, glob: np.ndarray, emb: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Each row's coordinates in :data:`DISTANCE_SPACES` (``emb`` absent without embeddings)."""
+    logp = np.asarray(logp, dtype=np.float64)
+    out = {"glob": np.asarray(glob, dtype=np.float64), "pred": logp / math.sqrt(max(logp.shape[1], 1))}
+    if emb is not None:
+        out["emb"] = np.asarray(emb, dtype=np.float64)
+    return out
+
+
+def nearest_distance(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Per row of ``x``, the Euclidean distance to the nearest row of ``ref``."""
+    x, ref = np.asarray(x, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    d2 = (x ** 2).sum(1)[:, None] - 2 * x @ ref.T + (ref ** 2).sum(1)[None, :]
+    return np.sqrt(np.maximum(d2.min(1), 0.0))
+
+
+def loo_distance(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per calibration row, the distance to the nearest row of *another* model: how far the row
+    was from what its leave-one-model-out fit saw (the held-out analogue of :func:`nearest_distance`)."""
+    x = np.asarray(x, dtype=np.float64)
+    d2 = (x ** 2).sum(1)[:, None] - 2 * x @ x.T + (x ** 2).sum(1)[None, :]
+    d2[np.asarray(groups)[:, None] == np.asarray(groups)[None, :]] = np.inf
+    return np.sqrt(np.maximum(d2.min(1), 0.0))
+
+
+def width_growth(d: np.ndarray, d_ref: float, beta: float, form: str = "linear") -> np.ndarray:
+    """The interval's growth ``w`` at distance ``d`` (``d_ref``: the calibration rows' mean
+    leave-one-model-out distance): ``1 + beta d / d_ref`` (``linear``) or
+    ``sqrt(1 + beta (d / d_ref)^2)`` (``quadratic``); 1 everywhere when ``beta`` is 0."""
+    d = np.asarray(d, dtype=np.float64)
+    if not beta or not d_ref > 0:
+        return np.ones_like(d)
+    u = d / d_ref
+    return 1 + beta * u if form == "linear" else np.sqrt(1 + beta * u ** 2)
+
+
+def row_scales(residuals: np.ndarray, cal_dist: np.ndarray, new_dist: np.ndarray, beta: float,
+               form: str = "linear") -> np.ndarray:
+    """Half-width per unit ``c`` of new rows at distances ``new_dist``: ``s_w w(d)``, where ``s_w``
+    is the RMS of the calibration rows' nested residuals divided by their own ``w`` (at their
+    leave-one-model-out distances ``cal_dist``).  ``beta = 0``: the plain RMS ``s``."""
+    residuals, cal_dist = np.asarray(residuals, dtype=np.float64), np.asarray(cal_dist, dtype=np.float64)
+    d_ref = float(np.mean(cal_dist)) if len(cal_dist) else 0.0
+    s_w = float(np.sqrt(np.mean((residuals / width_growth(cal_dist, d_ref, beta, form)) ** 2)))
+    return max(s_w, 1e-6) * width_growth(new_dist, d_ref, beta, form)
+
+
 def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: float,
-                       rule: str = DEFAULT_INTERVAL, selection: str = "random") -> dict:
+                       rule: str = DEFAULT_INTERVAL, selection: str = "random",
+                       coords: np.ndarray | None = None) -> dict:
     """Half-width ``q`` of the log-space interval from leave-one-model-out residuals (module doc).
 
-    ``rule``: ``scaled`` (``c(K) s``, :data:`SCALE_TABLE`), ``conformal`` (the jackknife rank, the
-    Student-t bound below 9 rows at 90 %) or ``student-t``.  A level without a scale table falls
-    back to ``conformal``; every candidate is recorded."""
+    ``rule``: ``distance`` (per row, needs ``coords``: the calibration rows' source embeddings;
+    ``q`` here is its value at the calibration rows' mean distance, the rows' own in
+    :func:`row_halfwidths`), ``scaled`` (``c(K) s``, :data:`SCALE_TABLE`), ``conformal`` (the
+    jackknife rank, the Student-t bound below 9 rows at 90 %) or ``student-t``.  ``distance``
+    without ``coords`` or a table for the level is ``scaled``; a level without a scale table
+    falls back to ``conformal``; every candidate is recorded."""
     from scipy import stats
 
     if rule not in INTERVAL_RULES:
@@ -450,10 +531,28 @@ def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: floa
     scaled = c * s if c is not None else None
     table = SCALE_TABLE.get(selection, {}).get(round(coverage, 3)) or {}
     below = bool(table) and k < min(table)  # fewer models than were simulated: never below Student-t
-    if rule == "scaled" and scaled is not None and below and t_bound > scaled:
+    dist = None
+    c_d = scale_factor(k, coverage, selection, DISTANCE_TABLE)
+    if rule == "distance" and coords is not None and c_d is not None and k >= 2:
+        coords = np.asarray(coords, dtype=np.float64)
+        loo = loo_distance(coords, groups)
+        d_ref = float(np.mean(loo))
+        beta, form = DISTANCE_RULE["beta"], DISTANCE_RULE["form"]
+        s_w = float(row_scales(residuals, loo, np.zeros(1), beta, form)[0])
+        dist = {**DISTANCE_RULE, "scale": c_d, "rms_weighted": s_w, "d_ref": d_ref, "far": float(np.max(loo)),
+                "coords": np.round(coords, 5).tolist(), "groups": [int(g) for g in groups]}
+    if dist is not None:
+        q = c_d * dist["rms_weighted"] * float(width_growth(np.array([dist["d_ref"]]), dist["d_ref"], dist["beta"],
+                                                            dist["form"])[0])
+        if below and t_bound > q:  # fewer models than were simulated: never below Student-t
+            dist["scale"] *= t_bound / q
+            q, basis = t_bound, "distance (raised to student-t below the table's smallest K)"
+        else:
+            basis = "distance"
+    elif rule in ("scaled", "distance") and scaled is not None and below and t_bound > scaled:
         q, basis = t_bound, "student-t (below the scale table's smallest K)"
-    elif rule == "scaled" and scaled is not None:
-        q, basis = scaled, "scaled"
+    elif rule in ("scaled", "distance") and scaled is not None:
+        q, basis = scaled, "scaled" if rule == "scaled" else "scaled (no source embeddings for distance)"
     elif rule == "student-t" or conformal is None:
         q, basis = t_bound, "student-t"
     else:
@@ -461,7 +560,19 @@ def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: floa
     return {"level": coverage, "log_halfwidth": q, "factor": math.exp(q), "rows": n, "models": k,
             "rule": rule, "basis": basis, "selection": selection, "rms_residual": s, "scale": c, "scaled": scaled,
             "conformal_rank": rank, "conformal": conformal, "t_bound": t_bound,
-            "residuals": [round(float(r), 5) for r in residuals]}
+            "residuals": [round(float(r), 5) for r in residuals], "distance": dist}
+
+
+def row_halfwidths(interval: dict, coords: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per new row, the ``distance`` rule's log half-width and whether the row is farther from the
+    calibration set than any calibration model is from the others; ``(None, None)`` when the
+    interval has one half-width for every row (other rules, or no ``coords``)."""
+    dist = interval.get("distance")
+    if not dist or coords is None:
+        return None, None
+    d = nearest_distance(np.asarray(coords, dtype=np.float64), np.asarray(dist["coords"], dtype=np.float64))
+    q = dist["scale"] * dist["rms_weighted"] * width_growth(d, dist["d_ref"], dist["beta"], dist["form"])
+    return q, d > dist["far"] + 1e-9
 
 
 # -- the calibration --------------------------------------------------------------------------------
@@ -540,17 +651,19 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
             candidates = ["full"]
             extra["variant_fallback"] = f"{cfg.variant} -> full: the source has no trunk embedding"
         e = None
-        if any("embedding" in VARIANTS[v] for v in candidates):
+        if neural and (cfg.interval == "distance" or any("embedding" in VARIANTS[v] for v in candidates)):
             e = (embeddings if embeddings is not None else embed(source.net, list(graphs))).double().numpy()
-        nested = {v: nested_residuals(logp, glob, logy, groups, v, cfg.ridge, emb=e) for v in candidates}
+        nested = {v: nested_residuals(logp, glob, logy, groups, v, cfg.ridge,
+                                      emb=e if "embedding" in VARIANTS[v] else None) for v in candidates}
         rms = {v: float(np.sqrt(np.mean(r ** 2))) for v, r in nested.items()}
         variant = min(candidates, key=lambda v: rms[v])
         extra.update({"variant": variant, "variant_rms": rms})
-        ll = fit_correction(logp, glob, logy, groups, cfg.ridge, variant, emb=e)
+        ll = fit_correction(logp, glob, logy, groups, cfg.ridge, variant,
+                            emb=e if "embedding" in VARIANTS[variant] else None)
         res = nested[variant]
         net = CorrectedNet(source.net, [cols[j] for j in range(len(cols))], ll)
-        return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection),
-                           domain, res, cols[ll.base], extra)
+        return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection,
+                                                                    coords=e), domain, res, cols[ll.base], extra)
 
     model, heads = _parts(source.net)
     base = int(np.argmin([np.var(logy - logp[:, j]) for j in range(len(cols))]))
@@ -591,7 +704,10 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
             pred = _single(source.net, None, trunk_model, metric, m, s).predict([graphs[i] for i in np.flatnonzero(out)])
             res[out] = logy[out] - np.log(pred[:, 0])
         net = _single(source.net, None, fit_full(np.arange(len(y))), metric, m, s)
-    return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection),
+    # the distance rule reads the source trunk's embeddings: head and meta keep that trunk, full does not
+    coords = emb.double().numpy() if cfg.method in ("head", "meta") and cfg.interval == "distance" else None
+    return Calibration(cfg.method, net, None, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection,
+                                                                 coords=coords),
                        domain, res, cols[base], {"selection": selection})
 
 
@@ -816,21 +932,36 @@ class CalibratedNet:
     def predict(self, graphs: Sequence) -> np.ndarray:
         return self.net.predict(list(graphs))
 
+    def embeddings(self, graphs: Sequence) -> np.ndarray | None:
+        """The source trunk's embeddings of ``graphs`` (what the ``distance`` interval measures in)."""
+        net = getattr(self.net, "source_net", self.net)
+        if getattr(getattr(net, "model", None), "name", None) not in ("seernet", "seernet-multi"):
+            return None
+        return embed(net, list(graphs)).double().numpy()
+
     def annotate(self, rows: list[dict], graphs: Sequence) -> None:
         cal = self.card["calibration"]
         factor = float(cal["interval"]["factor"])
         reasons = domain_check(cal["domain"], graphs)
+        q_rows, far = (None, None)
+        if cal["interval"].get("distance") and len(graphs):
+            q_rows, far = row_halfwidths(cal["interval"], self.embeddings(graphs))
         k = len(cal["rows"])
-        for row, why in zip(rows, reasons):
+        for i, (row, why) in enumerate(zip(rows, reasons)):
             # the source network's own checks (perfseer.trust: its domain, physical bounds) stay; the
             # interval is the calibration's, which is the only one measured on the new device
             v = row["value"]
-            row["interval"] = [v / factor, v * factor]
+            f = math.exp(float(q_rows[i])) if q_rows is not None else factor
+            if far is not None and far[i]:
+                why = why + ["farther from the calibration models (in the source's embedding) than any of them is "
+                             "from the others: the interval widens with the distance, and may still be optimistic"]
+            row["interval"] = [v / f, v * f]
             row["interval_level"] = cal["interval"]["level"]
             row["in_domain"] = bool(row.get("in_domain", True)) and not why
             row["domain_reasons"] = list(row.get("domain_reasons") or []) + why
             row["flags"] = ([f for f in row.get("flags") or [] if not str(f).startswith("no interval")]
-                            + [f"calibrated:{cal['method']}:k={k}"] + (["outside-calibration-domain"] if why else []))
+                            + [f"calibrated:{cal['method']}:k={k}"] + (["outside-calibration-domain"] if why else [])
+                            + (["far-from-calibration-set"] if far is not None and far[i] else []))
             row["basis"] = f"calibrated from {cal['source']['name']} by {cal['method']} on {k} rows"
 
 

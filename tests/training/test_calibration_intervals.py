@@ -1,0 +1,44 @@
+"""benchmarks/calibration_intervals.py end to end on the tiny synthetic cache of
+test_calibration_sweep.py (seconds): rows, learn, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import calibration_intervals as I  # noqa: E402
+from test_calibration_sweep import _cache  # noqa: E402
+
+
+def test_rows_learn_and_report(tmp_path, capsys):
+    cache = tmp_path / "cache.npz"
+    _cache(cache)
+    rows = tmp_path / "rows_nb201.npz"
+    assert I.main(["rows", "--cache", str(cache), "--out", str(rows), "--k", "6,10", "--draws", "3",
+                   "--kcentre-draws", "2"]) == 0
+    sims = I.Sims([rows])
+    assert len(sims.meta) == 3 * 2 * (3 + 2)  # devices x K x draws
+    assert set(sims.meta["variant"]) <= {"full", "cols", "emb"} and sims.meta["setting"].eq("NAS-Bench-201").all()
+    for i, m in sims.meta.iterrows():  # K rows with their nested residuals and distances; 20 held-out rows
+        assert len(sims.cal_r[i]) == m["rows"] and sims.cal_d[i].shape == (m["rows"], len(sims.spaces))
+        assert sims.test_r[i].shape == (20,) and (sims.test_d[i] >= 0).all()
+    # a calibration model's leave-one-model-out distance is positive; the held-out rows' distances are finite
+    assert all((d > 0).all() for d in sims.cal_d) and all(np.isfinite(d).all() for d in sims.test_d)
+    # the old rule, its c(K) learned on the sim/val devices: coverage in [0, 1], the test device scored
+    ev = I.evaluate_rule(sims, I.BEFORE, 0.9, roles=("sim", "val", "test"))
+    assert np.nanmin(ev["coverage"]) >= 0 and np.nanmax(ev["coverage"]) <= 1
+    assert not np.isnan(ev["coverage"][sims.meta["role"].eq("test").to_numpy()]).any()
+    learned = tmp_path / "learn.json"
+    assert I.main(["learn", str(rows), "--json", str(learned)]) == 0
+    d = json.loads(learned.read_text())
+    assert set(d["chosen"]) == set(I.BEFORE) and d["ranking"][0]["name"] == I._name(d["chosen"])
+    assert all(0 < c < 30 for c in d["table"].values())
+    capsys.readouterr()
+    assert I.main(["report", str(rows), "--learned", str(learned)]) == 0
+    text = capsys.readouterr().out
+    assert "Coverage of the 90 % interval" in text and "flagged" in text and "before: scaled" in text
