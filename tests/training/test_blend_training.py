@@ -51,3 +51,17 @@ def test_a_resumed_blend_keeps_its_finished_members(tmp_path):
                                                   checkpoint_dir=str(tmp_path), resume=True))
     assert again.train_result.epochs_run == first.train_result.epochs_run == 4
     np.testing.assert_allclose(again.predict(va), first.predict(va), rtol=1e-6)
+
+
+def test_fit_shift_scales_the_blend_by_the_validation_fitted_constant():
+    from perfseer.models.blend import fit_log_shift
+
+    tr, va, te = flops_dataset(16, 0, noise=0.1), flops_dataset(10, 1, noise=0.1), flops_dataset(6, 2)
+    tc = TrainConfig(max_epochs=1, batch_size=8, progress=False)
+    cfg = {"members": "gcn+pmgns", "hidden_dim": 8, "head_hidden_dim": 8, "weights": "0.5,0.5"}
+    plain = train_method("blend", tr, va, cfg, train_config=tc, targets=["latency_ms"])
+    shifted = train_method("blend", tr, va, cfg | {"fit_shift": True}, train_config=tc, targets=["latency_ms"])
+    y_val = np.array([float(g.y[0, 0]) for g in va])
+    b = fit_log_shift(np.log(plain.predict(va)[:, 0]), y_val)[0]
+    np.testing.assert_allclose(shifted.predict(te), plain.predict(te) * np.exp(b), rtol=1e-4)
+    assert shifted.config["shift"] and shifted.config["fit_shift"]
