@@ -21,6 +21,9 @@ training.  ``--stack A+B[+C...]`` adds their *weighted* geometric mean with the 
 the fold's validation rows (:func:`perfseer.models.blend.fit_weights`): what the ``blend`` model
 (``perfseer train --model blend --set members=A+B``) computes from members trained with the same
 seed and recipe, so a blend is scored from its members' runs without training it again.
+``--shift`` adds, for every stack, ``stack+shift:A+B``: the same blend times ``exp(b)``, with ``b``
+fitted on the fold's validation rows after the weights (:func:`perfseer.models.blend.fit_log_shift`,
+the blend model's ``fit_shift``).
 
 ``--json OUT`` keeps every number and every test prediction (model, family, batch size, truth,
 prediction per method), rewritten after each fold.
@@ -152,7 +155,7 @@ def run_setting(setting, args, console, log_console, only=None):
             yield out  # written after every method: a run stopped early keeps what it finished
         fold["results"] = _jsonable(rows)
         add_ensembles(fold, args.ensemble, args.min_family_models)
-        add_stacks(fold, args.stack, args.min_family_models)
+        add_stacks(fold, args.stack, args.min_family_models, args.shift)
         console.print(fold_table(setting.name, fold, args))
         yield out
     out["pooled"] = pooled(out, args)
@@ -212,10 +215,11 @@ def add_ensembles(fold: dict, pairs, min_models: int) -> None:
         fold["results"] += _jsonable([r])
 
 
-def add_stacks(fold: dict, stacks, min_models: int) -> None:
+def add_stacks(fold: dict, stacks, min_models: int, shift: bool = False) -> None:
     """Append to ``fold["results"]`` each ``A+B[+C...]`` of its methods blended with validation-fitted
-    weights (``stack:A+B``; the weights in ``weights``)."""
-    from perfseer.models.blend import fit_weights, split_members
+    weights (``stack:A+B``; the weights in ``weights``); with ``shift`` also ``stack+shift:A+B``, the
+    same blend plus a log-space constant fitted on validation after the weights (in ``shift``)."""
+    from perfseer.models.blend import fit_log_shift, fit_weights, split_members
     from perfseer.training.metrics import mape
 
     by = {r["method"]: r for r in fold["results"] if "error" not in r}
@@ -232,6 +236,13 @@ def add_stacks(fold: dict, stacks, min_models: int) -> None:
         r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
         r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
         fold["results"] += _jsonable([r])
+        if shift and f"stack+shift:{spec}" not in by:
+            b = float(fit_log_shift(np.log(r["pred_val"]), fold["val_y"])[0])
+            rs = r | {"method": f"stack+shift:{spec}", "shift": b, "pred_val": r["pred_val"] * np.exp(b),
+                      "pred_test": r["pred_test"] * np.exp(b)}
+            rs["val_mape"] = float(mape(fold["val_y"], rs["pred_val"]))
+            rs["test"] = scores(tr["y"], rs["pred_test"], tr["family"], min_models, tr["model"])
+            fold["results"] += _jsonable([rs])
 
 
 def merge(paths, args, console) -> dict:
@@ -262,7 +273,7 @@ def merge(paths, args, console) -> dict:
         S["folds"].sort(key=lambda f: f["fold"])
         for f in S["folds"]:
             add_ensembles(f, args.ensemble, args.min_family_models)
-            add_stacks(f, args.stack, args.min_family_models)
+            add_stacks(f, args.stack, args.min_family_models, args.shift)
             console.print(fold_table(name, f, args))
         S["pooled"] = pooled(S, args)
         console.print(pooled_table(name, S, args))
@@ -313,6 +324,9 @@ def main(argv=None) -> int:
     ap.add_argument("--stack", type=tb.parse_list, default=[], metavar="A+B[+C],...",
                     help="weighted geometric means of 2-4 methods, weights fitted on each fold's validation "
                          "rows (what the blend model does), e.g. 'seernet[readout=sum]+pmgns'")
+    ap.add_argument("--shift", action="store_true",
+                    help="also score every --stack with a log-space constant fitted on validation after the "
+                         "weights (the blend model's fit_shift): rows stack+shift:A+B")
     ap.add_argument("--folds", type=int, default=4, help="K: folds over families (default 4, i.e. 2:1:1)")
     ap.add_argument("--only-folds", type=tb.parse_list, default=None, metavar="K,...",
                     help="run only these folds (0-based); the pooled row then covers them only")

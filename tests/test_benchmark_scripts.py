@@ -180,11 +180,14 @@ def test_leave_families_out_stack_merge_and_interval_coverage(tiny_families, tmp
     common = ["--settings", "timm:gpu_a:infer", "--folds", "3", "--hidden", "8", "--epochs", "1"]
     lfo.main(common + ["--methods", "flops,gcn", "--stack", "gcn+flops", "--json", str(a)])
     lfo.main(common + ["--methods", "flops", "--label-suffix", "@b", "--only-folds", "0,1,2", "--json", str(b)])
-    lfo.main(["--merge", str(a), str(b), "--stack", "flops+flops@b", "--json", str(merged)])
+    lfo.main(["--merge", str(a), str(b), "--stack", "flops+flops@b", "--shift", "--json", str(merged)])
     rep = json.loads(merged.read_text())["settings"]["timm:gpu_a:infer"]
     for f in rep["folds"]:
         by = {r["method"]: r for r in f["results"]}
-        assert {"flops", "gcn", "flops@b", "stack:gcn+flops", "stack:flops+flops@b"} <= set(by)
+        assert {"flops", "gcn", "flops@b", "stack:gcn+flops", "stack:flops+flops@b", "stack+shift:flops+flops@b"} <= set(by)
+        shifted = by["stack+shift:flops+flops@b"]  # the same blend times exp(shift), no worse on validation
+        assert np.allclose(shifted["pred_test"], np.exp(shifted["shift"]) * np.asarray(by["stack:flops+flops@b"]["pred_test"]))
+        assert shifted["val_mape"] <= by["stack:flops+flops@b"]["val_mape"] + 1e-9
         w = by["stack:gcn+flops"]["weights"]
         assert len(w) == 2 and abs(sum(w) - 1) < 1e-9
         assert by["stack:gcn+flops"]["val_mape"] <= min(by["gcn"]["val_mape"], by["flops"]["val_mape"]) + 1e-9
