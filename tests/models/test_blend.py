@@ -36,6 +36,7 @@ def test_member_configs_take_the_shared_widths_and_their_overrides():
     (dict(members="seernet[hidden=3]+pmgns"), "no config field"),
     (dict(members="seernet+pmgns", shift="0.1,0.2"), "need 1 finite"),
     (dict(members="seernet+pmgns", shift="x"), "need 1 finite"),
+    (dict(members="pmgns+pmgns", seeds="0"), "need 2 integers"),
 ])
 def test_bad_configs_are_refused(bad, match):
     with pytest.raises(PerfseerError, match=match):

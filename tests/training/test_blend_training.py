@@ -65,3 +65,15 @@ def test_fit_shift_scales_the_blend_by_the_validation_fitted_constant():
     b = fit_log_shift(np.log(plain.predict(va)[:, 0]), y_val)[0]
     np.testing.assert_allclose(shifted.predict(te), plain.predict(te) * np.exp(b), rtol=1e-4)
     assert shifted.config["shift"] and shifted.config["fit_shift"]
+
+
+def test_members_with_their_own_seeds_are_a_seed_ensemble():
+    tr, va, te = flops_dataset(16, 0, noise=0.1), flops_dataset(8, 1, noise=0.1), flops_dataset(4, 2)
+    tc = TrainConfig(max_epochs=1, batch_size=8, progress=False, seed=0)
+    cfg = {"members": "gcn+gcn", "hidden_dim": 8, "head_hidden_dim": 8, "weights": "0.5,0.5"}
+    same = train_method("blend", tr, va, cfg, train_config=tc, targets=["latency_ms"])
+    seeded = train_method("blend", tr, va, cfg | {"seeds": "0,7"}, train_config=tc, targets=["latency_ms"])
+    alone = [train_method("gcn", tr, va, {"hidden_dim": 8, "head_hidden_dim": 8}, targets=["latency_ms"],
+                          train_config=TrainConfig(max_epochs=1, batch_size=8, progress=False, seed=s)) for s in (0, 7)]
+    np.testing.assert_allclose(same.predict(te), alone[0].predict(te), rtol=1e-4)  # two copies of seed 0
+    np.testing.assert_allclose(seeded.predict(te), np.sqrt(alone[0].predict(te) * alone[1].predict(te)), rtol=1e-4)

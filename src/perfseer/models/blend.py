@@ -20,6 +20,8 @@ fits one target scaling on the training rows), so the blend is one network: its 
 weighted sum of its members' outputs, and a card holds it like any other (``kind: neural``, model
 ``blend``, the members' full configs in ``member_configs``).
 
+Members may repeat with their own training seeds (``members=pmgns+pmgns+pmgns``, ``seeds=0,1,2``:
+a seed ensemble, whose average cancels part of the initialisation noise of one network).
 ``perfseer train --model blend`` trains it (members ``seernet[readout=sum]+seernet+pmgns`` unless
 ``--set 'members=...'`` names others)
 (:func:`train_blend`, called by :func:`perfseer.training.run.train_method`).
@@ -68,6 +70,9 @@ class BlendConfig(ModelConfig):
     # JSON list of {"name", "config"}: the members' full configs, written when the blend is built
     # (a card rebuilds the members from these, not from `members`, so later default changes cannot move them)
     member_configs: str = ""
+    # one training seed per member, comma-separated integers (e.g. pmgns+pmgns+pmgns with seeds=0,1,2:
+    # a seed ensemble); "": every member gets the training config's seed
+    seeds: str = ""
     # fit `shift` on the validation rows after the weights (fit_log_shift); false: shift stays as given
     fit_shift: bool = False
     # per target, comma-separated: added to the blend's standardised output, i.e. the fitted log-space
@@ -86,6 +91,8 @@ class BlendConfig(ModelConfig):
             parse_weights(self.weights, len(specs))
         if self.shift:
             parse_shift(self.shift, self.num_targets)
+        if self.seeds:
+            parse_seeds(self.seeds, len(specs))
 
     def member_list(self) -> list[tuple[str, dict]]:
         """``[(name, full config dict)]`` of the members: from ``member_configs`` when set, else
@@ -155,6 +162,18 @@ def parse_weights(text: str, n: int) -> list[float]:
         raise PerfseerError(f"BlendConfig.weights {text!r}: need {n} weights >= 0 that sum to 1",
                             "leave weights empty to fit them on validation")
     return [x / sum(w) for x in w]
+
+
+def parse_seeds(text: str, n: int) -> list[int]:
+    """``"0,1,2"`` (one integer per member) to ints."""
+    try:
+        v = [int(x) for x in str(text).split(",")]
+    except ValueError:
+        v = []
+    if len(v) != n:
+        raise PerfseerError(f"BlendConfig.seeds {text!r}: need {n} integers, one per member, comma-separated",
+                            "e.g. seeds=0,1,2 for three members, or leave seeds empty for the training seed")
+    return v
 
 
 def parse_shift(text: str, n: int) -> list[float]:
@@ -303,9 +322,10 @@ class Blend(GraphRegressor):
 
 
 def train_blend(train_set, val_set, config: dict, train_config, targets, test_set=None):
-    """Train each member with :func:`perfseer.training.run.train_method` (same data, seed and
-    recipe), fit the weights on ``val_set`` unless ``config["weights"]`` fixes them, and return the
-    blend as a :class:`~perfseer.training.run.FittedMethod`.
+    """Train each member with :func:`perfseer.training.run.train_method` (same data and recipe;
+    the same seed unless ``seeds`` gives one per member), fit the weights on ``val_set`` unless
+    ``config["weights"]`` fixes them (then the shift, with ``fit_shift``), and return the blend as a
+    :class:`~perfseer.training.run.FittedMethod`.
 
     With a ``checkpoint_dir`` member ``i`` checkpoints under ``<checkpoint_dir>/member<i>`` and,
     once trained, writes ``finished.json`` there (its epochs); resuming then restores a finished
@@ -319,13 +339,15 @@ def train_blend(train_set, val_set, config: dict, train_config, targets, test_se
     start = time.perf_counter()
     train_config = train_config or TrainConfig()
     cfg = BlendConfig.from_dict(config)
+    members = cfg.member_list()
+    seeds = parse_seeds(cfg.seeds, len(members)) if cfg.seeds else [train_config.seed] * len(members)
     fitted = []
-    for i, (name, member_cfg) in enumerate(cfg.member_list()):
-        tc, done = train_config, None
+    for i, (name, member_cfg) in enumerate(members):
+        tc, done = replace(train_config, seed=seeds[i]), None
         if train_config.checkpoint_dir:
             folder = Path(train_config.checkpoint_dir) / f"member{i}"
             done = folder / "finished.json"
-            tc = replace(train_config, checkpoint_dir=str(folder))
+            tc = replace(tc, checkpoint_dir=str(folder))
             if train_config.resume and done.is_file():
                 tc = replace(tc, max_epochs=int(json.loads(done.read_text())["epochs_run"]), time_limit_s=None)
         fitted.append(train_method(name, train_set, val_set, member_cfg, train_config=tc, targets=targets))
