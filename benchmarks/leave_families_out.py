@@ -226,20 +226,22 @@ def add_stacks(fold: dict, stacks, min_models: int, shift: bool = False) -> None
     tr = fold["test_rows"]
     for spec in stacks:
         members, name = split_members(spec), f"stack:{spec}"
-        if any(m not in by for m in members) or name in by:
+        if any(m not in by for m in members):
             continue
-        lv = np.log([by[m]["pred_val"] for m in members])
-        lt = np.log([by[m]["pred_test"] for m in members])
-        w = fit_weights(lv, fold["val_y"])
-        r = {"method": name, "fit_time_s": sum(by[m]["fit_time_s"] for m in members), "epochs": None,
-             "weights": w.tolist(), "pred_val": np.exp(w @ lv), "pred_test": np.exp(w @ lt)}
-        r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
-        r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
-        fold["results"] += _jsonable([r])
+        r = by.get(name)
+        if r is None:
+            lv = np.log([by[m]["pred_val"] for m in members])
+            lt = np.log([by[m]["pred_test"] for m in members])
+            w = fit_weights(lv, fold["val_y"])
+            r = {"method": name, "fit_time_s": sum(by[m]["fit_time_s"] for m in members), "epochs": None,
+                 "weights": w.tolist(), "pred_val": np.exp(w @ lv), "pred_test": np.exp(w @ lt)}
+            r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
+            r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
+            fold["results"] += _jsonable([r])
         if shift and f"stack+shift:{spec}" not in by:
-            b = float(fit_log_shift(np.log(r["pred_val"]), fold["val_y"])[0])
-            rs = r | {"method": f"stack+shift:{spec}", "shift": b, "pred_val": r["pred_val"] * np.exp(b),
-                      "pred_test": r["pred_test"] * np.exp(b)}
+            pv, pt = np.asarray(r["pred_val"], float), np.asarray(r["pred_test"], float)
+            b = float(fit_log_shift(np.log(pv), fold["val_y"])[0])
+            rs = r | {"method": f"stack+shift:{spec}", "shift": b, "pred_val": pv * np.exp(b), "pred_test": pt * np.exp(b)}
             rs["val_mape"] = float(mape(fold["val_y"], rs["pred_val"]))
             rs["test"] = scores(tr["y"], rs["pred_test"], tr["family"], min_models, tr["model"])
             fold["results"] += _jsonable([rs])
