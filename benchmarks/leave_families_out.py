@@ -21,6 +21,8 @@ training.  ``--stack A+B[+C...]`` adds their *weighted* geometric mean with the 
 the fold's validation rows (:func:`perfseer.models.blend.fit_weights`): what the ``blend`` model
 (``perfseer train --model blend --set members=A+B``) computes from members trained with the same
 seed and recipe, so a blend is scored from its members' runs without training it again.
+``--seed-mean BASE`` adds ``BASE-seedmean``, the equal-weight geometric mean of ``BASE`` and its
+runs with other seeds (methods ``BASE-s1``, ``BASE-s2``, ...: ``--seed 1 --label-suffix @x-s1``).
 ``--shift`` adds, for every stack, ``stack+shift:A+B``: the same blend times ``exp(b)``, with ``b``
 fitted on the fold's validation rows after the weights (:func:`perfseer.models.blend.fit_log_shift`,
 the blend model's ``fit_shift``).
@@ -155,6 +157,7 @@ def run_setting(setting, args, console, log_console, only=None):
             yield out  # written after every method: a run stopped early keeps what it finished
         fold["results"] = _jsonable(rows)
         add_ensembles(fold, args.ensemble, args.min_family_models)
+        add_seed_means(fold, args.seed_mean, args.min_family_models)
         add_stacks(fold, args.stack, args.min_family_models, args.shift)
         console.print(fold_table(setting.name, fold, args))
         yield out
@@ -210,6 +213,32 @@ def add_ensembles(fold: dict, pairs, min_models: int) -> None:
         r = {"method": pair, "fit_time_s": by[a]["fit_time_s"] + by[b]["fit_time_s"], "epochs": None,
              "pred_val": np.sqrt(np.asarray(by[a]["pred_val"]) * np.asarray(by[b]["pred_val"])),
              "pred_test": np.sqrt(np.asarray(by[a]["pred_test"]) * np.asarray(by[b]["pred_test"]))}
+        r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
+        r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
+        fold["results"] += _jsonable([r])
+
+
+def add_seed_means(fold: dict, bases, min_models: int) -> None:
+    """Append to ``fold["results"]`` for each ``BASE`` the equal-weight geometric mean of ``BASE``
+    and its other seeds, the methods ``BASE-s1``, ``BASE-s2``, ... (``--seed --label-suffix`` runs),
+    as ``BASE-seedmean`` (a method name a ``--stack`` can use), over the seeds the fold has (listed in
+    ``seeds``); weights not fitted, so validation cannot pick the luckiest seed."""
+    import re
+
+    from perfseer.training.metrics import mape
+
+    by = {r["method"]: r for r in fold["results"] if "error" not in r}
+    tr = fold["test_rows"]
+    for base in bases:
+        seeds = [base] + sorted((m for m in by if re.fullmatch(re.escape(base) + r"-s\d+", m)),
+                                key=lambda m: int(m.rsplit("-s", 1)[1]))
+        name = f"{base}-seedmean"
+        if base not in by or len(seeds) < 2 or name in by:
+            continue
+        lv = np.mean(np.log([by[m]["pred_val"] for m in seeds]), axis=0)
+        lt = np.mean(np.log([by[m]["pred_test"] for m in seeds]), axis=0)
+        r = {"method": name, "fit_time_s": sum(by[m]["fit_time_s"] for m in seeds), "epochs": None,
+             "seeds": seeds, "pred_val": np.exp(lv), "pred_test": np.exp(lt)}
         r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
         r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
         fold["results"] += _jsonable([r])
@@ -275,6 +304,7 @@ def merge(paths, args, console) -> dict:
         S["folds"].sort(key=lambda f: f["fold"])
         for f in S["folds"]:
             add_ensembles(f, args.ensemble, args.min_family_models)
+            add_seed_means(f, args.seed_mean, args.min_family_models)
             add_stacks(f, args.stack, args.min_family_models, args.shift)
             console.print(fold_table(name, f, args))
         S["pooled"] = pooled(S, args)
@@ -326,6 +356,9 @@ def main(argv=None) -> int:
     ap.add_argument("--stack", type=tb.parse_list, default=[], metavar="A+B[+C],...",
                     help="weighted geometric means of 2-4 methods, weights fitted on each fold's validation "
                          "rows (what the blend model does), e.g. 'seernet[readout=sum]+pmgns'")
+    ap.add_argument("--seed-mean", type=tb.parse_list, default=[], metavar="BASE,...",
+                    help="add BASE-seedmean: the equal-weight geometric mean of method BASE and its seed runs "
+                         "BASE-s1, BASE-s2, ... (run with --seed K --label-suffix BASE_SUFFIX-sK)")
     ap.add_argument("--shift", action="store_true",
                     help="also score every --stack with a log-space constant fitted on validation after the "
                          "weights (the blend model's fit_shift): rows stack+shift:A+B")
