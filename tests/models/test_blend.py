@@ -9,7 +9,8 @@ from torch_geometric.data import Batch
 
 from perfseer.errors import PerfseerError
 from perfseer.models import build_from_dict, build_model
-from perfseer.models.blend import BlendConfig, fit_log_shift, fit_weights, parse_weights, split_members
+from perfseer.models.blend import (BlendConfig, fit_log_shift, fit_tied_weights, fit_weights, member_groups, parse_weights,
+                                   split_members)
 
 
 def test_members_split_outside_brackets():
@@ -37,6 +38,8 @@ def test_member_configs_take_the_shared_widths_and_their_overrides():
     (dict(members="seernet+pmgns", shift="0.1,0.2"), "need 1 finite"),
     (dict(members="seernet+pmgns", shift="x"), "need 1 finite"),
     (dict(members="pmgns+pmgns", seeds="0"), "need 2 integers"),
+    (dict(members="gcn+gin+pmgns+seernet+mlp-node", tie_seeds=True), "name 2 to 4"),
+    (dict(members="gcn+gcn+gcn+gcn+gin"), "name 2 to 4"),
 ])
 def test_bad_configs_are_refused(bad, match):
     with pytest.raises(PerfseerError, match=match):
@@ -116,3 +119,14 @@ def test_the_shift_is_added_to_the_output_and_kept_by_the_config():
     twin = build_from_dict("blend", json.loads(json.dumps(blend.config.to_dict())))
     twin.load_state_dict(blend.state_dict())
     torch.testing.assert_close(twin.eval()(batch), blend(batch), rtol=0, atol=0)
+
+
+def test_tied_weights_fit_the_seeds_average_not_the_luckiest_seed():
+    rng = np.random.default_rng(1)
+    y = np.exp(rng.normal(size=300))
+    # seeds 20 % high and 20 % low (their mean is exact) and a useless other member
+    L = np.log(np.stack([y * 1.2, y / 1.2, y * np.exp(rng.normal(size=300))]))
+    assert member_groups(["pmgns", "pmgns", "gcn"]) == [0, 0, 1]
+    assert np.allclose(fit_tied_weights(L, y, [0, 0, 1]), [0.5, 0.5, 0])
+    cfg = BlendConfig(members="seernet[readout=sum]+seernet+pmgns+pmgns+pmgns", seeds="0,0,0,1,2", tie_seeds=True)
+    assert len(cfg.member_list()) == 5

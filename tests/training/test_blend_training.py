@@ -77,3 +77,12 @@ def test_members_with_their_own_seeds_are_a_seed_ensemble():
                           train_config=TrainConfig(max_epochs=1, batch_size=8, progress=False, seed=s)) for s in (0, 7)]
     np.testing.assert_allclose(same.predict(te), alone[0].predict(te), rtol=1e-4)  # two copies of seed 0
     np.testing.assert_allclose(seeded.predict(te), np.sqrt(alone[0].predict(te) * alone[1].predict(te)), rtol=1e-4)
+
+
+def test_tie_seeds_gives_a_networks_seeds_one_weight():
+    tr, va = flops_dataset(16, 0, noise=0.1), flops_dataset(8, 1, noise=0.1)
+    tc = TrainConfig(max_epochs=1, batch_size=8, progress=False)
+    cfg = {"members": "gcn+gcn+pmgns", "seeds": "0,1,0", "tie_seeds": True, "hidden_dim": 8, "head_hidden_dim": 8}
+    fitted = train_method("blend", tr, va, cfg, train_config=tc, targets=["latency_ms"])
+    w = [float(x) for x in fitted.config["weights"].split(",")]
+    assert np.isclose(w[0], w[1]) and np.isclose(sum(w), 1)

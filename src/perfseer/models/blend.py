@@ -21,7 +21,10 @@ weighted sum of its members' outputs, and a card holds it like any other (``kind
 ``blend``, the members' full configs in ``member_configs``).
 
 Members may repeat with their own training seeds (``members=pmgns+pmgns+pmgns``, ``seeds=0,1,2``:
-a seed ensemble, whose average cancels part of the initialisation noise of one network).
+a seed ensemble, whose average cancels part of the initialisation noise of one network);
+``tie_seeds=true`` fits one weight per distinct member spec, split equally among its seeds
+(:func:`fit_tied_weights`), so ``members=seernet[readout=sum]+seernet+pmgns+pmgns+pmgns``,
+``seeds=0,0,0,1,2`` is SeerNet-Sum, SeerNet and the mean of three PMGNS seeds.
 ``perfseer train --model blend`` trains it (members ``seernet[readout=sum]+seernet+pmgns`` unless
 ``--set 'members=...'`` names others)
 (:func:`train_blend`, called by :func:`perfseer.training.run.train_method`).
@@ -50,7 +53,8 @@ from torch import Tensor, nn
 from perfseer.errors import PerfseerError
 from perfseer.models.base import GraphRegressor, ModelConfig
 
-MAX_MEMBERS = 4  # the weight search enumerates the simplex grid: 1,771 points at 4 members
+MAX_MEMBERS = 4  # the weight search enumerates the simplex grid: 1,771 points at 4 members (or groups)
+MAX_TIED_MEMBERS = 8  # with tie_seeds: members in all (their distinct specs are at most MAX_MEMBERS)
 GRID = 20  # weight steps of 1/GRID
 _COMMON = ("node_dim", "edge_dim", "global_dim", "num_op_types", "num_targets")
 
@@ -73,6 +77,9 @@ class BlendConfig(ModelConfig):
     # one training seed per member, comma-separated integers (e.g. pmgns+pmgns+pmgns with seeds=0,1,2:
     # a seed ensemble); "": every member gets the training config's seed
     seeds: str = ""
+    # true: members with the same spec (seeds of one network, `seeds`) share one weight, split equally,
+    # so the weight search sees the seeds' average, not the luckiest seed; allows up to 8 members
+    tie_seeds: bool = False
     # fit `shift` on the validation rows after the weights (fit_log_shift); false: shift stays as given
     fit_shift: bool = False
     # per target, comma-separated: added to the blend's standardised output, i.e. the fitted log-space
@@ -84,7 +91,9 @@ class BlendConfig(ModelConfig):
         if self.hidden_dim < 0 or self.head_hidden_dim < 0:
             raise PerfseerError("BlendConfig.hidden_dim and head_hidden_dim must be >= 0", "use 0 for the members' own")
         specs = split_members(self.members)
-        if not 2 <= len(specs) <= MAX_MEMBERS:
+        if self.tie_seeds and 2 <= len(specs) <= MAX_TIED_MEMBERS and 1 <= len(set(specs)) <= MAX_MEMBERS:
+            pass
+        elif not 2 <= len(specs) <= MAX_MEMBERS:
             raise PerfseerError(f"BlendConfig.members names {len(specs)} network(s): {self.members!r}",
                                 f"name 2 to {MAX_MEMBERS} networks joined by '+', e.g. seernet[readout=sum]+pmgns")
         if self.weights:
@@ -190,6 +199,23 @@ def parse_shift(text: str, n: int) -> list[float]:
 
 def format_weights(w) -> str:
     return ",".join(f"{float(x):.4g}" for x in w)
+
+
+def member_groups(specs) -> list[int]:
+    """Group index per member: members with the same spec share one (``tie_seeds``)."""
+    first = {}
+    return [first.setdefault(s, len(first)) for s in specs]
+
+
+def fit_tied_weights(log_preds, y, groups) -> np.ndarray:
+    """:func:`fit_weights` over the groups' mean log predictions; each group's weight split equally
+    among its members.  ``groups``: one group index per member (:func:`member_groups`)."""
+    L = np.asarray(log_preds, dtype=np.float64)
+    groups = np.asarray(groups)
+    ids = sorted(set(groups.tolist()))
+    means = np.stack([L[groups == g].mean(axis=0) for g in ids])
+    wg = fit_weights(means, y)
+    return np.array([wg[ids.index(g)] / (groups == g).sum() for g in groups])
 
 
 def fit_weights(log_preds, y) -> np.ndarray:
@@ -367,7 +393,9 @@ def train_blend(train_set, val_set, config: dict, train_config, targets, test_se
         m.load_state_dict(f.estimator.model.state_dict())
     y_val = targets_of(val_set)
     if not config.get("weights"):
-        model.set_weights(fit_weights(np.log(np.stack([f.predict(val_set) for f in fitted])), y_val))
+        lv = np.log(np.stack([f.predict(val_set) for f in fitted]))
+        specs = split_members(cfg.members)
+        model.set_weights(fit_tied_weights(lv, y_val, member_groups(specs)) if cfg.tie_seeds else fit_weights(lv, y_val))
     device = first.device
     model.to(device).eval()
     net = NeuralPredictor(model, first.feature_scaler, first.target_scaler, device=device)
