@@ -270,7 +270,8 @@ def add_stacks(fold: dict, stacks, min_models: int, shift: bool = False) -> None
         if shift and f"stack+shift:{spec}" not in by:
             pv, pt = np.asarray(r["pred_val"], float), np.asarray(r["pred_test"], float)
             b = float(fit_log_shift(np.log(pv), fold["val_y"])[0])
-            rs = r | {"method": f"stack+shift:{spec}", "shift": b, "pred_val": pv * np.exp(b), "pred_test": pt * np.exp(b)}
+            rs = r | {"method": f"stack+shift:{spec}", "shift": b, "pred_val": pv * np.exp(b),
+                      "pred_test": pt * np.exp(b)}
             rs["val_mape"] = float(mape(fold["val_y"], rs["pred_val"]))
             rs["test"] = scores(tr["y"], rs["pred_test"], tr["family"], min_models, tr["model"])
             fold["results"] += _jsonable([rs])

@@ -187,9 +187,11 @@ def test_leave_families_out_stack_merge_and_interval_coverage(tiny_families, tmp
     rep = json.loads(merged.read_text())["settings"]["timm:gpu_a:infer"]
     for f in rep["folds"]:
         by = {r["method"]: r for r in f["results"]}
-        assert {"flops", "gcn", "flops@b", "stack:gcn+flops", "stack:flops+flops@b", "stack+shift:flops+flops@b"} <= set(by)
+        assert {"flops", "gcn", "flops@b", "stack:gcn+flops", "stack:flops+flops@b",
+                "stack+shift:flops+flops@b"} <= set(by)
         shifted = by["stack+shift:flops+flops@b"]  # the same blend times exp(shift), no worse on validation
-        assert np.allclose(shifted["pred_test"], np.exp(shifted["shift"]) * np.asarray(by["stack:flops+flops@b"]["pred_test"]))
+        plain = np.asarray(by["stack:flops+flops@b"]["pred_test"])
+        assert np.allclose(shifted["pred_test"], np.exp(shifted["shift"]) * plain)
         assert shifted["val_mape"] <= by["stack:flops+flops@b"]["val_mape"] + 1e-9
         mean = by["gcn-seedmean"]  # the equal-weight geometric mean of the two seeds, usable in a stack
         assert mean["seeds"] == ["gcn", "gcn-s1"] and "stack:gcn-seedmean+flops" in by

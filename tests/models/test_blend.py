@@ -9,8 +9,8 @@ from torch_geometric.data import Batch
 
 from perfseer.errors import PerfseerError
 from perfseer.models import build_from_dict, build_model
-from perfseer.models.blend import (BlendConfig, fit_log_shift, fit_tied_weights, fit_weights, member_groups, parse_weights,
-                                   split_members)
+from perfseer.models.blend import (BlendConfig, fit_log_shift, fit_tied_weights, fit_weights, member_groups,
+                                   parse_weights, split_members)
 
 
 def test_members_split_outside_brackets():

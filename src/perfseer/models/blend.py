@@ -395,7 +395,8 @@ def train_blend(train_set, val_set, config: dict, train_config, targets, test_se
     if not config.get("weights"):
         lv = np.log(np.stack([f.predict(val_set) for f in fitted]))
         specs = split_members(cfg.members)
-        model.set_weights(fit_tied_weights(lv, y_val, member_groups(specs)) if cfg.tie_seeds else fit_weights(lv, y_val))
+        w = fit_tied_weights(lv, y_val, member_groups(specs)) if cfg.tie_seeds else fit_weights(lv, y_val)
+        model.set_weights(w)
     device = first.device
     model.to(device).eval()
     net = NeuralPredictor(model, first.feature_scaler, first.target_scaler, device=device)
