@@ -21,6 +21,11 @@ training.  ``--stack A+B[+C...]`` adds their *weighted* geometric mean with the 
 the fold's validation rows (:func:`perfseer.models.blend.fit_weights`): what the ``blend`` model
 (``perfseer train --model blend --set members=A+B``) computes from members trained with the same
 seed and recipe, so a blend is scored from its members' runs without training it again.
+``--seed-mean BASE`` adds ``BASE-seedmean``, the equal-weight geometric mean of ``BASE`` and its
+runs with other seeds (methods ``BASE-s1``, ``BASE-s2``, ...: ``--seed 1 --label-suffix @x-s1``).
+``--shift`` adds, for every stack, ``stack+shift:A+B``: the same blend times ``exp(b)``, with ``b``
+fitted on the fold's validation rows after the weights (:func:`perfseer.models.blend.fit_log_shift`,
+the blend model's ``fit_shift``).
 
 ``--json OUT`` keeps every number and every test prediction (model, family, batch size, truth,
 prediction per method), rewritten after each fold.
@@ -152,7 +157,8 @@ def run_setting(setting, args, console, log_console, only=None):
             yield out  # written after every method: a run stopped early keeps what it finished
         fold["results"] = _jsonable(rows)
         add_ensembles(fold, args.ensemble, args.min_family_models)
-        add_stacks(fold, args.stack, args.min_family_models)
+        add_seed_means(fold, args.seed_mean, args.min_family_models)
+        add_stacks(fold, args.stack, args.min_family_models, args.shift)
         console.print(fold_table(setting.name, fold, args))
         yield out
     out["pooled"] = pooled(out, args)
@@ -212,26 +218,63 @@ def add_ensembles(fold: dict, pairs, min_models: int) -> None:
         fold["results"] += _jsonable([r])
 
 
-def add_stacks(fold: dict, stacks, min_models: int) -> None:
+def add_seed_means(fold: dict, bases, min_models: int) -> None:
+    """Append to ``fold["results"]`` for each ``BASE`` the equal-weight geometric mean of ``BASE``
+    and its other seeds, the methods ``BASE-s1``, ``BASE-s2``, ... (``--seed --label-suffix`` runs),
+    as ``BASE-seedmean`` (a method name a ``--stack`` can use), over the seeds the fold has (listed in
+    ``seeds``); weights not fitted, so validation cannot pick the luckiest seed."""
+    import re
+
+    from perfseer.training.metrics import mape
+
+    by = {r["method"]: r for r in fold["results"] if "error" not in r}
+    tr = fold["test_rows"]
+    for base in bases:
+        seeds = [base] + sorted((m for m in by if re.fullmatch(re.escape(base) + r"-s\d+", m)),
+                                key=lambda m: int(m.rsplit("-s", 1)[1]))
+        name = f"{base}-seedmean"
+        if base not in by or len(seeds) < 2 or name in by:
+            continue
+        lv = np.mean(np.log([by[m]["pred_val"] for m in seeds]), axis=0)
+        lt = np.mean(np.log([by[m]["pred_test"] for m in seeds]), axis=0)
+        r = {"method": name, "fit_time_s": sum(by[m]["fit_time_s"] for m in seeds), "epochs": None,
+             "seeds": seeds, "pred_val": np.exp(lv), "pred_test": np.exp(lt)}
+        r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
+        r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
+        fold["results"] += _jsonable([r])
+
+
+def add_stacks(fold: dict, stacks, min_models: int, shift: bool = False) -> None:
     """Append to ``fold["results"]`` each ``A+B[+C...]`` of its methods blended with validation-fitted
-    weights (``stack:A+B``; the weights in ``weights``)."""
-    from perfseer.models.blend import fit_weights, split_members
+    weights (``stack:A+B``; the weights in ``weights``); with ``shift`` also ``stack+shift:A+B``, the
+    same blend plus a log-space constant fitted on validation after the weights (in ``shift``)."""
+    from perfseer.models.blend import fit_log_shift, fit_weights, split_members
     from perfseer.training.metrics import mape
 
     by = {r["method"]: r for r in fold["results"] if "error" not in r}
     tr = fold["test_rows"]
     for spec in stacks:
         members, name = split_members(spec), f"stack:{spec}"
-        if any(m not in by for m in members) or name in by:
+        if any(m not in by for m in members):
             continue
-        lv = np.log([by[m]["pred_val"] for m in members])
-        lt = np.log([by[m]["pred_test"] for m in members])
-        w = fit_weights(lv, fold["val_y"])
-        r = {"method": name, "fit_time_s": sum(by[m]["fit_time_s"] for m in members), "epochs": None,
-             "weights": w.tolist(), "pred_val": np.exp(w @ lv), "pred_test": np.exp(w @ lt)}
-        r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
-        r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
-        fold["results"] += _jsonable([r])
+        r = by.get(name)
+        if r is None:
+            lv = np.log([by[m]["pred_val"] for m in members])
+            lt = np.log([by[m]["pred_test"] for m in members])
+            w = fit_weights(lv, fold["val_y"])
+            r = {"method": name, "fit_time_s": sum(by[m]["fit_time_s"] for m in members), "epochs": None,
+                 "weights": w.tolist(), "pred_val": np.exp(w @ lv), "pred_test": np.exp(w @ lt)}
+            r["val_mape"] = float(mape(fold["val_y"], r["pred_val"]))
+            r["test"] = scores(tr["y"], r["pred_test"], tr["family"], min_models, tr["model"])
+            fold["results"] += _jsonable([r])
+        if shift and f"stack+shift:{spec}" not in by:
+            pv, pt = np.asarray(r["pred_val"], float), np.asarray(r["pred_test"], float)
+            b = float(fit_log_shift(np.log(pv), fold["val_y"])[0])
+            rs = r | {"method": f"stack+shift:{spec}", "shift": b, "pred_val": pv * np.exp(b),
+                      "pred_test": pt * np.exp(b)}
+            rs["val_mape"] = float(mape(fold["val_y"], rs["pred_val"]))
+            rs["test"] = scores(tr["y"], rs["pred_test"], tr["family"], min_models, tr["model"])
+            fold["results"] += _jsonable([rs])
 
 
 def merge(paths, args, console) -> dict:
@@ -262,7 +305,8 @@ def merge(paths, args, console) -> dict:
         S["folds"].sort(key=lambda f: f["fold"])
         for f in S["folds"]:
             add_ensembles(f, args.ensemble, args.min_family_models)
-            add_stacks(f, args.stack, args.min_family_models)
+            add_seed_means(f, args.seed_mean, args.min_family_models)
+            add_stacks(f, args.stack, args.min_family_models, args.shift)
             console.print(fold_table(name, f, args))
         S["pooled"] = pooled(S, args)
         console.print(pooled_table(name, S, args))
@@ -313,6 +357,12 @@ def main(argv=None) -> int:
     ap.add_argument("--stack", type=tb.parse_list, default=[], metavar="A+B[+C],...",
                     help="weighted geometric means of 2-4 methods, weights fitted on each fold's validation "
                          "rows (what the blend model does), e.g. 'seernet[readout=sum]+pmgns'")
+    ap.add_argument("--seed-mean", type=tb.parse_list, default=[], metavar="BASE,...",
+                    help="add BASE-seedmean: the equal-weight geometric mean of method BASE and its seed runs "
+                         "BASE-s1, BASE-s2, ... (run with --seed K --label-suffix BASE_SUFFIX-sK)")
+    ap.add_argument("--shift", action="store_true",
+                    help="also score every --stack with a log-space constant fitted on validation after the "
+                         "weights (the blend model's fit_shift): rows stack+shift:A+B")
     ap.add_argument("--folds", type=int, default=4, help="K: folds over families (default 4, i.e. 2:1:1)")
     ap.add_argument("--only-folds", type=tb.parse_list, default=None, metavar="K,...",
                     help="run only these folds (0-based); the pooled row then covers them only")

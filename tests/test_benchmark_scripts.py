@@ -180,11 +180,22 @@ def test_leave_families_out_stack_merge_and_interval_coverage(tiny_families, tmp
     common = ["--settings", "timm:gpu_a:infer", "--folds", "3", "--hidden", "8", "--epochs", "1"]
     lfo.main(common + ["--methods", "flops,gcn", "--stack", "gcn+flops", "--json", str(a)])
     lfo.main(common + ["--methods", "flops", "--label-suffix", "@b", "--only-folds", "0,1,2", "--json", str(b)])
-    lfo.main(["--merge", str(a), str(b), "--stack", "flops+flops@b", "--json", str(merged)])
+    c = tmp_path / "c.json"
+    lfo.main(common + ["--methods", "gcn", "--seed", "1", "--label-suffix=-s1", "--json", str(c)])
+    lfo.main(["--merge", str(a), str(b), str(c), "--stack", "flops+flops@b,gcn-seedmean+flops", "--seed-mean", "gcn",
+              "--shift", "--json", str(merged)])
     rep = json.loads(merged.read_text())["settings"]["timm:gpu_a:infer"]
     for f in rep["folds"]:
         by = {r["method"]: r for r in f["results"]}
-        assert {"flops", "gcn", "flops@b", "stack:gcn+flops", "stack:flops+flops@b"} <= set(by)
+        assert {"flops", "gcn", "flops@b", "stack:gcn+flops", "stack:flops+flops@b",
+                "stack+shift:flops+flops@b"} <= set(by)
+        shifted = by["stack+shift:flops+flops@b"]  # the same blend times exp(shift), no worse on validation
+        plain = np.asarray(by["stack:flops+flops@b"]["pred_test"])
+        assert np.allclose(shifted["pred_test"], np.exp(shifted["shift"]) * plain)
+        assert shifted["val_mape"] <= by["stack:flops+flops@b"]["val_mape"] + 1e-9
+        mean = by["gcn-seedmean"]  # the equal-weight geometric mean of the two seeds, usable in a stack
+        assert mean["seeds"] == ["gcn", "gcn-s1"] and "stack:gcn-seedmean+flops" in by
+        assert np.allclose(mean["pred_test"], np.sqrt(np.asarray(by["gcn"]["pred_test"]) * by["gcn-s1"]["pred_test"]))
         w = by["stack:gcn+flops"]["weights"]
         assert len(w) == 2 and abs(sum(w) - 1) < 1e-9
         assert by["stack:gcn+flops"]["val_mape"] <= min(by["gcn"]["val_mape"], by["flops"]["val_mape"]) + 1e-9

@@ -51,3 +51,38 @@ def test_a_resumed_blend_keeps_its_finished_members(tmp_path):
                                                   checkpoint_dir=str(tmp_path), resume=True))
     assert again.train_result.epochs_run == first.train_result.epochs_run == 4
     np.testing.assert_allclose(again.predict(va), first.predict(va), rtol=1e-6)
+
+
+def test_fit_shift_scales_the_blend_by_the_validation_fitted_constant():
+    from perfseer.models.blend import fit_log_shift
+
+    tr, va, te = flops_dataset(16, 0, noise=0.1), flops_dataset(10, 1, noise=0.1), flops_dataset(6, 2)
+    tc = TrainConfig(max_epochs=1, batch_size=8, progress=False)
+    cfg = {"members": "gcn+pmgns", "hidden_dim": 8, "head_hidden_dim": 8, "weights": "0.5,0.5"}
+    plain = train_method("blend", tr, va, cfg, train_config=tc, targets=["latency_ms"])
+    shifted = train_method("blend", tr, va, cfg | {"fit_shift": True}, train_config=tc, targets=["latency_ms"])
+    y_val = np.array([float(g.y[0, 0]) for g in va])
+    b = fit_log_shift(np.log(plain.predict(va)[:, 0]), y_val)[0]
+    np.testing.assert_allclose(shifted.predict(te), plain.predict(te) * np.exp(b), rtol=1e-4)
+    assert shifted.config["shift"] and shifted.config["fit_shift"]
+
+
+def test_members_with_their_own_seeds_are_a_seed_ensemble():
+    tr, va, te = flops_dataset(16, 0, noise=0.1), flops_dataset(8, 1, noise=0.1), flops_dataset(4, 2)
+    tc = TrainConfig(max_epochs=1, batch_size=8, progress=False, seed=0)
+    cfg = {"members": "gcn+gcn", "hidden_dim": 8, "head_hidden_dim": 8, "weights": "0.5,0.5"}
+    same = train_method("blend", tr, va, cfg, train_config=tc, targets=["latency_ms"])
+    seeded = train_method("blend", tr, va, cfg | {"seeds": "0,7"}, train_config=tc, targets=["latency_ms"])
+    alone = [train_method("gcn", tr, va, {"hidden_dim": 8, "head_hidden_dim": 8}, targets=["latency_ms"],
+                          train_config=TrainConfig(max_epochs=1, batch_size=8, progress=False, seed=s)) for s in (0, 7)]
+    np.testing.assert_allclose(same.predict(te), alone[0].predict(te), rtol=1e-4)  # two copies of seed 0
+    np.testing.assert_allclose(seeded.predict(te), np.sqrt(alone[0].predict(te) * alone[1].predict(te)), rtol=1e-4)
+
+
+def test_tie_seeds_gives_a_networks_seeds_one_weight():
+    tr, va = flops_dataset(16, 0, noise=0.1), flops_dataset(8, 1, noise=0.1)
+    tc = TrainConfig(max_epochs=1, batch_size=8, progress=False)
+    cfg = {"members": "gcn+gcn+pmgns", "seeds": "0,1,0", "tie_seeds": True, "hidden_dim": 8, "head_hidden_dim": 8}
+    fitted = train_method("blend", tr, va, cfg, train_config=tc, targets=["latency_ms"])
+    w = [float(x) for x in fitted.config["weights"].split(",")]
+    assert np.isclose(w[0], w[1]) and np.isclose(sum(w), 1)

@@ -9,11 +9,22 @@ averaging their log predictions cancels part of each one's family-specific error
 
 with each member trained on its own (same data, same seed, same recipe) and ``w`` chosen on the
 validation rows afterwards (:func:`fit_weights`: the grid point of the simplex, step 1/20, with
-the lowest validation MAPE).  Every member predicts the same standardised log target (the trainer
+the lowest validation MAPE).  With ``fit_shift`` the blend also adds a constant ``b`` to its log
+prediction, ``b`` fitted on the same validation rows after the weights (:func:`fit_log_shift`:
+the lowest validation MAPE on a grid of step 0.005 in ``[-0.3, 0.3]``).  The median of a log
+prediction is not the MAPE-optimal point: MAPE charges an over-prediction more than an
+under-prediction of the same log size, so with errors of spread ``s`` the best constant lies
+below the median; on new families the spread is larger than on the training ones and the fitted
+``b`` is negative (-0.02 to -0.065 on the timm leave-families-out folds, ``docs/generalisation.md``).  Every member predicts the same standardised log target (the trainer
 fits one target scaling on the training rows), so the blend is one network: its output is the
 weighted sum of its members' outputs, and a card holds it like any other (``kind: neural``, model
 ``blend``, the members' full configs in ``member_configs``).
 
+Members may repeat with their own training seeds (``members=pmgns+pmgns+pmgns``, ``seeds=0,1,2``:
+a seed ensemble, whose average cancels part of the initialisation noise of one network);
+``tie_seeds=true`` fits one weight per distinct member spec, split equally among its seeds
+(:func:`fit_tied_weights`), so ``members=seernet[readout=sum]+seernet+pmgns+pmgns+pmgns``,
+``seeds=0,0,0,1,2`` is SeerNet-Sum, SeerNet and the mean of three PMGNS seeds.
 ``perfseer train --model blend`` trains it (members ``seernet[readout=sum]+seernet+pmgns`` unless
 ``--set 'members=...'`` names others)
 (:func:`train_blend`, called by :func:`perfseer.training.run.train_method`).
@@ -42,7 +53,8 @@ from torch import Tensor, nn
 from perfseer.errors import PerfseerError
 from perfseer.models.base import GraphRegressor, ModelConfig
 
-MAX_MEMBERS = 4  # the weight search enumerates the simplex grid: 1,771 points at 4 members
+MAX_MEMBERS = 4  # the weight search enumerates the simplex grid: 1,771 points at 4 members (or groups)
+MAX_TIED_MEMBERS = 8  # with tie_seeds: members in all (their distinct specs are at most MAX_MEMBERS)
 GRID = 20  # weight steps of 1/GRID
 _COMMON = ("node_dim", "edge_dim", "global_dim", "num_op_types", "num_targets")
 
@@ -62,17 +74,34 @@ class BlendConfig(ModelConfig):
     # JSON list of {"name", "config"}: the members' full configs, written when the blend is built
     # (a card rebuilds the members from these, not from `members`, so later default changes cannot move them)
     member_configs: str = ""
+    # one training seed per member, comma-separated integers (e.g. pmgns+pmgns+pmgns with seeds=0,1,2:
+    # a seed ensemble); "": every member gets the training config's seed
+    seeds: str = ""
+    # true: members with the same spec (seeds of one network, `seeds`) share one weight, split equally,
+    # so the weight search sees the seeds' average, not the luckiest seed; allows up to 8 members
+    tie_seeds: bool = False
+    # fit `shift` on the validation rows after the weights (fit_log_shift); false: shift stays as given
+    fit_shift: bool = False
+    # per target, comma-separated: added to the blend's standardised output, i.e. the fitted log-space
+    # shift b divided by the target's std (exp(b) multiplies the prediction in its unit); "": none
+    shift: str = ""
 
     def validate(self) -> None:
         super().validate()
         if self.hidden_dim < 0 or self.head_hidden_dim < 0:
             raise PerfseerError("BlendConfig.hidden_dim and head_hidden_dim must be >= 0", "use 0 for the members' own")
         specs = split_members(self.members)
-        if not 2 <= len(specs) <= MAX_MEMBERS:
+        if self.tie_seeds and 2 <= len(specs) <= MAX_TIED_MEMBERS and 1 <= len(set(specs)) <= MAX_MEMBERS:
+            pass
+        elif not 2 <= len(specs) <= MAX_MEMBERS:
             raise PerfseerError(f"BlendConfig.members names {len(specs)} network(s): {self.members!r}",
                                 f"name 2 to {MAX_MEMBERS} networks joined by '+', e.g. seernet[readout=sum]+pmgns")
         if self.weights:
             parse_weights(self.weights, len(specs))
+        if self.shift:
+            parse_shift(self.shift, self.num_targets)
+        if self.seeds:
+            parse_seeds(self.seeds, len(specs))
 
     def member_list(self) -> list[tuple[str, dict]]:
         """``[(name, full config dict)]`` of the members: from ``member_configs`` when set, else
@@ -144,8 +173,49 @@ def parse_weights(text: str, n: int) -> list[float]:
     return [x / sum(w) for x in w]
 
 
+def parse_seeds(text: str, n: int) -> list[int]:
+    """``"0,1,2"`` (one integer per member) to ints."""
+    try:
+        v = [int(x) for x in str(text).split(",")]
+    except ValueError:
+        v = []
+    if len(v) != n:
+        raise PerfseerError(f"BlendConfig.seeds {text!r}: need {n} integers, one per member, comma-separated",
+                            "e.g. seeds=0,1,2 for three members, or leave seeds empty for the training seed")
+    return v
+
+
+def parse_shift(text: str, n: int) -> list[float]:
+    """``"-0.05"`` (one finite number per target, comma-separated) to floats."""
+    try:
+        v = [float(x) for x in str(text).split(",")]
+    except ValueError:
+        v = []
+    if len(v) != n or not all(np.isfinite(x) for x in v):
+        raise PerfseerError(f"BlendConfig.shift {text!r}: need {n} finite number(s), comma-separated",
+                            "leave shift empty (no shift), or set fit_shift=true to fit it on validation")
+    return v
+
+
 def format_weights(w) -> str:
     return ",".join(f"{float(x):.4g}" for x in w)
+
+
+def member_groups(specs) -> list[int]:
+    """Group index per member: members with the same spec share one (``tie_seeds``)."""
+    first = {}
+    return [first.setdefault(s, len(first)) for s in specs]
+
+
+def fit_tied_weights(log_preds, y, groups) -> np.ndarray:
+    """:func:`fit_weights` over the groups' mean log predictions; each group's weight split equally
+    among its members.  ``groups``: one group index per member (:func:`member_groups`)."""
+    L = np.asarray(log_preds, dtype=np.float64)
+    groups = np.asarray(groups)
+    ids = sorted(set(groups.tolist()))
+    means = np.stack([L[groups == g].mean(axis=0) for g in ids])
+    wg = fit_weights(means, y)
+    return np.array([wg[ids.index(g)] / (groups == g).sum() for g in groups])
 
 
 def fit_weights(log_preds, y) -> np.ndarray:
@@ -180,6 +250,36 @@ def fit_weights(log_preds, y) -> np.ndarray:
     return best
 
 
+SHIFT_SPAN, SHIFT_STEP = 0.3, 0.005  # fit_log_shift's grid: [-0.3, 0.3] in log units, step 0.005
+
+
+def fit_log_shift(log_pred, y) -> np.ndarray:
+    """Per target, the constant ``b`` (grid step :data:`SHIFT_STEP` in ``[-SHIFT_SPAN, SHIFT_SPAN]``)
+    for which ``exp(log_pred + b)`` has the lowest MAPE on ``y``.
+
+    Args:
+        log_pred: ``[N]`` or ``[N, T]`` natural logs of the predictions.
+        y: the same shape, measured values (> 0; non-finite ones are ignored).
+
+    Returns ``[T]``; ties go to the ``b`` closest to 0.  Raises :class:`PerfseerError` when a
+    target has no finite measurement.
+    """
+    L = np.asarray(log_pred, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    L, y = L.reshape(len(L), -1), y.reshape(len(y), -1)
+    grid = np.arange(-round(SHIFT_SPAN / SHIFT_STEP), round(SHIFT_SPAN / SHIFT_STEP) + 1) * SHIFT_STEP
+    grid = grid[np.argsort(np.abs(grid), kind="stable")]  # ties to the smallest |b|
+    out = []
+    for t in range(L.shape[1]):
+        ok = np.isfinite(y[:, t]) & (y[:, t] > 0) & np.isfinite(L[:, t])
+        if not ok.any():
+            raise PerfseerError("no finite validation measurement to fit the blend's shift on",
+                                "fit the blend with a validation split that has measurements, or fit_shift=false")
+        err = np.mean(np.abs(np.exp(L[ok, t][None] + grid[:, None]) / y[ok, t][None] - 1), axis=1)
+        out.append(float(grid[int(np.argmin(err))]))
+    return np.asarray(out)
+
+
 class Blend(GraphRegressor):
     r"""A weighted geometric mean of member networks (see the module docstring).
 
@@ -207,6 +307,8 @@ class Blend(GraphRegressor):
         config.member_configs = json.dumps([{"name": n, "config": c} for n, c in members], sort_keys=True)
         w = parse_weights(config.weights, len(members)) if config.weights else [1 / len(members)] * len(members)
         self.register_buffer("weights", torch.tensor(w, dtype=torch.float32))
+        shift = parse_shift(config.shift, config.num_targets) if config.shift else [0.0] * config.num_targets
+        self.register_buffer("shift", torch.tensor(shift, dtype=torch.float32), persistent=False)
 
     def set_weights(self, w) -> None:
         """Set the blend weights (normalised to sum 1) and the config's ``weights``, which the card records."""
@@ -218,6 +320,12 @@ class Blend(GraphRegressor):
         self.weights.copy_(torch.as_tensor(w, dtype=self.weights.dtype))
         self.config.weights = format_weights(w)
 
+    def set_shift(self, z) -> None:
+        """Set the per-target shift of the standardised output (and the config's ``shift``)."""
+        z = np.asarray(z, dtype=np.float64).reshape(-1)
+        self.config.shift = ",".join(f"{float(x):.6g}" for x in z)
+        self.shift.copy_(torch.as_tensor(parse_shift(self.config.shift, len(self.shift)), dtype=self.shift.dtype))
+
     def set_target_scaling(self, mean, std) -> None:
         for m in self.members:
             hook = getattr(m, "set_target_scaling", None)
@@ -226,7 +334,7 @@ class Blend(GraphRegressor):
 
     def forward(self, data) -> Tensor:
         self._inputs(data)
-        return sum(w * m(data) for w, m in zip(self.weights, self.members))
+        return sum(w * m(data) for w, m in zip(self.weights, self.members)) + self.shift
 
     @property
     def embed(self):
@@ -263,9 +371,10 @@ class Blend(GraphRegressor):
 
 
 def train_blend(train_set, val_set, config: dict, train_config, targets, test_set=None):
-    """Train each member with :func:`perfseer.training.run.train_method` (same data, seed and
-    recipe), fit the weights on ``val_set`` unless ``config["weights"]`` fixes them, and return the
-    blend as a :class:`~perfseer.training.run.FittedMethod`.
+    """Train each member with :func:`perfseer.training.run.train_method` (same data and recipe;
+    the same seed unless ``seeds`` gives one per member), fit the weights on ``val_set`` unless
+    ``config["weights"]`` fixes them (then the shift, with ``fit_shift``), and return the blend as a
+    :class:`~perfseer.training.run.FittedMethod`.
 
     With a ``checkpoint_dir`` member ``i`` checkpoints under ``<checkpoint_dir>/member<i>`` and,
     once trained, writes ``finished.json`` there (its epochs); resuming then restores a finished
@@ -279,13 +388,15 @@ def train_blend(train_set, val_set, config: dict, train_config, targets, test_se
     start = time.perf_counter()
     train_config = train_config or TrainConfig()
     cfg = BlendConfig.from_dict(config)
+    members = cfg.member_list()
+    seeds = parse_seeds(cfg.seeds, len(members)) if cfg.seeds else [train_config.seed] * len(members)
     fitted = []
-    for i, (name, member_cfg) in enumerate(cfg.member_list()):
-        tc, done = train_config, None
+    for i, (name, member_cfg) in enumerate(members):
+        tc, done = replace(train_config, seed=seeds[i]), None
         if train_config.checkpoint_dir:
             folder = Path(train_config.checkpoint_dir) / f"member{i}"
             done = folder / "finished.json"
-            tc = replace(train_config, checkpoint_dir=str(folder))
+            tc = replace(tc, checkpoint_dir=str(folder))
             if train_config.resume and done.is_file():
                 tc = replace(tc, max_epochs=int(json.loads(done.read_text())["epochs_run"]), time_limit_s=None)
         fitted.append(train_method(name, train_set, val_set, member_cfg, train_config=tc, targets=targets))
@@ -305,10 +416,20 @@ def train_blend(train_set, val_set, config: dict, train_config, targets, test_se
         m.load_state_dict(f.estimator.model.state_dict())
     y_val = targets_of(val_set)
     if not config.get("weights"):
-        model.set_weights(fit_weights(np.log(np.stack([f.predict(val_set) for f in fitted])), y_val))
+        lv = np.log(np.stack([f.predict(val_set) for f in fitted]))
+        specs = split_members(cfg.members)
+        w = fit_tied_weights(lv, y_val, member_groups(specs)) if cfg.tie_seeds else fit_weights(lv, y_val)
+        model.set_weights(w)
     device = first.device
     model.to(device).eval()
     net = NeuralPredictor(model, first.feature_scaler, first.target_scaler, device=device)
+    if cfg.fit_shift and not config.get("shift"):
+        ts = first.target_scaler
+        if any(t != "log" for t in ts.transforms):
+            raise PerfseerError(f"fit_shift needs log-transformed targets; {ts.targets} are {ts.transforms}",
+                                "drop --set fit_shift=true for these targets")
+        b = fit_log_shift(np.log(net.predict(val_set)), y_val)  # log units; the output is standardised
+        model.set_shift(b / np.asarray(first.target_scaler.std_, dtype=np.float64).reshape(-1))
     metrics = {"train": evaluate_targets(targets_of(train_set), net.predict(train_set), targets),
                "val": evaluate_targets(y_val, net.predict(val_set), targets)}
     if test_set is not None and len(test_set):
