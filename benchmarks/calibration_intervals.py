@@ -68,20 +68,9 @@ def rows(args, console) -> None:
     meta, cal_r, cal_d, cal_off, test_r, test_d, test_off = [], [], [], [0], [], [], [0]
     t_all = time.perf_counter()
     for target in targets:
-        m = z["target"] == target
-        role = str(z["role"][m][0])
-        drop = [j for j, d in enumerate(src_devs) if d == target.split("@")[0]]
-        use = [j for j in range(len(src_devs)) if j not in drop]
-        gi = z["graph_index"][m]
-        logp_all, glob_all, emb_all = z["logp"][gi][:, use], z["glob"][gi], z["emb"][gi].astype(float)
-        y_all, model_all, split_all = z["y"][m], z["model"][m], z["split"][m]
-        test = split_all == "test"
-        pool = np.flatnonzero(~test)
-        cand = np.array(sorted(np.unique(model_all[pool]), key=cs._hash))
-        first = {}
-        for i in pool:
-            first.setdefault(model_all[i], i)
-        ci = np.array([first[c] for c in cand])
+        v = cs.target_view(z, target, src_devs)
+        role, logp_all, glob_all, emb_all, y_all, model_all, test, cand, ci, use = (
+            v.role, v.logp, v.glob, v.emb, v.y, v.model, v.test, v.cand, v.ci, v.use)
         ty, tlogp, tglob, temb = y_all[test], logp_all[test], glob_all[test], emb_all[test]
         t0 = time.perf_counter()
         for k in args.k:

@@ -164,6 +164,31 @@ def select(rule: str, k: int, rng, glob, logp, emb, draw: int = 0) -> list[int]:
 
 # -- sweep ------------------------------------------------------------------------------------------
 
+def target_view(z: dict, target: str, src_devs: list[str], pool: int = 0):
+    """One target device's rows of the cache: the source predictions (its own column left out when
+    a source device is calibrated as new), global features, embeddings, measurements, models, the
+    test mask, ``use`` (the source columns kept), the candidate calibration models (non-test, in hash order, the first ``pool`` of them
+    when ``pool``) and the index of each candidate's first row."""
+    from types import SimpleNamespace
+
+    m = z["target"] == target
+    drop = [j for j, d in enumerate(src_devs) if d == target.split("@")[0]]
+    use = [j for j in range(len(src_devs)) if j not in drop]
+    gi = z["graph_index"][m]
+    model = z["model"][m]
+    test = z["split"][m] == "test"
+    nontest = np.flatnonzero(~test)
+    cand = np.array(sorted(np.unique(model[nontest]), key=_hash))
+    if pool and len(cand) > pool:
+        cand = cand[:pool]
+    first = {}
+    for i in nontest:
+        first.setdefault(model[i], i)
+    return SimpleNamespace(role=str(z["role"][m][0]), use=use, logp=z["logp"][gi][:, use], glob=z["glob"][gi],
+                           emb=z["emb"][gi].astype(float), y=z["y"][m], model=model, test=test, cand=cand,
+                           ci=np.array([first[c] for c in cand]))
+
+
 def sweep(args, console) -> None:
     from perfseer.training import calibrate as C
     from perfseer.training.metrics import evaluate
@@ -176,23 +201,9 @@ def sweep(args, console) -> None:
         targets = [t for t in targets if t in tb.parse_list(args.targets)]
     t_all = time.perf_counter()
     for target in targets:
-        m = z["target"] == target
-        role = str(z["role"][m][0])
-        # a source device calibrated as new: its own column is left out
-        drop = [j for j, d in enumerate(src_devs) if d == target.split("@")[0]]
-        use = [j for j in range(len(src_devs)) if j not in drop]
-        gi = z["graph_index"][m]
-        logp_all, glob_all, emb_all = z["logp"][gi][:, use], z["glob"][gi], z["emb"][gi].astype(float)
-        y_all, model_all, split_all = z["y"][m], z["model"][m], z["split"][m]
-        test = split_all == "test"
-        pool = np.flatnonzero(~test)
-        cand = np.array(sorted(np.unique(model_all[pool]), key=_hash))
-        if args.pool and len(cand) > args.pool:
-            cand = cand[:args.pool]
-        first = {}
-        for i in pool:
-            first.setdefault(model_all[i], i)
-        ci = np.array([first[c] for c in cand])
+        v = target_view(z, target, src_devs, args.pool)
+        role, logp_all, glob_all, emb_all, y_all, model_all, test, cand, ci = (
+            v.role, v.logp, v.glob, v.emb, v.y, v.model, v.test, v.cand, v.ci)
         ty, tlogp, tglob, temb = y_all[test], logp_all[test], glob_all[test], emb_all[test].astype(float)
         t0 = time.perf_counter()
         for k in args.k:
@@ -228,7 +239,7 @@ def sweep(args, console) -> None:
                             "mape": e["mape"], "spearman": e["spearman"], "s": s,
                             "coverage": cov,
                             "ratio_q": np.quantile(ratio, RATIO_LEVELS).round(4).tolist(),
-                            "dropped_columns": [src_devs[j] for j in drop]})
+                            "dropped_columns": [d for j, d in enumerate(src_devs) if j not in v.use]})
         tb.log(console, f"{target} ({role}): {len(ty)} test rows, {len(cand)} candidates, "
                         f"{time.perf_counter() - t0:.0f} s")
     summarise(results, console)

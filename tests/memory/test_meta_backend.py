@@ -71,6 +71,13 @@ def test_device_dependent_modules_and_value_reads_use_the_fake_backend():
     assert t.backend == "fake"
 
 
+def _first_call_in_a_fresh_process(code: str) -> None:
+    """Run ``code`` (a first ``perfseer.memory`` call and its checks) in a new Python process."""
+    pytest.importorskip("timm")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=None)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 def test_first_call_leaves_torch_dynamo_importable():
     code = ("import sys, torch\n"
             "from perfseer.memory.api import memory\n"
@@ -80,9 +87,7 @@ def test_first_call_leaves_torch_dynamo_importable():
             "assert hasattr(torch._dynamo, 'optimize') and torch._dynamo.utils.is_compile_supported('cpu') in (True, False)\n"
             "from perfseer.memory.imports import _Stub\n"
             "assert not isinstance(torch._dynamo, _Stub) and not isinstance(torch._dynamo.utils, _Stub)\n")
-    pytest.importorskip("timm")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=None)
-    assert out.returncode == 0, out.stderr[-2000:]
+    _first_call_in_a_fresh_process(code)
 
 
 def test_first_call_defers_sympy_and_the_hub_and_leaves_them_importable():
@@ -96,9 +101,7 @@ def test_first_call_defers_sympy_and_the_hub_and_leaves_them_importable():
             "from perfseer.memory.imports import _Deferred\n"
             "assert not isinstance(sympy, _Deferred) and not isinstance(symbolic_shapes, _Deferred)\n"
             "assert isinstance(sympy.Symbol('x'), sympy.Basic) and symbolic_shapes.guard_or_false(True)\n")
-    pytest.importorskip("timm")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=None)
-    assert out.returncode == 0, out.stderr[-2000:]
+    _first_call_in_a_fresh_process(code)
 
 
 def test_deferred_symbolic_shapes_answers_plain_values_as_the_real_module():
