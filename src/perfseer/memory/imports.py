@@ -74,19 +74,9 @@ def _concrete(x) -> bool:
     return isinstance(x, (tuple, list)) and all(_concrete(v) for v in x)  # torch.Size is a tuple
 
 
-def _concrete_bool(name):
-    """``guard_or_false`` & co.: each returns a plain bool argument unchanged."""
-
-    def fast(a, *args, **kwargs):
-        if type(a) is bool:
-            return a
-        return getattr(_SHAPES_STUB._load(), name)(a, *args, **kwargs)
-
-    return fast
-
-
 def _concrete_value(name, types_, answer):
-    """Functions whose answer for a plain value of ``types_`` is ``answer(value)``."""
+    """A function whose answer for a plain value of ``types_`` (its first argument) is
+    ``answer(value)``; any other argument goes to the real function."""
 
     def fast(a, *args, **kwargs):
         if type(a) in types_:
@@ -94,6 +84,10 @@ def _concrete_value(name, types_, answer):
         return getattr(_SHAPES_STUB._load(), name)(a, *args, **kwargs)
 
     return fast
+
+
+def _echo(a):
+    return a
 
 
 def _sym_fold(name, op):
@@ -116,12 +110,6 @@ def _sym_eq(x, y):
     return _SHAPES_STUB._load().sym_eq(x, y)
 
 
-def _is_nested_int(s):
-    if type(s) in (bool, int, float):
-        return False
-    return _SHAPES_STUB._load().is_nested_int(s)
-
-
 def _free_unbacked_symbols(x):
     import torch
 
@@ -137,16 +125,16 @@ def _free_unbacked_symbols(x):
 #: concrete shapes, answered as the real functions answer plain Python values (torch 2.13's
 #: ``torch/fx/experimental/symbolic_shapes.py``); any symbolic argument goes to the real function
 _FAST = {
-    **{n: _concrete_bool(n) for n in ("expect_true", "guard_or_false", "guard_or_true", "statically_known_true",
-                                       "guard_size_oblivious")},
+    **{n: _concrete_value(n, (bool,), _echo)
+       for n in ("expect_true", "guard_or_false", "guard_or_true", "statically_known_true", "guard_size_oblivious")},
     "sym_and": _sym_fold("sym_and", lambda a, b: a & b),
     "sym_or": _sym_fold("sym_or", lambda a, b: a | b),
     "sym_eq": _sym_eq,
-    "is_nested_int": _is_nested_int,
+    "is_nested_int": _concrete_value("is_nested_int", (bool, int, float), lambda a: False),
     "statically_known_false": _concrete_value("statically_known_false", (bool,), lambda a: not a),
-    "guard_bool": _concrete_value("guard_bool", (bool,), lambda a: a),
-    "guard_int": _concrete_value("guard_int", (int,), lambda a: a),
-    "guarding_hint_or_throw": _concrete_value("guarding_hint_or_throw", (bool, int), lambda a: a),
+    "guard_bool": _concrete_value("guard_bool", (bool,), _echo),
+    "guard_int": _concrete_value("guard_int", (int,), _echo),
+    "guarding_hint_or_throw": _concrete_value("guarding_hint_or_throw", (bool, int), _echo),
     "has_guarding_hint": _concrete_value("has_guarding_hint", (bool, int, float), lambda a: True),
     "is_concrete_int": _concrete_value("is_concrete_int", (bool, int), lambda a: True),
     "is_concrete_bool": _concrete_value("is_concrete_bool", (bool,), lambda a: True),

@@ -155,22 +155,12 @@ def _parts(net):
                         "use --method loglinear with this predictor, or a SeerNet source")
 
 
-def embed(net, graphs: Sequence, batch_size: int = 64) -> torch.Tensor:
-    """The trunk's output (what the head reads) for raw graphs: ``[N, H]``, no gradient."""
-    from torch_geometric.data import Batch
-
-    from perfseer.models.seernet import _readout
-    from perfseer.training.trainer import _model_input
-
-    model, _ = _parts(net)
-    model.eval()
-    out = []
-    with torch.no_grad():
-        for i in range(0, len(graphs), batch_size):
-            b = Batch.from_data_list([_model_input(net.feature_scaler.transform(g)) for g in graphs[i:i + batch_size]])
-            bt, u, n = model._inputs(b)
-            out.append(_readout(model.config, model.trunk(b, bt, u, n), u))
-    return torch.cat(out) if out else torch.zeros(0, 1)
+def embed(net, graphs: Sequence) -> torch.Tensor:
+    """The trunk's output (what the head reads) for raw graphs: ``[N, H]``, no gradient
+    (:meth:`perfseer.training.trainer.NeuralPredictor.embeddings` of a SeerNet source)."""
+    _parts(net)  # a SeerNet or SeerNet-Multi source, else the error saying what to use instead
+    e = net.embeddings(list(graphs))
+    return torch.zeros(0, 1) if e is None else torch.from_numpy(e).float()
 
 
 def heads_output(net, emb: torch.Tensor) -> np.ndarray:

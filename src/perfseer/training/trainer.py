@@ -161,7 +161,7 @@ class NeuralPredictor:
 
     def predict_scaled(self, graphs: Sequence, scaled: bool = False) -> np.ndarray:
         """Raw network outputs ``[N, T]`` (standardised log units); ``scaled``: graphs already scaled."""
-        return self._run(graphs, scaled, embed=False)[0]
+        return self._run(graphs, scaled, "predict")[0]
 
     def predict(self, graphs: Sequence) -> np.ndarray:
         """Predicted metrics ``[N, T]`` in the targets' units (PyG ``Data`` of raw PerfGraphs in)."""
@@ -173,10 +173,18 @@ class NeuralPredictor:
         without ``forward_embed`` (whose predictions are then computed alone)."""
         if not hasattr(self.model, "forward_embed"):
             return self.predict(graphs), None
-        out, emb = self._run(graphs, False, embed=True)
+        out, emb = self._run(graphs, False, "both")
         return self.target_scaler.inverse_transform(out), emb
 
-    def _run(self, graphs: Sequence, scaled: bool, embed: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def embeddings(self, graphs: Sequence) -> np.ndarray | None:
+        """The encoder embeddings ``[N, D]`` (what the head reads, ``model.embed``) of raw graphs, or
+        ``None`` for no graphs or a model without ``embed`` (baselines)."""
+        if not hasattr(self.model, "embed"):
+            return None
+        return self._run(graphs, False, "embed")[1]
+
+    def _run(self, graphs: Sequence, scaled: bool, what: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``what``: ``"predict"`` (outputs), ``"embed"`` (embeddings) or ``"both"`` (one pass)."""
         from torch_geometric.data import Batch
 
         if len(graphs) == 0:
@@ -187,13 +195,16 @@ class NeuralPredictor:
                 chunk = graphs[i:i + self.batch_size]
                 chunk = chunk if scaled else [_model_input(self.feature_scaler.transform(g)) for g in chunk]
                 batch = Batch.from_data_list(list(chunk)).to(self.device)
-                if embed:
+                if what == "embed":
+                    embs.append(self.model.embed(batch).double().cpu())
+                    continue
+                if what == "both":
                     out, e = self.model.forward_embed(batch)
                     embs.append(e.double().cpu())
                 else:
                     out = self.model(batch)
                 outs.append(_as_2d(out, len(chunk)).double().cpu())
-        return torch.cat(outs).numpy(), (torch.cat(embs).numpy() if embed else None)
+        return (torch.cat(outs).numpy() if outs else None), (torch.cat(embs).numpy() if embs else None)
 
 
 @dataclass

@@ -72,19 +72,10 @@ def embeddings(net, graphs) -> np.ndarray | None:
     """Encoder embeddings ``[N, D]`` (what the head reads) of raw PyG graphs, or ``None`` for a
     network without an ``embed`` method (baselines).  A prediction that also needs them takes both
     from one pass: :meth:`perfseer.predictor.Predictor.predict_with_embeddings`."""
-    from torch_geometric.data import Batch
-
-    from perfseer.training.trainer import _model_input, inference
-
     model = getattr(net, "model", None)
     if model is None or not hasattr(model, "embed") or not len(graphs):
         return None
-    out = []
-    with inference(model):
-        for i in range(0, len(graphs), 64):
-            chunk = [_model_input(net.feature_scaler.transform(g)) for g in graphs[i:i + 64]]
-            out.append(model.embed(Batch.from_data_list(chunk).to(net.device)).double().cpu().numpy())
-    return np.concatenate(out)
+    return net.embeddings(list(graphs))  # NeuralPredictor.embeddings
 
 
 def calibrate(predictor, sel) -> None:
