@@ -316,6 +316,21 @@ def set_threads(n: int) -> None:
 
 # -- output -----------------------------------------------------------------------------------------
 
+def run_subcommand(args, commands: dict, report) -> int:
+    """The tail of a ``cache|sweep|...|report`` benchmark's ``main``: ``report`` prints
+    ``report(args)``; any other subcommand sets the threads and runs ``commands[args.cmd](args, console)``
+    with a rich console on stderr."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if args.cmd == "report":
+        print(report(args))
+        return 0
+    set_threads(getattr(args, "threads", 1))
+    commands[args.cmd](args, console)
+    return 0
+
+
 def environment() -> dict:
     import torch
 

@@ -459,16 +459,7 @@ def main(argv=None) -> int:
     rp.add_argument("paths", nargs="+")
     rp.add_argument("--learned", required=True)
     rp.add_argument("--level", type=float, default=0.9)
-    args = ap.parse_args(argv)
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    if args.cmd == "report":
-        print(report(args))
-        return 0
-    tb.set_threads(getattr(args, "threads", 1))
-    {"rows": rows, "learn": learn}[args.cmd](args, console)
-    return 0
+    return tb.run_subcommand(ap.parse_args(argv), {"rows": rows, "learn": learn}, report)
 
 
 if __name__ == "__main__":

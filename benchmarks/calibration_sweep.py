@@ -421,16 +421,7 @@ def main(argv=None) -> int:
     r.add_argument("--level", type=float, default=0.9)
     for p in (c, s):
         p.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    if args.cmd == "report":
-        print(report(args))
-        return 0
-    tb.set_threads(getattr(args, "threads", 1))
-    {"cache": cache, "sweep": sweep, "learn-scale": learn_scale}[args.cmd](args, console)
-    return 0
+    return tb.run_subcommand(ap.parse_args(argv), {"cache": cache, "sweep": sweep, "learn-scale": learn_scale}, report)
 
 
 if __name__ == "__main__":

@@ -199,18 +199,24 @@ def jackknife_table(p: pd.DataFrame) -> str:
 
 def shrink_table(p: pd.DataFrame, weights, title: str) -> str:
     G = {w: end_to_end(p, weights(w)) for w in GRID}
-    lines = [title + " (leave-one-GPU-out inference MAPE %; V100 training step)", "",
-             "| w | " + " | ".join(sn.GPUS) + " | mean of per-GPU | V100 training |",
+    return "\n".join([title + " (leave-one-GPU-out inference MAPE %; V100 training step)", "",
+                      *_per_gpu_table(G, "w", "nested choice of w (inner leave-one-GPU-out over the four "
+                                      "training GPUs): ", lambda w: f"{w:g}", "w=")])
+
+
+def _per_gpu_table(G: dict, key: str, nested_title: str, label, prefix: str = "") -> list[str]:
+    """Rows of per-GPU leave-one-GPU-out MAPE for each candidate of ``G`` (candidate -> end-to-end
+    predictions), then the nested choice among them; ``label`` formats a candidate (after
+    ``prefix`` in the nested line)."""
+    lines = [f"| {key} | " + " | ".join(sn.GPUS) + " | mean of per-GPU | V100 training |",
              "| --- | " + " | ".join("---" for _ in sn.GPUS) + " | --- | --- |"]
-    for w, g in G.items():
+    for c, g in G.items():
         per = [_score(g, _others(h), h) for h in sn.GPUS]
-        lines.append(f"| {w:g} | " + " | ".join(f"{v:.1f}" for v in per) + f" | {np.mean(per):.1f} | "
-                     f"{_score(g, _others(V100), V100, 'train'):.1f} |")
+        lines.append(f"| {label(c)} | " + " | ".join(f"{v:.1f}" for v in per)
+                     + f" | {np.mean(per):.1f} | {_score(g, _others(V100), V100, 'train'):.1f} |")
     res = _nested(G)
-    lines += ["", "nested choice of w (inner leave-one-GPU-out over the four training GPUs): "
-              + ", ".join(f"{h} w={w:g} -> {v:.1f}" for h, w, v, _ in res)
-              + f"; mean {np.mean([r[2] for r in res]):.1f}, V100 training {res[-1][3]:.1f}"]
-    return "\n".join(lines)
+    return lines + ["", nested_title + ", ".join(f"{h} {prefix}{label(c)} -> {v:.1f}" for h, c, v, _ in res)
+                    + f"; mean {np.mean([r[2] for r in res]):.1f}, V100 training {res[-1][3]:.1f}"]
 
 
 def pairs_table(p: pd.DataFrame, ood: np.ndarray) -> str:
@@ -230,16 +236,7 @@ def pairs_table(p: pd.DataFrame, ood: np.ndarray) -> str:
 
 def config_table(preds: dict) -> str:
     G = {c: end_to_end(p, np.ones(len(p))) for c, p in preds.items()}
-    lines = ["| configuration | " + " | ".join(sn.GPUS) + " | mean of per-GPU | V100 training |",
-             "| --- | " + " | ".join("---" for _ in sn.GPUS) + " | --- | --- |"]
-    for c, g in G.items():
-        per = [_score(g, _others(h), h) for h in sn.GPUS]
-        lines.append(f"| {c} | " + " | ".join(f"{v:.1f}" for v in per) + f" | {np.mean(per):.1f} | "
-                     f"{_score(g, _others(V100), V100, 'train'):.1f} |")
-    res = _nested(G)
-    lines += ["", "nested choice among them: " + ", ".join(f"{h} {c} -> {v:.1f}" for h, c, v, _ in res)
-              + f"; mean {np.mean([r[2] for r in res]):.1f}, V100 training {res[-1][3]:.1f}"]
-    return "\n".join(lines)
+    return "\n".join(_per_gpu_table(G, "configuration", "nested choice among them: ", str))
 
 
 if __name__ == "__main__":
