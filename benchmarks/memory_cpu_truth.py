@@ -26,6 +26,7 @@ model's 9 configurations gets a deep copy of one freshly built module (one meta,
 
     OMP_NUM_THREADS=1 nice -n 15 python benchmarks/memory_cpu_truth.py run --max-gmacs 4.5  # resumable
     python benchmarks/memory_cpu_truth.py report                          # prints the table, writes JSON
+    python benchmarks/memory_cpu_truth.py recheck --limit 40 [--offset M]   # the simulator now vs the recorded rows
 
 ``run`` appends one line per configuration to benchmarks/data/memory_cpu_truth.jsonl (tracked;
 done configurations are skipped on restart, a line cut by an interrupted run is redone); a
@@ -331,6 +332,35 @@ def cmd_report(args) -> None:
     os.replace(tmp, SUMMARY)
 
 
+def cmd_recheck(args) -> None:
+    """Simulate again, with the code as it is now, every recorded configuration of ``--limit``
+    models (after the first ``--offset``) that has a simulated peak, and count how many give the recorded bytes
+    (a change to the simulator keeps the ground truth only if they all do).  Writes nothing."""
+    import torch
+
+    from perfseer.memory.step import StepConfig, trace_step
+
+    torch.set_num_threads(1)
+    rows = [json.loads(line) for line in JSONL.read_text().splitlines() if line.strip()]
+    models = list(dict.fromkeys(r["model"] for r in rows if "sim_peak" in r))[args.offset:][: args.limit]
+    same, differ = 0, []
+    for r in (r for r in rows if r["model"] in models and "sim_peak" in r):
+        zoo, name = r["model"].split(":", 1)
+        module, shape = _build(zoo, name, True)
+        cfg = StepConfig(phase=r["phase"], optimizer=r["optimizer"] or "sgd", precision="fp32", target="cpu",
+                         foreach=False)
+        peak = trace_step(module, shape, r["batch"], cfg, fake=True).peak()[0]
+        if peak == r["sim_peak"]:
+            same += 1
+        else:
+            differ.append(f"{r['model']} b{r['batch']} {r['phase']} {r['optimizer'] or ''}: recorded "
+                          f"{r['sim_peak']} B (rev {r.get('rev')}), now {peak} B")
+    print(f"{len(models)} models, {same + len(differ)} configurations simulated again: {same} give the recorded "
+          f"simulated peak to the byte, {len(differ)} do not")
+    for line in differ:
+        print("  " + line)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -343,8 +373,11 @@ def main() -> None:
     r.add_argument("--shard", default="0/1", metavar="I/N", help="run models I, I+N, I+2N... (parallel runs append "
                                                                  "to the same file)")
     sub.add_parser("report")
+    c = sub.add_parser("recheck")
+    c.add_argument("--limit", type=int, default=None, help="N models of the recorded rows")
+    c.add_argument("--offset", type=int, default=0, help="skip the first M recorded models")
     args = ap.parse_args()
-    cmd_run(args) if args.cmd == "run" else cmd_report(args)
+    {"run": cmd_run, "report": cmd_report, "recheck": cmd_recheck}[args.cmd](args)
 
 
 if __name__ == "__main__":
