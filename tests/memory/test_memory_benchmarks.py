@@ -57,3 +57,24 @@ def test_report_counts_timeouts_and_a_retry_replaces_them(report, capsys):
     assert (s["configurations_compared"], s["timeouts"], s["not_run_after_a_timeout"], s["build_or_run_errors"],
             s["models_run"], s["models_compared"]) == (1, 0, 1, 1, 2, 1)
     assert "failed m2 b2 infer: ModelLoadError: x" in capsys.readouterr().out
+
+
+def test_recheck_counts_recorded_peaks_the_simulator_still_gives(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("timm")
+    import argparse
+
+    from perfseer.memory.step import StepConfig, trace_step
+
+    module, shape = mct._build("timm", "test_resnet", True)
+    cfg = StepConfig(phase="infer", optimizer="sgd", precision="fp32", target="cpu", foreach=False)
+    peak = trace_step(module, shape, 2, cfg, fake=True).peak()[0]
+    jsonl = tmp_path / "r.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in [
+        row("timm:test_resnet", sim_peak=peak, real_peak=peak, rel_err=0.0),
+        row("timm:test_resnet", batch=3, sim_peak=1, real_peak=1, rel_err=0.0, rev="abc"),  # not what it gives
+        row("timm:other", sim_error="SimulationError: x")]) + "\n")
+    monkeypatch.setattr(mct, "JSONL", jsonl)
+    mct.cmd_recheck(argparse.Namespace(limit=None, offset=0))
+    out = capsys.readouterr().out
+    assert "1 models, 2 configurations simulated again: 1 give the recorded simulated peak to the byte, 1 do not" in out
+    assert "timm:test_resnet b3 infer : recorded 1 B (rev abc), now" in out
