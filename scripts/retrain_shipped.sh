@@ -3,10 +3,11 @@
 # recipe by a 3-fold cross-validation by architecture (issue 17, item 4; docs/trust.md).
 #
 #   scripts/retrain_shipped.sh NAME [extra perfseer-train args]    # one predictor
-#   scripts/retrain_shipped.sh all  [extra perfseer-train args]    # all eight, in the order below
+#   scripts/retrain_shipped.sh all  [extra perfseer-train args]    # all ten, in the order below
 #   python scripts/ship_predictor.py .cache/trust/CARD/CARD.json --tolerance 0   # then install it
 #
 # NAME: rtx3090-infer rtx3090-train i9-infer rtx4090-infer rtx5090-infer epyc-infer epyc-train nb201
+#       memsim-infer memsim-train
 # (and rtx3090-infer-family, the unseen-family interval benchmark's network: fitted on the family
 # split's train, not shipped).
 #
@@ -20,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-ORDER=(rtx3090-infer rtx3090-train i9-infer rtx4090-infer rtx5090-infer epyc-infer epyc-train nb201)
+ORDER=(rtx3090-infer rtx3090-train i9-infer rtx4090-infer rtx5090-infer epyc-infer epyc-train nb201 memsim-infer memsim-train)
 if [[ "${1:-}" == all ]]; then
   shift
   for n in "${ORDER[@]}"; do "$0" "$n" "$@"; done
@@ -49,6 +50,15 @@ case "${1:-}" in
   nb201) args=(--data nb201 --device 1080ti --device 2080ti --device titan_rtx --device titanx --device titanxp
                --phase infer --model seernet-multi --no-pcgrad --hidden 64 --max-train-models 2000 --batch-size 32
                --epochs 500 --seed 0 --name nb201-gpus.infer) ;;
+  # recipe of the memory-sim cards (benchmarks/memory_learned.py --ship): SeerNet-Multi with PCGrad on the
+  # simulator's labels, the rest of the peak (*_extra_mb) per optimizer, split by family, 16 per step
+  memsim-infer) args=(--data datasets/memory_sim --device cuda-sim/fp32 --phase infer --model seernet-multi --hidden 64
+                      --metric reserved_extra_mb --metric allocated_extra_mb --split family_split --batch-size 16
+                      --epochs 300 --seed 0 --name memory-sim.infer) ;;
+  memsim-train) args=(--data datasets/memory_sim --device cuda-sim/fp32 --phase train --model seernet-multi --hidden 64
+                      --metric sgdm_reserved_extra_mb --metric sgdm_allocated_extra_mb --metric adamw_reserved_extra_mb
+                      --metric adamw_allocated_extra_mb --split family_split --batch-size 16 --epochs 300 --seed 0
+                      --name memory-sim.train) ;;
   rtx3090-infer-family) args=("${timm[@]}" --device rtx3090/amp-nchw-pt240 --phase infer --seed 0
                               --split family_split --name rtx3090-amp-nchw-pt240.infer.family) ;;
   *) echo "unknown NAME '${1:-}'; use one of: all ${ORDER[*]} rtx3090-infer-family" >&2; exit 2 ;;
