@@ -21,6 +21,10 @@ import sys
 from pathlib import Path
 
 
+#: top-level card fields that training does not write and that the replaced card's role depends on
+CARRIED = ("role", "basis")
+
+
 def main(argv=None) -> int:
     from perfseer.predictor import BUNDLED
 
@@ -49,6 +53,11 @@ def main(argv=None) -> int:
         if before is not None and m["mape"] > before + args.tolerance and not args.force:
             print("refused: worse on validation (pass --force to ship anyway)", file=sys.stderr)
             return 1
+    # what was set on the replaced card after training (the memory fallback cards' role and basis line)
+    for key in CARRIED:
+        if key in old and key not in new:
+            new[key] = old[key]
+            print(f"{name}: kept the replaced card's {key!r}: {old[key]!r}")
     for suffix in (".safetensors",):
         tmp = BUNDLED / f"{name}{suffix}.tmp"
         shutil.copyfile(src.with_suffix(suffix), tmp)
