@@ -91,7 +91,7 @@ class Table:
     def rows(self, device, split_test: bool | None = None) -> np.ndarray:
         m = (self.runs["device"] == device).to_numpy()
         if split_test is not None:
-            m &= (self.runs["split"] == "test").to_numpy() == split_test
+            m = m & ((self.runs["split"] == "test").to_numpy() == split_test)
         return np.flatnonzero(m)
 
     def match(self, rows: np.ndarray, s: str) -> np.ndarray:
