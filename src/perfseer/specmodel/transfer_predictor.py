@@ -71,6 +71,14 @@ class TransferPredictor:
         self.card = card
         self.transfer = Transfer.from_dict(card["transfer"])
         self.name = card.get("name", "spec-transfer")
+        self._loaded: dict = {}  # source predictor name -> Predictor, loaded once
+
+    def source_predictor(self, name: str):
+        from perfseer.predictor import load_predictor
+
+        if name not in self._loaded:
+            self._loaded[name] = load_predictor(name)
+        return self._loaded[name]
 
     def sources(self, target_name: str) -> list[tuple[str, dict]]:
         """``(table device string, source entry)`` of the sources other than the target itself."""
@@ -88,7 +96,6 @@ class TransferPredictor:
         from perfseer.api import extract
         from perfseer.devices import get_device
         from perfseer.features.perfgraph import PerfGraph
-        from perfseer.predictor import load_predictor
         from perfseer.specmodel.trust import _costs
         from perfseer.trust import bounds as bnd
         from perfseer.trust import intervals as itv
@@ -114,7 +121,7 @@ class TransferPredictor:
         terms = np.stack([graph_terms(g.u) for g in bound])
         per, src_specs, src_reasons = [], [], [[] for _ in batches]
         for dev_str, entry in sources:
-            p = load_predictor(entry["predictor"])
+            p = self.source_predictor(entry["predictor"])
             rows = p.predict_bound(pg, batches, graphs=graphs, device=dev_str, phase=PHASE, name=name)
             rows = [r for r in rows if r["metric"] == "latency_ms"]
             sv = np.asarray(entry["spec"], dtype=float)
