@@ -272,12 +272,14 @@ def main(argv=None) -> int:
           "measured-device SeerNet: MAPE % | Spearman |")
     print("| --- " * 12 + "|")
     for r in rows:
-        print(f"| {r['gpu']} | {r['test_rows']} | {fmt(r['from_measured_mape'], 1)} | {fmt(r['from_measured_spearman'], 3)} | "
+        print(f"| {r['gpu']} | {r['test_rows']} | {fmt(r['from_measured_mape'], 1)} | "
+              f"{fmt(r['from_measured_spearman'], 3)} | "
               f"{fmt(r['from_seernet_mape'], 1)} | {fmt(r['from_seernet_spearman'], 3)} | "
               f"{fmt(r['zero_shot_mape'], 1)} | {fmt(r['zero_shot_spearman'], 3)} | {fmt(r['calibrated_mape'], 1)} | "
               f"{fmt(r['calibrated_spearman'], 3)} | {fmt(r['seernet_mape'], 2)} | {fmt(r['seernet_spearman'], 3)} |")
     print()
-    print("| held-out GPU | choice (inner leave-one-GPU-out) | inner MAPE % | rows scored (measured / SeerNet sources) |")
+    print("| held-out GPU | choice (inner leave-one-GPU-out) | inner MAPE % | "
+          "rows scored (measured / SeerNet sources) |")
     print("| --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['gpu']} | {r['choice']} | {choices[r['gpu']]['inner_mape']:.1f} | "

@@ -85,7 +85,8 @@ class TransferPredictor:
         return [(s, e) for s, e in self.card["sources"].items() if e["device"] != target_name]
 
     def predict(self, model, batch: int | Sequence[int] = 1, device: str = "l40s", phase: str = PHASE,
-                precision: str | None = PRECISION, input_shape=None, dims=None, seq_len: int | None = None) -> list[dict]:
+                precision: str | None = PRECISION, input_shape=None, dims=None,
+                seq_len: int | None = None) -> list[dict]:
         """Latency rows (as :meth:`perfseer.specmodel.predictor.SpecModel.predict`) of ``model``
         on ``device`` at each batch size, AMP inference only.
 
