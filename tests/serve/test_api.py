@@ -165,7 +165,8 @@ def test_memory_errors_are_json(client):
 
 
 def test_any_registered_device_through_the_spec_model(client):
-    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1, 32], "devices": ["h100-sxm", "l4"]})
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1, 32], "devices": ["h100-sxm", "l4"],
+                                         "precision": "fp32"})
     assert r.status_code == 200, r.text
     rows = r.json()["predictions"]
     assert {(x["batch_size"], x["basis"].split()[0]) for x in rows} >= {(1, "spec"), (32, "spec")}

@@ -77,7 +77,8 @@ def test_routing_prefers_a_measured_predictor():
 
 
 def test_cli_device_alone(capsys):
-    code, out, err = run_cli(capsys, "predict", "example:resnet50", "--device", "l4", "--batch", "1,32")
+    code, out, err = run_cli(capsys, "predict", "example:resnet50", "--device", "l4", "--batch", "1,32",
+                             "--precision", "fp32")
     assert code == 0, err
     assert "basis: spec model" in out and "l4" in out
     code, out, err = run_cli(capsys, "predict", "example:resnet50", "--device", "h100-sxm", "--precision", "bf16",

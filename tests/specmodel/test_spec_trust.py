@@ -126,11 +126,13 @@ def test_bundled_rows_carry_interval_and_verdict():
 
 
 def test_cli_shows_interval_and_domain_for_spec_rows(capsys):
-    code, out, err = run_cli(capsys, "predict", "example:resnet18", "--device", "l4", "--precision", "fp16", "--json")
+    code, out, err = run_cli(capsys, "predict", "example:resnet18", "--device", "l4", "--precision", "fp16", "--json",
+                             "--basis", "spec")
     assert code == 0, err
     (r,) = json.loads(out)["predictions"]
     assert r["interval"] and r["in_domain"] is False and r["domain_reasons"] and "flags" in r
-    code, out, err = run_cli(capsys, "predict", "example:resnet18", "--device", "l4", "--precision", "fp16")
+    code, out, err = run_cli(capsys, "predict", "example:resnet18", "--device", "l4", "--precision", "fp16",
+                             "--basis", "spec")
     assert code == 0, err
     assert "OUT" in out and "fp16" in out
 

@@ -17,8 +17,9 @@ def add_parser(sub) -> None:
         "predict", help="predict a model's latency (and other metrics) with a trained predictor",
         description="Extract MODEL's PerfGraph once, re-bind it to each batch size and predict every target of "
                     "the predictor (or those of --device/--phase).  With --device and no --predictor: a bundled "
-                    "measured predictor of that device if there is one, else the spec model (any GPU of "
-                    "perfseer devices, from its spec sheet); each row says its basis.")
+                    "measured predictor of that device if there is one, else (AMP inference) the transfer from the "
+                    "measured GPUs via specs, else the spec model (any GPU of perfseer devices, from its spec "
+                    "sheet); each row says its basis.")
     p.add_argument("model", metavar="MODEL", help="an .onnx file or a reference (timm:NAME, nb201:..., example:NAME...)")
     p.add_argument("--predictor", default=None, metavar="NAME|PATH", help="see perfseer predictors")
     p.add_argument("--batch", type=_ints, default=[1], metavar="B[,B...]", help="batch sizes (default 1)")
@@ -34,8 +35,9 @@ def add_parser(sub) -> None:
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="only this phase's targets")
     p.add_argument("--precision", default=None, choices=("fp32", "tf32", "fp16", "bf16"),
                    help="with --device alone: the precision (default: a measured predictor's own, else fp32)")
-    p.add_argument("--basis", default="auto", choices=("auto", "spec", "measured"),
-                   help="with --device alone: auto (measured where available), or force one")
+    p.add_argument("--basis", default="auto", choices=("auto", "spec", "transfer", "measured"),
+                   help="with --device alone: auto (measured where available, else for AMP inference the transfer "
+                        "from the measured GPUs via specs, else the spec model), or force one")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON to FILE (atomically)")
     p.add_argument("--plot", default=None, metavar="FILE.png|FILE.svg",

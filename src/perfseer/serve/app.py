@@ -78,11 +78,12 @@ class PredictRequest(BaseModel):
     predictors: list[str] = Field(default_factory=list, description="predictor names (default: every served one)")
     devices: list[str] = Field(default_factory=list, description="with predictors: only their targets on these "
                                "devices; alone: any registered device (a measured predictor where one covers it, "
-                               "else the spec model; each row names its basis)")
+                               "else for AMP inference the transfer from the measured GPUs via specs, else the spec model; each "
+                               "row names its basis)")
     phase: str | None = Field(default=None, description="infer or train (default: both where covered; infer for "
                               "devices alone)")
     precision: str | None = Field(default=None, description="devices alone: fp32, tf32, fp16 or bf16")
-    basis: str = Field(default="auto", description="devices alone: auto, spec or measured")
+    basis: str = Field(default="auto", description="devices alone: auto, spec, transfer or measured")
 
 
 class MemoryRequest(BaseModel):

@@ -1,9 +1,12 @@
 """Which predictor answers for a device: a bundled measured-device predictor where one covers the
-device (and phase, and precision if asked), else the spec model.
+device (and phase, and precision if asked); else, for AMP inference on a GPU, the spec transfer
+from the measured GPUs (:mod:`perfseer.specmodel.transfer_predictor`) when its
+leave-one-GPU-out beat the spec model's (the bundled card's ``logo``, written by
+``benchmarks/spec_transfer_logo.py``); else the spec model.
 
-Measured predictors win where both exist: on timm inference, leave-one-GPU-out, the spec model is
-further from the measurements than the measured-device SeerNets' test scores
-(``benchmarks/spec_timm_logo.py``, docs/devices.md).
+Measured predictors win where both exist: on timm inference, leave-one-GPU-out, the spec model and
+the transfer are further from the measurements than the measured-device SeerNets' test scores
+(``benchmarks/spec_timm_logo.py``, ``benchmarks/spec_transfer_logo.py``, docs/devices.md).
 """
 
 from __future__ import annotations
@@ -57,8 +60,10 @@ def predict_on_device(model, device: str, batch: int | Sequence[int] = 1, phase:
         device: a registry name or alias (``perfseer devices``), a table device string or a MIG slice.
         precision: ``fp32``/``tf32``/``fp16``/``bf16``; ``None``: a measured predictor's own setting,
             else ``fp32``.
-        prefer: ``auto`` (measured where available), ``spec`` (always the spec model) or
-            ``measured`` (an error where none covers the device).
+        prefer: ``auto`` (measured where available, else the transfer where it applies and won
+            its leave-one-GPU-out, else the spec model), ``spec`` (always the spec model),
+            ``transfer`` (the spec transfer; an error where it does not apply) or ``measured``
+            (an error where none covers the device).
 
     Returns:
         Rows as :meth:`perfseer.predictor.Predictor.predict` (latency only), each with ``basis``.
@@ -68,9 +73,9 @@ def predict_on_device(model, device: str, batch: int | Sequence[int] = 1, phase:
     from perfseer.specmodel.predictor import load_spec_model
 
     spec = get_device(device)
-    if prefer not in ("auto", "spec", "measured"):
-        raise PerfseerError(f"prefer must be auto, spec or measured, got {prefer!r}", "pass prefer='auto'")
-    found = measured_predictors(device, phase, precision) if prefer != "spec" else []
+    if prefer not in ("auto", "spec", "measured", "transfer"):
+        raise PerfseerError(f"prefer must be auto, spec, transfer or measured, got {prefer!r}", "pass prefer='auto'")
+    found = measured_predictors(device, phase, precision) if prefer in ("auto", "measured") else []
     if found:
         name, dev = found[0]
         rows = load_predictor(name).predict(model, batch=batch, input_shape=input_shape, dims=dims, device=dev,
@@ -82,6 +87,15 @@ def predict_on_device(model, device: str, batch: int | Sequence[int] = 1, phase:
     if prefer == "measured":
         raise PerfseerError(f"no bundled measured predictor covers {spec.name} ({phase})",
                             "drop --basis measured to use the spec model, or train one (perfseer train)")
+    from perfseer.specmodel import transfer_predictor as xp
+
+    if prefer == "transfer" and not xp.applicable(spec, phase, precision):
+        raise PerfseerError(f"the spec transfer does not cover {spec.name} {precision or ''} {phase}: it answers AMP "
+                            "(fp16) inference on a full GPU with FP16 peak, bandwidth, SMs, clock and L2 in its spec",
+                            "use --basis spec (the spec model) or --basis auto")
+    if prefer == "transfer" or (prefer == "auto" and xp.applicable(spec, phase, precision) and xp.preferred()):
+        return xp.load_transfer().predict(model, batch=batch, device=spec.name, phase=phase, precision=precision,
+                                          input_shape=input_shape, dims=dims, seq_len=seq_len)
     return load_spec_model().predict(model, batch=batch, device=spec.name,
                                      phase=phase, precision=precision or "fp32", input_shape=input_shape, dims=dims,
                                      seq_len=seq_len)
