@@ -122,3 +122,19 @@ def test_predict_on_an_unmeasured_gpu_uses_the_transfer(capsys):
     assert "basis: transfer from" in out
     assert_cli_error(capsys, ["predict", "example:resnet18", "--device", "l40s", "--basis", "transfer", "--phase",
                               "train"], "transfer", "--basis spec")
+
+
+def test_the_sources_reasons_are_merged_by_kind():
+    from perfseer.specmodel.transfer_predictor import merge_source_reasons
+
+    out = merge_source_reasons([
+        ("rtx3090", ["batch 1 outside the training batch sizes 6-1024", "global features outside the training range: a 1 < 2"]),
+        ("rtx4090", ["batch 1 outside the training batch sizes 4-1024", "global features outside the training range: b 3 < 4"]),
+        ("rtx5090", ["embedding 1.3x the distance threshold from the nearest training graph"]),
+    ])
+    assert out == [
+        "sources rtx3090, rtx4090: batch 1 outside the training batch sizes 6-1024 (figures of rtx3090)",
+        "sources rtx3090, rtx4090: global features outside the training range: a 1 < 2 (figures of rtx3090)",
+        "source rtx5090: embedding 1.3x the distance threshold from the nearest training graph",
+    ]
+    assert merge_source_reasons([("a", ["x 1"]), ("b", ["x 1"])]) == ["sources a, b: x 1"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -131,14 +132,14 @@ class TransferPredictor:
             per.append(ly + self.transfer.shift(ly, terms, roof_s, roof_t, sv, tgt))
             src_specs.append(sv)
             for i, r in enumerate(rows):
-                src_reasons[i] += [f"source {entry['device']}: {x}" for x in r.get("domain_reasons") or []]
+                src_reasons[i].append((entry["device"], list(r.get("domain_reasons") or [])))
         value = 10 ** self.transfer.combine_sources(np.stack(per), np.stack(src_specs), tgt)
         dev_r = device_reasons(spec, self.card.get("domain") or {})
         q = ((self.card.get("intervals") or {}).get("seernet-source") or {}).get("q")
         basis = self.basis(spec, [e["device"] for _, e in sources])
         out = []
         for i, b in enumerate(batches):
-            reasons = dev_r + src_reasons[i]
+            reasons = dev_r + merge_source_reasons(src_reasons[i])
             flags: list[str] = []
             lo = hi = float("nan")
             if q is not None:
@@ -161,6 +162,31 @@ class TransferPredictor:
         how = "geometric mean" if self.transfer.combine == "geomean" else "nearest in spec"
         return (f"transfer from {' + '.join(source_names)} via specs ({self.name}: their measured-device SeerNets, "
                 f"AMP NCHW eager, carried to {spec.name} by its spec sheet, {how}; no measurement of {spec.name})")
+
+
+def merge_source_reasons(per_source: list[tuple[str, list[str]]]) -> list[str]:
+    """The sources' out-of-domain reasons, one line per kind of reason: sources that give the same
+    reason (the same words, other numbers; or the same words before a colon) share a line, with the
+    figures of the first of them.
+
+    >>> merge_source_reasons([("a", ["batch 1 outside 6-1024"]), ("b", ["batch 1 outside 4-1024"])])
+    ['sources a, b: batch 1 outside 6-1024 (figures of a)']
+    """
+    groups: dict[str, tuple[str, list[str], set[str]]] = {}
+    for device, reasons in per_source:
+        for text in reasons:
+            # "global features outside the training range: ..." lists features: the part before the colon
+            key = text.split(":")[0] if ":" in text else re.sub(r"[-+]?[\d.,]+(e[-+]?\d+)?x?", "#", text)
+            first, devices, texts = groups.setdefault(key, (text, [], set()))
+            if device not in devices:
+                devices.append(device)
+            texts.add(text)
+    out = []
+    for first, devices, texts in groups.values():
+        who = f"source {devices[0]}" if len(devices) == 1 else f"sources {', '.join(devices)}"
+        note = f" (figures of {devices[0]})" if len(texts) > 1 else ""
+        out.append(f"{who}: {first}{note}")
+    return out
 
 
 def preferred(card: dict | None = None) -> bool:
