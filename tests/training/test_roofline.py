@@ -102,3 +102,21 @@ def test_pmgns_learns_the_residual_and_reloads(data, tmp_path):
         assert torch.allclose(fresh(b), model.eval()(b))
     with pytest.raises(PerfseerError, match="baseline_fit='all'"):
         train_method("pmgns", tr, te, {"baseline": "roofline"}, train_config=TrainConfig(max_epochs=1, progress=False))
+
+
+@pytest.mark.parametrize("model,cfg", [
+    ("pmgns", {"baseline": "roofline", "baseline_device": "i9-10940x"}),
+    ("blend", {"members": "pmgns+pmgns[baseline=roofline;baseline_device=i9-10940x]", "weights": "0.4,0.6"}),
+])
+def test_a_card_with_the_roofline_offset_reloads(tmp_path, model, cfg):
+    from perfseer.predictor import Predictor, Target, load_predictor
+    from perfseer.training.run import train_method
+    from perfseer.training.trainer import TrainConfig
+
+    tr, va, te = flops_dataset(16, 0), flops_dataset(8, 1), flops_dataset(4, 2)
+    fitted = train_method(model, tr, va, cfg | {"hidden_dim": 8, "head_hidden_dim": 8},
+                          train_config=TrainConfig(max_epochs=1, batch_size=8, progress=False), targets=["latency_ms"])
+    p = Predictor.from_training("p", model, fitted.estimator, [Target("latency_ms", "dev", "infer")], [], {}, {})
+    p.save(tmp_path)
+    q = load_predictor(tmp_path / "p.json")
+    np.testing.assert_allclose(q.predict_graphs(te), fitted.predict(te), rtol=1e-6)
