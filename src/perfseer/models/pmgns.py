@@ -12,17 +12,9 @@ from torch_geometric.nn import SAGEConv
 from perfseer.errors import PerfseerError
 from perfseer.models.base import _check_choice
 from perfseer.models.gnn import ConvStack, ConvStackConfig
+from perfseer.models.roofline import BYTES_COL, FLOPS_COL
 
 BASELINES = ("none", "roofline")
-
-
-def _cost_columns() -> tuple[int, int]:
-    from perfseer.models.roofline import BYTES_COL, FLOPS_COL
-
-    return FLOPS_COL, BYTES_COL
-
-
-_FLOPS, _BYTES = _cost_columns()
 
 
 @dataclass
@@ -127,7 +119,7 @@ class PMGNS(ConvStack):
         from perfseer.models.roofline import log_baseline_torch
 
         batch, _, num_graphs = self._inputs(data)
-        v = data.x[:, [_FLOPS, _BYTES]].double() * self.cost_std + self.cost_mean
+        v = data.x[:, [FLOPS_COL, BYTES_COL]].double() * self.cost_std + self.cost_mean
         raw = torch.sign(v) * torch.expm1(v.abs())                          # undo signed_log1p
         return torch.stack([log_baseline_torch(raw[:, 0], raw[:, 1], batch, num_graphs, p)
                             for p in self.baseline_params], dim=1)
