@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import torch
+from torch import Tensor
 from torch_geometric.nn import SAGEConv
 
+from perfseer.errors import PerfseerError
 from perfseer.models.base import _check_choice
 from perfseer.models.gnn import ConvStack, ConvStackConfig
+from perfseer.models.roofline import BYTES_COL, FLOPS_COL
+
+BASELINES = ("none", "roofline")
 
 
 @dataclass
@@ -21,10 +28,19 @@ class PMGNSConfig(ConvStackConfig):
     aggr: str = "mean"  # GraphSAGE neighbour aggregation (mean, max, add)
     dropout: float = 0.05  # DIPPM Table 3
     loss: str = "huber"  # DIPPM §4: Huber beat MSE
+    baseline: str = "none"  # "roofline": predict log y - log b(g), b the roofline time (models/roofline.py)
+    baseline_device: str = ""  # spec sheet of the roofline's peak and bandwidth ("" : all five parameters fitted)
+    baseline_precision: str = "fp32"  # which peak of the spec (fp16 for AMP)
+    baseline_fit: str = "overheads"  # roofline parameters fitted on the training graphs: none, overheads, all
 
     def validate(self) -> None:
         super().validate()
         _check_choice(self, "aggr", ("mean", "max", "add"))
+        _check_choice(self, "baseline", BASELINES)
+        _check_choice(self, "baseline_fit", ("none", "overheads", "all"))
+        if self.baseline == "roofline" and not self.baseline_device and self.baseline_fit != "all":
+            raise PerfseerError("PMGNSConfig: a roofline baseline without baseline_device needs baseline_fit='all'",
+                                "set baseline_device (a name from 'perfseer devices') or baseline_fit=all")
 
 
 class PMGNS(ConvStack):
@@ -40,6 +56,13 @@ class PMGNS(ConvStack):
     predicts several metrics from one network; ``num_targets`` sets how many.  It was trained with
     the Huber loss, hence ``loss = "huber"``.
 
+    With ``baseline="roofline"`` the network's output is added to the standardised log of a
+    per-graph roofline time :math:`b(g)` (:mod:`perfseer.models.roofline`), so it learns only
+    :math:`\log y - \log b(g)`.  The roofline's parameters are fitted on the training graphs
+    before training (:meth:`fit_baseline`, called by the trainer) and kept, with the feature and
+    target scaling the forward needs to recover raw FLOPs and bytes, as buffers of the state: a
+    card reproduces its predictions exactly.
+
     Args:
         config: a :class:`PMGNSConfig`.
 
@@ -49,5 +72,64 @@ class PMGNS(ConvStack):
     name = "pmgns"
     config_class = PMGNSConfig
 
+    def __init__(self, config: PMGNSConfig):
+        super().__init__(config)
+        if config.baseline == "roofline":
+            T = config.num_targets
+            self.register_buffer("baseline_params", torch.ones(T, 5, dtype=torch.float64))
+            self.register_buffer("cost_mean", torch.zeros(2, dtype=torch.float64))
+            self.register_buffer("cost_std", torch.ones(2, dtype=torch.float64))
+            self.register_buffer("target_mean", torch.zeros(T, dtype=torch.float64))
+            self.register_buffer("target_std", torch.ones(T, dtype=torch.float64))
+            self.register_buffer("baseline_fitted", torch.zeros((), dtype=torch.bool))
+
     def make_conv(self, i, in_dim, out_dim):
         return SAGEConv(in_dim, out_dim, aggr=self.config.aggr)
+
+    def set_target_scaling(self, mean, std) -> None:
+        """Called by the trainer with the log-target standardisation (used by the roofline offset)."""
+        if self.config.baseline == "roofline":
+            self.target_mean.copy_(torch.as_tensor(np.asarray(mean, dtype=np.float64)).reshape(-1))
+            self.target_std.copy_(torch.as_tensor(np.asarray(std, dtype=np.float64)).reshape(-1))
+
+    def fit_baseline(self, graphs, y, feature_scaler) -> None:
+        """Fit the roofline's parameters per target on the raw training ``graphs`` and targets
+        ``y`` ``[N, T]`` (ms), and keep the scaling of the FLOPs and bytes columns; called by the
+        trainer before the first epoch (a resumed run restores them)."""
+        from perfseer.models import roofline as rl
+
+        if self.config.baseline != "roofline":
+            return
+        if feature_scaler.mask:
+            raise PerfseerError("the roofline baseline reads the node costs, which a feature mask hides",
+                                "train without --feature-mask, or with baseline=none")
+        c = self.config
+        init = rl.spec_params(c.baseline_device, c.baseline_precision) if c.baseline_device else rl.RooflineParams(*rl.GENERIC)
+        y = np.asarray(y, dtype=np.float64).reshape(len(graphs), -1)
+        for t in range(y.shape[1]):
+            p = rl.fit_params(graphs, y[:, t], init, rl.FITS[c.baseline_fit])
+            self.baseline_params[t] = torch.as_tensor(p.as_array())
+        cols = [rl.FLOPS_COL, rl.BYTES_COL]
+        self.cost_mean.copy_(torch.as_tensor(feature_scaler.mean_["x"][cols]))
+        self.cost_std.copy_(torch.as_tensor(feature_scaler.std_["x"][cols]))
+        self.baseline_fitted.fill_(True)
+
+    def log_baseline(self, data) -> Tensor:
+        """``log b(g)`` ``[G, T]`` of a batch of scaled graphs (the trainer's input)."""
+        from perfseer.models.roofline import log_baseline_torch
+
+        batch, _, num_graphs = self._inputs(data)
+        v = data.x[:, [FLOPS_COL, BYTES_COL]].double() * self.cost_std + self.cost_mean
+        raw = torch.sign(v) * torch.expm1(v.abs())                          # undo signed_log1p
+        return torch.stack([log_baseline_torch(raw[:, 0], raw[:, 1], batch, num_graphs, p)
+                            for p in self.baseline_params], dim=1)
+
+    def forward(self, data) -> Tensor:
+        out = super().forward(data)
+        if self.config.baseline != "roofline":
+            return out
+        if not bool(self.baseline_fitted):
+            raise PerfseerError("this PMGNS has a roofline baseline that was never fitted",
+                                "train it with perfseer.training (the trainer calls fit_baseline)")
+        off = (self.log_baseline(data) - self.target_mean) / self.target_std
+        return out + off.to(out.dtype)

@@ -46,8 +46,10 @@ for _config, _model in ((SeerNetConfig, SeerNet), (SeerNetMultiConfig, SeerNetMu
 from perfseer.models.additive import Additive, AdditiveConfig  # noqa: E402
 from perfseer.models.flops_only import FlopsOnly, FlopsOnlyConfig  # noqa: E402
 from perfseer.models.gbm import GBM, GBMConfig  # noqa: E402
+from perfseer.models.roofline import Roofline, RooflineConfig  # noqa: E402
 
-for _config, _model in ((AdditiveConfig, Additive), (GBMConfig, GBM), (FlopsOnlyConfig, FlopsOnly)):
+for _config, _model in ((AdditiveConfig, Additive), (GBMConfig, GBM), (FlopsOnlyConfig, FlopsOnly),
+                        (RooflineConfig, Roofline)):
     register(_model.name, _config, _model)
 
 # A weighted geometric mean of separately trained networks (trained by models/blend.py's train_blend).

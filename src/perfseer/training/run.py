@@ -39,11 +39,12 @@ def _baselines() -> dict[str, type]:
     from perfseer.models.additive import Additive
     from perfseer.models.flops_only import FlopsOnly
     from perfseer.models.gbm import GBM
+    from perfseer.models.roofline import Roofline
 
-    return {"additive": Additive, "gbm": GBM, "flops": FlopsOnly}
+    return {"additive": Additive, "gbm": GBM, "flops": FlopsOnly, "roofline": Roofline}
 
 
-BASELINES = ("additive", "gbm", "flops")
+BASELINES = ("additive", "gbm", "flops", "roofline")
 ALIASES = {"flops-only": "flops", "flops_only": "flops"}
 
 
@@ -117,7 +118,7 @@ def train_method(name: str, train_set: Sequence, val_set: Sequence, config: dict
     if name in BASELINES:
         est = _baselines()[name](**config)
         kwargs = {}
-        if name == "gbm" and len(val_set):
+        if name in ("gbm", "roofline") and len(val_set):
             kwargs["eval_set"] = (val_set, targets_of(val_set))
         est.fit(train_set, y_train, **kwargs)
         return FittedMethod(name, targets, est, time.perf_counter() - start, None, est.config.to_dict())

@@ -521,6 +521,9 @@ def _train(model, train_set, val_set, cfg, targets, test_set, feature_scaler, ta
     hook = getattr(model, "set_target_scaling", None)
     if callable(hook) and loaded is None:  # a model that composes costs in the target's unit (SeerNet-Sum)
         hook(ts.mean_, ts.std_)
+    fit_baseline = getattr(model, "fit_baseline", None)
+    if callable(fit_baseline) and loaded is None:  # a physics offset fitted on the raw training graphs (PMGNS)
+        fit_baseline(train_set, y_train, fs)
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg.lr_factor,

@@ -1,0 +1,313 @@
+"""A roofline reference time per graph, and baselines that learn only what it misses.
+
+The physics (Williams et al., 2009, applied per operator and summed): an operator that computes
+(FLOPs > 0) takes the longer of its arithmetic and its memory traffic at the device's rates, one
+that only moves data (``Reshape``, ``Transpose``, ``Concat``: FLOPs = 0) its traffic, and every
+operator pays a fixed launch/overhead time:
+
+    b(g) = sum_{n: F_n > 0} [max(F_n / P, B_n / W) + c_1] + sum_{n: F_n = 0} [a B_n / W + c_2]
+
+with ``F_n`` the node's FLOPs and ``B_n`` its memory access (bytes read and written,
+:data:`perfseer.features.schema.COST_FEATURES`), ``P`` the peak rate (FLOP/ms), ``W`` the memory
+bandwidth (bytes/ms), ``a`` the share of a data-movement node's bytes that is real traffic and
+``c_1``, ``c_2`` the per-node overheads (ms).  :class:`RooflineParams` holds the five; ``P`` and
+``W`` come from a device's spec sheet (:func:`spec_params`, the device registry) or are fitted,
+the overheads are fitted (:func:`fit_params`: least squares of ``log y`` on ``log b(g)`` over the
+training graphs, a robust loss, every parameter in log space, the rates from a grid of starts).
+
+Two uses:
+
+- :class:`Roofline` (``roofline``, a baseline estimator): ``b(g)`` alone (times a fitted
+  constant), or with a ridge or LightGBM model of the residual ``log y - log b(g)`` on the global
+  features, ``log b`` and the roofline's terms (``residual="ridge"`` / ``"gbm"``);
+- PMGNS's ``baseline="roofline"`` (:mod:`perfseer.models.pmgns`): the network predicts
+  ``log y - log b(g)``; :func:`log_baseline_torch` computes ``log b`` inside the model, and the
+  parameters are buffers of its state, so a card predicts exactly what was trained.
+
+Example::
+
+    p = fit_params(train_graphs, y_ms, spec_params("rtx3090", "fp16"), free=("c1", "c2"))
+    b = baseline_ms(test_graphs, p)          # [N] ms
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfseer.errors import PerfseerError
+from perfseer.features.schema import NODE_FEATURES
+from perfseer.models.estimator import EstimatorConfig, GraphEstimator, floats, global_features, signed_log1p
+
+FLOPS_COL = NODE_FEATURES.index("flops")
+BYTES_COL = NODE_FEATURES.index("memory_access_bytes")
+PARAM_NAMES = ("P", "W", "a", "c1", "c2")
+# bounds of the fitted parameters (log space): rates from 1 GFLOP/s and 1 GB/s up, overheads 1 ns - 10 ms
+_BOUNDS = {"P": (1e6, 1e14), "W": (1e6, 1e14), "a": (1e-4, 1e3), "c1": (1e-9, 10.0), "c2": (1e-9, 10.0)}
+# a start for devices without a spec: a few TFLOP/s, ~100 GB/s, 10 us and 1 us per node
+GENERIC = (1e9, 1e8, 1.0, 1e-2, 1e-3)
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    """``P`` FLOP/ms, ``W`` bytes/ms, ``a`` (share of a movement node's bytes), ``c1`` / ``c2`` ms per
+    compute / movement node."""
+
+    P: float
+    W: float
+    a: float = 1.0
+    c1: float = 1e-2
+    c2: float = 1e-3
+
+    def as_array(self) -> np.ndarray:
+        return np.array([self.P, self.W, self.a, self.c1, self.c2], dtype=np.float64)
+
+    @classmethod
+    def from_array(cls, v) -> RooflineParams:
+        v = [float(x) for x in v]
+        if len(v) != 5 or not all(math.isfinite(x) and x > 0 for x in v):
+            raise PerfseerError(f"roofline parameters {v} are not five positive numbers",
+                                "refit the baseline (fit_params)")
+        return cls(*v)
+
+
+def spec_params(device: str, precision: str = "fp32") -> RooflineParams:
+    """``P`` and ``W`` of ``device`` (a registry name or a measurement-table device string) at
+    ``precision`` from its spec sheet; the overheads at their generic start."""
+    from perfseer.devices.registry import get_device
+
+    spec = get_device(device)
+    if precision not in spec.peak_tflops:
+        raise PerfseerError(f"device {spec.name!r} has no {precision} peak in its spec",
+                            f"use one of {', '.join(spec.peak_tflops)}")
+    if not spec.mem_bandwidth_gbs:
+        raise PerfseerError(f"device {spec.name!r} has no memory bandwidth in its spec",
+                            "add mem_bandwidth_gbs to its spec file, or fit the rates (fit='all')")
+    return RooflineParams(spec.peak_tflops[precision] * 1e9, spec.mem_bandwidth_gbs * 1e6, *GENERIC[2:])
+
+
+def node_costs(graph) -> tuple[np.ndarray, np.ndarray]:
+    """FLOPs and memory-access bytes of every node of a (raw-featured) graph, float64 ``[n]``."""
+    x = np.asarray(graph.x, dtype=np.float64)
+    return x[:, FLOPS_COL], x[:, BYTES_COL]
+
+
+class _Costs:
+    """The node costs of a list of graphs, concatenated, with each node's graph index."""
+
+    def __init__(self, graphs):
+        parts = [node_costs(g) for g in graphs]
+        self.n = len(parts)
+        self.F = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+        self.B = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
+        self.gid = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)]) if parts else np.zeros(0, int)
+        self.comp = self.F > 0
+
+    def terms(self, p: RooflineParams) -> np.ndarray:
+        """``[N, 5]`` per graph: the roofline sum over compute nodes, movement bytes / W, compute
+        nodes, movement nodes, and b(g)."""
+        t_comp = np.where(self.comp, np.maximum(self.F / p.P, self.B / p.W), 0.0)
+        t_move = np.where(self.comp, 0.0, self.B / p.W)
+        s = lambda v: np.bincount(self.gid, weights=v, minlength=self.n)  # noqa: E731
+        tc, tm, nc, nm = s(t_comp), s(t_move), s(self.comp.astype(float)), s((~self.comp).astype(float))
+        return np.stack([tc, tm, nc, nm, tc + p.a * tm + p.c1 * nc + p.c2 * nm], axis=1)
+
+
+def baseline_ms(graphs, params: RooflineParams) -> np.ndarray:
+    """``b(g)`` in milliseconds for each graph, ``[N]``."""
+    return _Costs(graphs).terms(params)[:, 4]
+
+
+def fit_params(graphs, y, init: RooflineParams, free=("c1", "c2")) -> RooflineParams:
+    """The parameters named in ``free`` fitted to ``log y`` (milliseconds, ``[N]``) by robust least
+    squares of ``log b(g) - log y`` (soft-L1, scale 0.3), from ``init``; the others stay."""
+    from scipy.optimize import least_squares
+
+    free = tuple(free)
+    bad = [f for f in free if f not in PARAM_NAMES]
+    if bad:
+        raise PerfseerError(f"unknown roofline parameter(s) {bad}", f"choose from {', '.join(PARAM_NAMES)}")
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    if len(y) != len(graphs) or len(y) == 0 or not (y > 0).all():
+        raise PerfseerError("fitting a roofline needs one positive time per graph", "pass the training latencies")
+    if not free:
+        return init
+    costs, th0 = _Costs(graphs), np.log(init.as_array())
+    idx = [PARAM_NAMES.index(f) for f in free]
+    lo = np.log([_BOUNDS[f][0] for f in free])
+    hi = np.log([_BOUNDS[f][1] for f in free])
+    start = np.clip(th0[idx], lo + 1e-9, hi - 1e-9)
+
+    def full(p):
+        th = th0.copy()
+        th[idx] = p
+        return RooflineParams(*np.exp(th))
+
+    def res(p):
+        return np.log(np.maximum(costs.terms(full(p))[:, 4], 1e-30)) - np.log(y)
+
+    # max() is flat where every node sits on one side of the ridge point: start from a grid of
+    # rates around init (x 1/30, 1, 30 for P and W when free) and keep the best fit
+    starts = [start]
+    rates = [i for i, f in enumerate(free) if f in ("P", "W")]
+    if rates:
+        steps = np.log([1 / 30, 1.0, 30.0])
+        starts = []
+        for combo in np.array(np.meshgrid(*[steps] * len(rates))).T.reshape(-1, len(rates)):
+            s = start.copy()
+            s[rates] += combo
+            starts.append(np.clip(s, lo + 1e-9, hi - 1e-9))
+    best = min((least_squares(res, s0, bounds=(lo, hi), loss="soft_l1", f_scale=0.3) for s0 in starts),
+               key=lambda r: r.cost)
+    return full(best.x)
+
+
+def log_baseline_torch(F, B, batch, num_graphs: int, params):
+    """``log b(g)`` ``[G]`` from raw node FLOPs ``F`` and bytes ``B`` ``[N]`` (float64 tensors),
+    ``batch`` ``[N]`` and ``params`` ``[5]`` (``P, W, a, c1, c2``): what :func:`baseline_ms`
+    computes, in torch, for a model's forward."""
+    import torch
+
+    P, W, a, c1, c2 = params.unbind()
+    comp = F > 0
+    t = torch.where(comp, torch.maximum(F / P, B / W) + c1, a * B / W + c2)
+    total = torch.zeros(num_graphs, dtype=t.dtype, device=t.device).index_add_(0, batch, t)
+    return torch.log(total.clamp_min(1e-30))
+
+
+# -- the baseline estimator ------------------------------------------------------------------------
+
+FITS = {"none": (), "overheads": ("c1", "c2"), "all": PARAM_NAMES}
+RESIDUALS = ("none", "ridge", "gbm")
+
+
+@dataclass
+class RooflineConfig(EstimatorConfig):
+    """Hyper-parameters of :class:`Roofline`."""
+
+    device: str = ""  # registry name for P and W (e.g. rtx3090, i9-10940x); "" starts from generic rates, fit='all'
+    precision: str = "fp32"  # which peak of the spec (fp16 for AMP)
+    fit: str = "overheads"  # parameters fitted on the training graphs: none, overheads (c1, c2) or all five
+    residual: str = "none"  # model of log y - log b: none (a constant), ridge or gbm, on u, log b and its terms
+    ridge_alphas: str = "0.001,0.01,0.1,1,10,100,1000"  # ridge penalties; the validation rows choose (else 1)
+    n_estimators: int = 500  # the gbm residual: boosting rounds (early-stopped on validation), as the gbm
+    learning_rate: float = 0.05
+    num_leaves: int = 31
+    min_child_samples: int = 5
+    early_stopping_rounds: int = 50
+    seed: int = 0
+    num_threads: int = 1
+    target_transform: str = "log"  # log only: b(g) is a time
+
+    def check(self) -> None:
+        if self.fit not in FITS:
+            raise PerfseerError(f"roofline fit {self.fit!r}", f"use one of {', '.join(FITS)}")
+        if self.residual not in RESIDUALS:
+            raise PerfseerError(f"roofline residual {self.residual!r}", f"use one of {', '.join(RESIDUALS)}")
+        if self.target_transform != "log":
+            raise PerfseerError("the roofline baseline models log y", "leave target_transform='log'")
+        if not self.device and self.fit != "all":
+            raise PerfseerError("a roofline without a device needs its rates fitted",
+                                "set device (a name from 'perfseer devices') or fit='all'")
+
+
+class Roofline(GraphEstimator):
+    """``log y = log b(g) + r(g)``: the roofline reference time and a learned residual ``r``
+    (a constant, a ridge or a LightGBM on ``[signed_log1p(u), log b, log terms]``).
+
+    Attributes (after ``fit``): ``params_`` (:class:`RooflineParams`), ``shift_`` (the constant
+    residual), ``ridge_`` (``mean``, ``std``, ``w``) or ``booster_`` per residual kind.
+    """
+
+    name = "roofline"
+    config_class = RooflineConfig
+
+    def fit(self, graphs, y, eval_set=None):
+        """Fit; ``eval_set=(graphs, y)`` picks the ridge penalty and early-stops the gbm."""
+        return super().fit(graphs, y, eval_set=eval_set)
+
+    def _features(self, graphs) -> tuple[np.ndarray, np.ndarray]:
+        T = _Costs(graphs).terms(self.params_)
+        logb = np.log(np.maximum(T[:, 4], 1e-30))
+        X = np.column_stack([signed_log1p(global_features(graphs)), logb, np.log(T[:, 0] + 1e-9),
+                             np.log(T[:, 1] + 1e-9), np.log1p(T[:, 2]), np.log1p(T[:, 3])])
+        return X, logb
+
+    def _fit(self, graphs, z: np.ndarray, eval_set=None) -> None:
+        c = self.config
+        c.check()
+        if z.shape[1] != 1:
+            raise PerfseerError("the roofline baseline predicts one time", "fit it on latency_ms alone")
+        init = spec_params(c.device, c.precision) if c.device else RooflineParams(*GENERIC)
+        self.params_ = fit_params(graphs, np.exp(z[:, 0]), init, FITS[c.fit])
+        X, logb = self._features(graphs)
+        r = z[:, 0] - logb
+        self.shift_ = float(np.median(r))
+        self.ridge_ = self.booster_ = None
+        Xv = rv = None
+        if eval_set is not None:
+            gv, yv = eval_set
+            Xv, lbv = self._features(gv)
+            rv = np.log(np.asarray(yv, dtype=np.float64).reshape(-1)) - lbv
+        if c.residual == "ridge":
+            mu, sd = X.mean(0), X.std(0)
+            sd[~(sd > 1e-12)] = 1.0
+            A = np.column_stack([np.ones(len(X)), (X - mu) / sd])
+            best = None
+            alphas = [float(a) for a in c.ridge_alphas.split(",")] if Xv is not None else [1.0]
+            for alpha in alphas:
+                R = alpha * np.eye(A.shape[1])
+                R[0, 0] = 0.0
+                w = np.linalg.solve(A.T @ A + R, A.T @ r)
+                err = 0.0 if Xv is None else float(np.mean(np.abs(np.exp(np.column_stack(
+                    [np.ones(len(Xv)), (Xv - mu) / sd]) @ w - rv) - 1)))
+                if best is None or err < best[0]:
+                    best = (err, w, alpha)
+            self.ridge_ = {"mean": mu, "std": sd, "w": best[1], "alpha": best[2]}
+        elif c.residual == "gbm":
+            from perfseer.models.gbm import _lightgbm
+
+            lgb = _lightgbm()
+            params = {"objective": "regression", "learning_rate": c.learning_rate, "num_leaves": c.num_leaves,
+                      "min_data_in_leaf": c.min_child_samples, "seed": c.seed, "num_threads": c.num_threads,
+                      "deterministic": True, "force_col_wise": True, "verbosity": -1, "min_data_in_bin": 1}
+            train = lgb.Dataset(X, r, free_raw_data=False)
+            kw = {}
+            if Xv is not None:
+                kw = {"valid_sets": [lgb.Dataset(Xv, rv, reference=train)],
+                      "callbacks": [lgb.early_stopping(c.early_stopping_rounds, verbose=False)]}
+            b = lgb.train(params, train, num_boost_round=c.n_estimators, **kw)
+            self.booster_ = (b, int(b.best_iteration if b.best_iteration > 0 else b.current_iteration()))
+
+    def _predict(self, graphs) -> np.ndarray:
+        X, logb = self._features(graphs)
+        if self.ridge_ is not None:
+            A = np.column_stack([np.ones(len(X)), (X - self.ridge_["mean"]) / self.ridge_["std"]])
+            return (logb + A @ self.ridge_["w"])[:, None]
+        if self.booster_ is not None:
+            b, it = self.booster_
+            return (logb + b.predict(X, num_iteration=it))[:, None]
+        return (logb + self.shift_)[:, None]
+
+    def _state(self) -> dict:
+        st = {"params": floats(self.params_.as_array()), "shift": self.shift_}
+        if self.ridge_ is not None:
+            st["ridge"] = {k: (floats(v) if isinstance(v, np.ndarray) else v) for k, v in self.ridge_.items()}
+        if self.booster_ is not None:
+            st["booster"] = self.booster_[0].model_to_string(num_iteration=self.booster_[1])
+        return st
+
+    def _load_state(self, state: dict) -> None:
+        self.params_ = RooflineParams.from_array(state["params"])
+        self.shift_ = float(state["shift"])
+        self.ridge_ = self.booster_ = None
+        if "ridge" in state:
+            self.ridge_ = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, list) else v)
+                           for k, v in state["ridge"].items()}
+        if "booster" in state:
+            from perfseer.models.gbm import _lightgbm
+
+            b = _lightgbm().Booster(model_str=state["booster"])
+            self.booster_ = (b, b.current_iteration())

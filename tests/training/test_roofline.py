@@ -1,0 +1,122 @@
+"""The roofline reference time, its estimator, and PMGNS's roofline offset."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from train_helpers import flops_dataset
+
+from perfseer.errors import PerfseerError
+from perfseer.models import roofline as rl
+from perfseer.training.data import targets_of
+
+
+def _by_hand(g, p):
+    F, B = rl.node_costs(g)
+    return sum(max(f / p.P, b / p.W) + p.c1 if f > 0 else p.a * b / p.W + p.c2 for f, b in zip(F, B))
+
+
+@pytest.fixture(scope="module")
+def data():
+    tr, te = flops_dataset(60, 0, noise=0.05), flops_dataset(15, 1)
+    tr[0].x[0, rl.FLOPS_COL] = 0.0  # one data-movement node
+    return tr, te
+
+
+def test_baseline_is_the_per_node_roofline(data):
+    tr, _ = data
+    p = rl.RooflineParams(P=3e9, W=2e8, a=0.5, c1=1e-3, c2=2e-4)
+    b = rl.baseline_ms(tr[:5], p)
+    assert np.allclose(b, [_by_hand(g, p) for g in tr[:5]], rtol=1e-9)
+    # the torch version (PMGNS's forward) computes the same
+    F = torch.cat([torch.as_tensor(rl.node_costs(g)[0]) for g in tr[:5]])
+    B = torch.cat([torch.as_tensor(rl.node_costs(g)[1]) for g in tr[:5]])
+    batch = torch.cat([torch.full((g.num_nodes,), i) for i, g in enumerate(tr[:5])])
+    lb = rl.log_baseline_torch(F, B, batch, 5, torch.as_tensor(p.as_array()))
+    assert np.allclose(lb.numpy(), np.log(b), atol=1e-9)
+
+
+def test_fit_recovers_the_rates(data):
+    tr, _ = data
+    true = rl.RooflineParams(P=5e9, W=3e8, a=1.0, c1=2e-3, c2=1e-3)
+    y = rl.baseline_ms(tr, true)
+    got = rl.fit_params(tr, y, rl.RooflineParams(1e9, 1e9, 1.0, 1e-2, 1e-3), free=("P", "W", "c1"))
+    assert np.allclose(np.log(rl.baseline_ms(tr, got)), np.log(y), atol=1e-3)
+    with pytest.raises(PerfseerError, match="unknown roofline parameter"):
+        rl.fit_params(tr, y, true, free=("Q",))
+
+
+def test_spec_params_read_the_registry():
+    p = rl.spec_params("rtx3090/amp-nchw-pt240", "fp16")
+    assert p.P == pytest.approx(71.0e9) and p.W == pytest.approx(936e6)
+    with pytest.raises(PerfseerError, match="no int4 peak"):
+        rl.spec_params("rtx3090", "int4")
+
+
+@pytest.mark.parametrize("residual", ["none", "ridge", "gbm"])
+def test_estimator_round_trips(data, residual):
+    if residual == "gbm":
+        pytest.importorskip("lightgbm")
+    tr, te = data
+    est = rl.Roofline(device="rtx3090", precision="fp16", residual=residual, n_estimators=30)
+    est.fit(tr, targets_of(tr)[:, 0], eval_set=(te, targets_of(te)[:, 0]))
+    pred = est.predict(te)
+    assert pred.shape == (15,) and np.isfinite(pred).all()
+    back = rl.Roofline.from_dict(json.loads(json.dumps(est.to_dict())))
+    assert np.allclose(back.predict(te), pred, rtol=1e-12)
+
+
+def test_estimator_needs_a_device_or_fitted_rates(data):
+    tr, _ = data
+    with pytest.raises(PerfseerError, match="needs its rates fitted"):
+        rl.Roofline(device="").fit(tr, targets_of(tr)[:, 0])
+
+
+def test_pmgns_learns_the_residual_and_reloads(data, tmp_path):
+    from perfseer.training.run import train_method
+    from perfseer.training.trainer import TrainConfig
+
+    tr, te = data
+    cfg = {"hidden_dim": 16, "head_hidden_dim": 16, "baseline": "roofline", "baseline_device": "i9-10940x"}
+    fitted = train_method("pmgns", tr, te, cfg, train_config=TrainConfig(max_epochs=2, progress=False, seed=0))
+    model = fitted.estimator.model
+    assert bool(model.baseline_fitted) and model.baseline_params.shape == (1, 5)
+    pred = fitted.predict(te)[:, 0]
+    # the network's own output plus the standardised log roofline is what it predicts
+    ts = fitted.estimator.target_scaler
+    p = rl.RooflineParams.from_array(model.baseline_params[0].numpy())
+    with torch.no_grad():
+        from torch_geometric.data import Batch
+
+        from perfseer.training.trainer import _model_input
+        b = Batch.from_data_list([_model_input(fitted.estimator.feature_scaler.transform(g)) for g in te])
+        head = super(type(model), model).forward(b)[:, 0].double().numpy()
+    logb = np.log(rl.baseline_ms(te, p))
+    assert np.allclose(np.log(pred), head * ts.std_[0] + logb, atol=1e-4)
+    # the parameters are buffers: a fresh model with the saved state predicts the same
+    fresh = type(model)(type(model.config).from_dict(model.config.to_dict()))
+    fresh.load_state_dict(model.state_dict())
+    fresh.eval()
+    with torch.no_grad():
+        assert torch.allclose(fresh(b), model.eval()(b))
+    with pytest.raises(PerfseerError, match="baseline_fit='all'"):
+        train_method("pmgns", tr, te, {"baseline": "roofline"}, train_config=TrainConfig(max_epochs=1, progress=False))
+
+
+@pytest.mark.parametrize("model,cfg", [
+    ("pmgns", {"baseline": "roofline", "baseline_device": "i9-10940x"}),
+    ("blend", {"members": "pmgns+pmgns[baseline=roofline;baseline_device=i9-10940x]", "weights": "0.4,0.6"}),
+])
+def test_a_card_with_the_roofline_offset_reloads(tmp_path, model, cfg):
+    from perfseer.predictor import Predictor, Target, load_predictor
+    from perfseer.training.run import train_method
+    from perfseer.training.trainer import TrainConfig
+
+    tr, va, te = flops_dataset(16, 0), flops_dataset(8, 1), flops_dataset(4, 2)
+    fitted = train_method(model, tr, va, cfg | {"hidden_dim": 8, "head_hidden_dim": 8},
+                          train_config=TrainConfig(max_epochs=1, batch_size=8, progress=False), targets=["latency_ms"])
+    p = Predictor.from_training("p", model, fitted.estimator, [Target("latency_ms", "dev", "infer")], [], {}, {})
+    p.save(tmp_path)
+    q = load_predictor(tmp_path / "p.json")
+    np.testing.assert_allclose(q.predict_graphs(te), fitted.predict(te), rtol=1e-6)
