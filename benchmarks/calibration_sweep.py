@@ -205,8 +205,11 @@ def select(rule: str, k: int, rng, glob, logp, emb, draw: int = 0) -> list[int]:
 
 # -- sweep ------------------------------------------------------------------------------------------
 
-LIVE_MODES = {"none": (), "flops": ("live_flops_fraction",), "nodes": ("live_node_fraction",),
-              "both": ("live_flops_fraction", "live_node_fraction")}
+# name: (the live columns appended to the global features, whether K-centre selection reads them too)
+LIVE_MODES = {"none": ((), False), "flops": (("live_flops_fraction",), True),
+              "both": (("live_flops_fraction", "live_node_fraction"), True),
+              "indep": (("output_independent",), True), "indep-fit": (("output_independent",), False),
+              "indep-flops": (("output_independent", "live_flops_fraction"), True)}
 
 
 def target_view(z: dict, target: str, src_devs: list[str], pool: int = 0, live: str = "none"):
@@ -231,12 +234,14 @@ def target_view(z: dict, target: str, src_devs: list[str], pool: int = 0, live: 
         first.setdefault(model[i], i)
     from perfseer.training import calibrate as C
 
-    glob = z["glob"][gi]
-    if LIVE_MODES[live]:  # the live shares of perfseer.graph.liveness after the five global features
+    glob = sel_glob = z["glob"][gi]
+    features, in_selection = LIVE_MODES[live]
+    if features:  # the live columns of perfseer.graph.liveness after the five global features
         if "live" not in z:
             raise SystemExit("this cache has no live shares: run `calibration_sweep.py live --cache ...` first")
-        glob = np.hstack([glob, C.live_design(z["live"][gi], LIVE_MODES[live])])
-    return SimpleNamespace(role=str(z["role"][m][0]), use=use, logp=z["logp"][gi][:, use], glob=glob,
+        glob = np.hstack([glob, C.live_design(z["live"][gi], features)])
+        sel_glob = glob if in_selection else sel_glob
+    return SimpleNamespace(role=str(z["role"][m][0]), use=use, logp=z["logp"][gi][:, use], glob=glob, sel_glob=sel_glob,
                            emb=z["emb"][gi].astype(float), y=z["y"][m], model=model, test=test, cand=cand,
                            ci=np.array([first[c] for c in cand]))
 
@@ -247,6 +252,7 @@ def sweep(args, console) -> None:
 
     z = load_cache(args.cache)
     src_devs = [str(d) for d in z["source_devices"]]
+    C.LIVE_RIDGE_WEIGHT = args.live_ridge_weight
     results = []
     targets = list(dict.fromkeys(z["target"].tolist()))
     if args.targets:
@@ -263,7 +269,7 @@ def sweep(args, console) -> None:
                 ndraw = args.draws if rule == "random" else (args.kcentre_draws if rule.startswith("kcentre") else 1)
                 for d in range(ndraw):
                     rng = np.random.default_rng(1000 * k + d)
-                    pick = select(rule, k, rng, glob_all[ci], logp_all[ci], emb_all[ci], d if rule != "random" else 0)
+                    pick = select(rule, k, rng, v.sel_glob[ci], logp_all[ci], emb_all[ci], d if rule != "random" else 0)
                     models = set(cand[pick])
                     rows = np.flatnonzero(~test & np.isin(model_all, list(models)))
                     groups = C._groups(model_all[rows])
@@ -465,6 +471,8 @@ def main(argv=None) -> int:
     s.add_argument("--selection", type=tb.parse_list, default=["random"])
     s.add_argument("--variants", type=tb.parse_list, default=["full"])
     s.add_argument("--coverage", type=float, default=0.9)
+    s.add_argument("--live-ridge-weight", type=float, default=1.0,
+                   help="the live columns' ridge penalty relative to the other columns' (1: the same)")
     s.add_argument("--live", type=tb.parse_list, default=["none"],
                    help=f"live shares added to the global features, one sweep each: {', '.join(LIVE_MODES)}")
     s.add_argument("--json", default=None)

@@ -6,7 +6,12 @@ Pixel 3 runtimes of HELP's measurements evaluate such a network almost for free 
 converter removes it), every other device runs it at its usual cost.  This script counts those
 architectures per device, their latency relative to the device's median, and the K-shot
 calibration MAPE with and without them, from the files of ``calibration_sweep.py cache`` and
-``calibration_intervals.py rows`` (default variant ``auto``).
+``calibration_intervals.py rows`` (default variant ``auto``).  When the cache has the ``live``
+column (``calibration_sweep.py live``), the general rule of :mod:`perfseer.graph.liveness`
+(the network's output does not depend on its input, read from its ONNX graph) must mark the same
+rows as the cell rule here; a calibrated card puts those rows outside its domain (flag
+``output-independent-of-input``), so "without them" is the MAPE over the rows the card calls in-domain
+for this reason.
 
 Example::
 
@@ -60,6 +65,11 @@ def main(argv=None) -> int:
         m = (z["target"] == target) & (z["split"] == "test")
         y = z["y"][m]
         dis = np.array([disconnected(a) for a in z["model"][m]])
+        if "live" in z:  # the general rule, read from the ONNX graph (perfseer.graph.liveness), must agree
+            flagged = z["live"][z["graph_index"][m], 2] > 0
+            if not np.array_equal(flagged, dis):
+                raise SystemExit(f"{target}: the liveness flag marks {int(flagged.sum())} rows, the cell rule "
+                                 f"{int(dis.sum())}")
         ratio = float(np.exp(np.median(np.log(y[dis])) - np.median(np.log(y)))) if dis.any() else float("nan")
         mape, mape_wo, rho, rho_wo = [], [], [], []
         for i, mm in enumerate(meta):

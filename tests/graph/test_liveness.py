@@ -50,6 +50,8 @@ def test_pyg_data_carries_the_shares_and_calibration_reads_them():
     assert live[0].tolist() == [1.0, 1.0, 0.0] and live[1, 2] == 1.0
     g = global_design(graphs, ("live_flops_fraction",))
     assert g.shape == (2, 6) and g[0, 5] == 0 and g[1, 5] == pytest.approx(np.log(1e-3))
+    ind = global_design(graphs, ("output_independent",))
+    assert ind[:, 5].tolist() == [0.0, 1.0]
     assert global_design(graphs, ()).shape == (2, 5)
     del graphs[0].live  # a stored dataset graph: all live
     assert graph_liveness(graphs[:1]).tolist() == [[1.0, 1.0, 0.0]]

@@ -5,8 +5,10 @@ for a network whose output does not depend on its input is flagged."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
+from perfseer.errors import PerfseerError
 from perfseer.predictor import Target, load_predictor
 from perfseer.training import calibrate as C
 from test_calibrate import _rows, source  # noqa: F401  (the fixture)
@@ -25,9 +27,9 @@ def test_folding_device_is_learned_from_the_live_share(source, tmp_path):  # noq
     shares[[2, 7]] = 1e-3  # two calibration networks whose output does not depend on the input
     _live(graphs, shares)
     y = y * np.maximum(shares, 0.02)  # the device runs them at 1/50 of their cost
-    cfg = C.CalibrationConfig(method="loglinear", variant="full")
+    cfg = C.CalibrationConfig(method="loglinear", variant="full", live_features=("live_flops_fraction",))
     cal = C.calibrate(src, graphs, y, models, config=cfg)
-    assert cal.correction.live_features == list(C.LIVE_DESIGN)
+    assert cal.correction.live_features == ["live_flops_fraction"] and cfg.to_dict()["live_features"]
     assert cal.domain["output_independent_rows"] == 2
     test_g, test_y, _ = _rows(src, 6, seed=3, noise=0.0)
     _live(test_g, [1, 1, 1, 1e-3, 1e-3, 1])
@@ -47,9 +49,12 @@ def test_folding_device_is_learned_from_the_live_share(source, tmp_path):  # noq
 def test_uncalibrated_folding_is_a_domain_reason(source):  # noqa: F811
     src, ref = source
     graphs, y, models = _rows(src, 10)
-    cfg = C.CalibrationConfig(method="loglinear", variant="full")
+    cfg = C.CalibrationConfig(method="loglinear", variant="full")  # the default: no live column
     cal = C.calibrate(src, graphs, y, models, config=cfg)
-    assert cal.domain["output_independent_rows"] == 0
+    assert cal.domain["output_independent_rows"] == 0 and cal.correction.live_features == []
+    assert C.global_design(graphs).shape[1] == len(C.DOMAIN_FEATURES)
+    with pytest.raises(PerfseerError):
+        C.CalibrationConfig(live_features=("nope",))
     rows = [{"model": m, "input_shape": "3x32x32", "batch_size": 1, "latency_ms": float(v)} for m, v in zip(models, y)]
     p = C.calibrated_predictor(src, ref, cal, Target("latency_ms", "gpu_new", "infer"), rows, cfg)
     out = [{"value": 1.0}]

@@ -82,8 +82,12 @@ _GIDX = [GLOBAL_FEATURES.index(f) for f in DOMAIN_FEATURES]
 # Per-graph shares of the work a constant-folding runtime keeps (perfseer.graph.liveness), read by
 # the correction and the K-centre selection next to the global features (not part of
 # schema.GLOBAL_FEATURES, whose length every bundled card depends on).
-LIVE_FEATURES = ("live_flops_fraction", "live_node_fraction")
-LIVE_DESIGN: tuple[str, ...] = ("live_flops_fraction",)  # appended by global_design; chosen on validation devices
+LIVE_FEATURES = ("live_flops_fraction", "live_node_fraction", "output_independent")
+# The live columns loglinear reads by default: none.  Each candidate (the log live FLOPs share, with
+# the operator share, the output-independent indicator, with and without K-centre selection over
+# it) lowered the mean Spearman on HELP's validation devices at K = 10 (docs/calibration.md).
+LIVE_DESIGN: tuple[str, ...] = ()
+LIVE_RIDGE_WEIGHT = 1.0  # the live columns' ridge penalty relative to the other standardised columns
 OUTPUT_INDEPENDENT = ("the network's output does not depend on its input (perfseer.graph.liveness): a "
                       "constant-folding runtime may skip it, others run it at full cost")
 DOMAIN_MARGIN = 0.25  # share of the calibration rows' log range added on each side
@@ -126,9 +130,13 @@ class CalibrationConfig:
     cv_folds: int = 5  # full: model folds for the residuals (a refit of the whole network per fold)
     head_folds: int = 10  # head / meta: model folds for the residuals (leave-one-model-out up to 10 models)
     seed: int = 0
+    live_features: tuple[str, ...] = LIVE_DESIGN  # loglinear: live columns after the globals (LIVE_FEATURES)
 
     def __post_init__(self):
         self.ridge = tuple(float(r) for r in self.ridge)
+        self.live_features = tuple(self.live_features)
+        if bad := [f for f in self.live_features if f not in LIVE_FEATURES]:
+            raise PerfseerError(f"unknown live feature {', '.join(bad)}", f"choose among {', '.join(LIVE_FEATURES)}")
         if self.method not in METHODS:
             raise PerfseerError(f"unknown calibration method {self.method!r}", f"choose one of {', '.join(METHODS)}")
         if not 0.5 <= self.coverage < 1:
@@ -145,6 +153,7 @@ class CalibrationConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ridge"] = list(self.ridge)
+        d["live_features"] = list(self.live_features)
         return d
 
 
@@ -192,12 +201,15 @@ def graph_liveness(graphs: Sequence) -> np.ndarray:
 
 
 def live_design(live: np.ndarray, features: Sequence[str] = LIVE_DESIGN) -> np.ndarray:
-    """``[N, len(features)]`` log of the named :data:`LIVE_FEATURES` of :func:`graph_liveness`
-    rows, floored at :data:`perfseer.graph.liveness.FLOOR`."""
+    """``[N, len(features)]`` columns of the named :data:`LIVE_FEATURES` of :func:`graph_liveness`
+    rows: the log of a share (floored at :data:`perfseer.graph.liveness.FLOOR`), the
+    ``output_independent`` indicator as 0 / 1."""
     from perfseer.graph.liveness import FLOOR
 
     live = np.asarray(live, dtype=np.float64).reshape(-1, 3)
-    return np.log(np.maximum(live[:, [LIVE_FEATURES.index(f) for f in features]], FLOOR))
+    cols = [live[:, 2] if f == "output_independent" else np.log(np.maximum(live[:, LIVE_FEATURES.index(f)], FLOOR))
+            for f in features]
+    return np.stack(cols, axis=1) if cols else np.zeros((len(live), 0))
 
 
 def global_design(graphs: Sequence, live_features: Sequence[str] = LIVE_DESIGN) -> np.ndarray:
@@ -279,14 +291,19 @@ def fit_correction(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups:
                             "use a SeerNet source, or another variant")
     base = base_column(logp, logy)
     columns = [j for j in range(logp.shape[1]) if j != base] if "diffs" in use else []
-    keep = ([i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9]  # a constant column carries nothing
-            if "globals" in use else [])
+    # a constant column carries nothing; the live columns after the five globals (global_design) are
+    # read by every variant: whether a device skips input-independent work is not in the source's columns
+    n_glob = len(DOMAIN_FEATURES)
+    keep = [i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9 and ("globals" in use or i >= n_glob)]
     slope = "slope" in use
     parts = ([logp[:, columns] - logp[:, [base]]] + ([logp[:, [base]]] if slope else []) + [glob[:, keep]]
              + ([np.asarray(emb, dtype=np.float64)] if "embedding" in use else []))
     X = np.hstack(parts)
     mean, std = X.mean(0), X.std(0)
     std[~(std > 1e-9)] = 1.0
+    n_live = sum(1 for i in keep if i >= n_glob)
+    if n_live and LIVE_RIDGE_WEIGHT != 1.0:  # the live columns' share of the ridge penalty: scale them up
+        std[X.shape[1] - (emb.shape[1] if "embedding" in use else 0) - n_live:][:n_live] *= math.sqrt(LIVE_RIDGE_WEIGHT)
     Xs = (X - mean) / std
     r = logy - logp[:, base]
     if lam is None:
@@ -660,7 +677,7 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         "spanning" if set(map(str, models)) <= calibration_set_models() else "random")
     outputs = source_outputs if source_outputs is not None else source.predict_graphs(list(graphs))
     logp = np.log(np.maximum(np.asarray(outputs)[:, cols], 1e-12))
-    glob = global_design(graphs)
+    glob = global_design(graphs, cfg.live_features)
     domain = domain_of(glob[:, :len(DOMAIN_FEATURES)])
     domain["output_independent_rows"] = int((graph_liveness(graphs)[:, 2] > 0).sum())
 
@@ -682,7 +699,7 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         extra.update({"variant": variant, "variant_rms": rms})
         ll = fit_correction(logp, glob, logy, groups, cfg.ridge, variant,
                             emb=e if "embedding" in VARIANTS[variant] else None)
-        ll.live_features = list(LIVE_DESIGN)
+        ll.live_features = list(cfg.live_features)
         res = nested[variant]
         net = CorrectedNet(source.net, [cols[j] for j in range(len(cols))], ll)
         return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection,
