@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     r = np.load(args.rows, allow_pickle=False)
     meta, off = json.loads(str(r["meta"])), r["test_off"]
     out = []
-    print("| device | role | disconnected test archs | their median latency / device median | "
+    print("| device | role | disconnected test archs | their median latency / device median (min, 10th, 90th "
+          "percentile, max) | "
           f"MAPE % (K = {args.k}, {args.selection}) | without them | Spearman | without them |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     from scipy.stats import spearmanr
@@ -71,6 +72,8 @@ def main(argv=None) -> int:
                 raise SystemExit(f"{target}: the liveness flag marks {int(flagged.sum())} rows, the cell rule "
                                  f"{int(dis.sum())}")
         ratio = float(np.exp(np.median(np.log(y[dis])) - np.median(np.log(y)))) if dis.any() else float("nan")
+        spread = (np.exp(np.quantile(np.log(y[dis]), [0, 0.1, 0.9, 1]) - np.median(np.log(y))).round(4).tolist()
+                  if dis.any() else [])
         mape, mape_wo, rho, rho_wo = [], [], [], []
         for i, mm in enumerate(meta):
             if mm["target"] != target or mm["k"] != args.k or mm["selection"] != args.selection:
@@ -83,11 +86,13 @@ def main(argv=None) -> int:
             rho.append(spearmanr(y, pred).statistic)
             rho_wo.append(spearmanr(y[~dis], pred[~dis]).statistic)
         rec = {"target": target, "role": str(z["role"][m][0]), "test_rows": int(m.sum()),
-               "disconnected": int(dis.sum()), "latency_ratio": ratio, "mape": float(np.mean(mape)),
+               "disconnected": int(dis.sum()), "latency_ratio": ratio,
+               "latency_ratio_min_p10_p90_max": spread, "mape": float(np.mean(mape)),
                "mape_without": float(np.mean(mape_wo)), "spearman": float(np.mean(rho)),
                "spearman_without": float(np.mean(rho_wo)), "draws": len(mape)}
         out.append(rec)
-        print(f"| {target} | {rec['role']} | {rec['disconnected']} of {rec['test_rows']} | {ratio:.3f} | "
+        print(f"| {target} | {rec['role']} | {rec['disconnected']} of {rec['test_rows']} | {ratio:.3f} "
+              f"({', '.join(f'{v:.3g}' for v in spread)}) | "
               f"{rec['mape']:.2f} | {rec['mape_without']:.2f} | {rec['spearman']:.3f} | {rec['spearman_without']:.3f} |")
     tb.write_json(args.json, {"benchmark": "nb201-disconnected", "args": vars(args), "results": out})
     return 0
