@@ -76,6 +76,11 @@ def cache(args, console) -> None:
     from perfseer.training import calibrate as C
 
     src = load_predictor(args.source)
+    fit = (src.card.get("training") or {}).get("fit_splits") or []
+    if "test" in fit:  # its test architectures are the targets' test architectures (one split per model)
+        raise SystemExit(f"source {args.source} was trained on the test split too (fit_splits {fit}): the targets' "
+                         "test-split models would not be new to it.  Use a card trained without them, e.g. the "
+                         "bundled card before its retraining (docs/calibration.md, Benchmarks)")
     cols = [i for i, t in enumerate(src.targets) if t.metric == "latency_ms"]
     if args.setting == "nb201":
         ds = load_dataset(resolve_dataset("nb201"))
