@@ -76,6 +76,11 @@ def cache(args, console) -> None:
     from perfseer.training import calibrate as C
 
     src = load_predictor(args.source)
+    fit = (src.card.get("training") or {}).get("fit_splits") or []
+    if "test" in fit:  # its test architectures are the targets' test architectures (one split per model)
+        raise SystemExit(f"source {args.source} was trained on the test split too (fit_splits {fit}): the targets' "
+                         "test-split models would not be new to it.  Use a card trained without them, e.g. the "
+                         "bundled card before its retraining (docs/calibration.md, Benchmarks)")
     cols = [i for i, t in enumerate(src.targets) if t.metric == "latency_ms"]
     if args.setting == "nb201":
         ds = load_dataset(resolve_dataset("nb201"))
@@ -125,6 +130,47 @@ def cache(args, console) -> None:
     tb.log(console, f"wrote {args.out} ({time.perf_counter() - t0:.0f} s)")
 
 
+def live(args, console) -> None:
+    """Add ``live`` ``[graphs, 3]`` to a cache (live FLOPs share, live operator share, 1 when the
+    network's result does not depend on the input; :mod:`perfseer.graph.liveness`), from each model's graph:
+    NAS-Bench-201 models are rebuilt from their architecture string (milliseconds each); other
+    models get ``(1, 1, 0)`` (the timm graphs have no zeroed branch)."""
+    from perfseer.features.perfgraph import build_perfgraph
+    from perfseer.graph.extract import extract_graph
+    from perfseer.graph.liveness import liveness
+    from perfseer.graph.spaces.nb201_onnx import nb201_skeleton
+
+    z = load_cache(args.cache)
+    n = len(z["glob"])
+    first = {}
+    for gi, m in zip(z["graph_index"], z["model"]):
+        first.setdefault(int(gi), str(m))
+    out = np.tile(np.array([1.0, 1.0, 0.0]), (n, 1))
+    memo: dict[str, tuple] = {}
+    t0 = time.perf_counter()
+    for gi in range(n):
+        m = first[gi]
+        if not m.startswith("nb201:"):
+            continue
+        if m not in memo:
+            g = extract_graph(nb201_skeleton(m.split(":", 1)[1]), batch=1)
+            lv = liveness(g, build_perfgraph(g)._col("flops"))
+            memo[m] = (lv.flops_fraction, lv.node_fraction, float(lv.output_independent))
+            if len(memo) % 500 == 0:
+                tb.log(console, f"  {len(memo)} architectures, {time.perf_counter() - t0:.0f} s")
+        out[gi] = memo[m]
+    import os
+
+    from perfseer.atomic import tmp_sibling
+
+    tmp = tmp_sibling(args.cache).with_suffix(".npz")
+    np.savez_compressed(tmp, **{**z, "live": out})
+    os.replace(tmp, args.cache)
+    tb.log(console, f"{args.cache}: live for {n} graphs ({len(memo)} architectures; "
+                    f"{int((out[:, 2] > 0).sum())} whose result does not depend on the input), "
+                    f"{time.perf_counter() - t0:.0f} s")
+
+
 def load_cache(path: str) -> dict:
     z = np.load(path, allow_pickle=False)
     return {k: z[k] for k in z.files}
@@ -164,7 +210,14 @@ def select(rule: str, k: int, rng, glob, logp, emb, draw: int = 0) -> list[int]:
 
 # -- sweep ------------------------------------------------------------------------------------------
 
-def target_view(z: dict, target: str, src_devs: list[str], pool: int = 0):
+# name: (the live columns appended to the global features, whether K-centre selection reads them too)
+LIVE_MODES = {"none": ((), False), "flops": (("live_flops_fraction",), True),
+              "both": (("live_flops_fraction", "live_node_fraction"), True),
+              "indep": (("output_independent",), True), "indep-fit": (("output_independent",), False),
+              "indep-flops": (("output_independent", "live_flops_fraction"), True)}
+
+
+def target_view(z: dict, target: str, src_devs: list[str], pool: int = 0, live: str = "none"):
     """One target device's rows of the cache: the source predictions (its own column left out when
     a source device is calibrated as new), global features, embeddings, measurements, models, the
     test mask, ``use`` (the source columns kept), the candidate calibration models (non-test, in hash order, the first ``pool`` of them
@@ -184,7 +237,16 @@ def target_view(z: dict, target: str, src_devs: list[str], pool: int = 0):
     first = {}
     for i in nontest:
         first.setdefault(model[i], i)
-    return SimpleNamespace(role=str(z["role"][m][0]), use=use, logp=z["logp"][gi][:, use], glob=z["glob"][gi],
+    from perfseer.training import calibrate as C
+
+    glob = sel_glob = z["glob"][gi]
+    features, in_selection = LIVE_MODES[live]
+    if features:  # the live columns of perfseer.graph.liveness after the five global features
+        if "live" not in z:
+            raise SystemExit("this cache has no live shares: run `calibration_sweep.py live --cache ...` first")
+        glob = np.hstack([glob, C.live_design(z["live"][gi], features)])
+        sel_glob = glob if in_selection else sel_glob
+    return SimpleNamespace(role=str(z["role"][m][0]), use=use, logp=z["logp"][gi][:, use], glob=glob, sel_glob=sel_glob,
                            emb=z["emb"][gi].astype(float), y=z["y"][m], model=model, test=test, cand=cand,
                            ci=np.array([first[c] for c in cand]))
 
@@ -195,13 +257,14 @@ def sweep(args, console) -> None:
 
     z = load_cache(args.cache)
     src_devs = [str(d) for d in z["source_devices"]]
+    C.LIVE_RIDGE_WEIGHT = args.live_ridge_weight
     results = []
     targets = list(dict.fromkeys(z["target"].tolist()))
     if args.targets:
         targets = [t for t in targets if t in tb.parse_list(args.targets)]
     t_all = time.perf_counter()
-    for target in targets:
-        v = target_view(z, target, src_devs, args.pool)
+    for target, live in ((t, lm) for t in targets for lm in args.live):
+        v = target_view(z, target, src_devs, args.pool, live)
         role, logp_all, glob_all, emb_all, y_all, model_all, test, cand, ci = (
             v.role, v.logp, v.glob, v.emb, v.y, v.model, v.test, v.cand, v.ci)
         ty, tlogp, tglob, temb = y_all[test], logp_all[test], glob_all[test], emb_all[test].astype(float)
@@ -211,7 +274,7 @@ def sweep(args, console) -> None:
                 ndraw = args.draws if rule == "random" else (args.kcentre_draws if rule.startswith("kcentre") else 1)
                 for d in range(ndraw):
                     rng = np.random.default_rng(1000 * k + d)
-                    pick = select(rule, k, rng, glob_all[ci], logp_all[ci], emb_all[ci], d if rule != "random" else 0)
+                    pick = select(rule, k, rng, v.sel_glob[ci], logp_all[ci], emb_all[ci], d if rule != "random" else 0)
                     models = set(cand[pick])
                     rows = np.flatnonzero(~test & np.isin(model_all, list(models)))
                     groups = C._groups(model_all[rows])
@@ -235,12 +298,12 @@ def sweep(args, console) -> None:
                         ratio = np.abs(r_test) / max(s, 1e-6)
                         results.append({
                             "target": target, "role": role, "k": k, "selection": rule, "draw": d,
-                            "variant": variant, "rows": int(len(rows)), "models": int(len(models)),
+                            "variant": variant, "live": live, "rows": int(len(rows)), "models": int(len(models)),
                             "mape": e["mape"], "spearman": e["spearman"], "s": s,
                             "coverage": cov,
                             "ratio_q": np.quantile(ratio, RATIO_LEVELS).round(4).tolist(),
                             "dropped_columns": [d for j, d in enumerate(src_devs) if j not in v.use]})
-        tb.log(console, f"{target} ({role}): {len(ty)} test rows, {len(cand)} candidates, "
+        tb.log(console, f"{target} ({role}, live {live}): {len(ty)} test rows, {len(cand)} candidates, "
                         f"{time.perf_counter() - t0:.0f} s")
     summarise(results, console)
     tb.write_json(args.json, {"benchmark": "calibration-sweep", "args": vars(args), "environment": tb.environment(),
@@ -283,8 +346,11 @@ def _frame(paths):
     from perfseer.training import calibrate as C
 
     df = pd.concat([pd.DataFrame(_read(p)["results"]).assign(setting=_setting(p)) for p in paths], ignore_index=True)
+    if "live" not in df:
+        df["live"] = "none"
+    df["live"] = df["live"].fillna("none")
     cand = df[df["variant"].isin(C.AUTO_VARIANTS)]
-    key = ["setting", "target", "selection", "k", "draw"]
+    key = ["setting", "live", "target", "selection", "k", "draw"]
     auto = cand.loc[cand.groupby(key)["s"].idxmin()].assign(chosen=lambda d: d["variant"], variant="auto")
     return pd.concat([df, auto], ignore_index=True)
 
@@ -343,37 +409,46 @@ def report(args) -> str:
     df["cov_scaled"] = [coverage_at(r, c) if c else np.nan for r, c in zip(df["ratio_q"], sc)]
     df["fac_scaled"] = [np.exp(c * s) if c else np.nan for c, s in zip(sc, df["s"])]
     out = []
-    per_dev = df.groupby(["setting", "vs", "target", "selection", "variant", "k"])
+    per_dev = df.groupby(["setting", "live", "vs", "target", "selection", "variant", "k"])
     dev = per_dev.agg(mape=("mape", "mean"), rho=("spearman", "mean")).reset_index()
     # 1. the choice of K selection and correction: validation devices only (device means, then the mean)
-    ch = dev[dev["vs"] == "validation"].groupby(["setting", "k", "selection", "variant"])[["rho", "mape"]].mean()
+    ch = dev[dev["vs"] == "validation"].groupby(["setting", "live", "k", "selection", "variant"])[["rho", "mape"]].mean()
     out.append("### Choice on the validation devices: mean Spearman / MAPE %\n")
     w = ch.apply(lambda r: f"{r['rho']:.3f} / {r['mape']:.2f}", axis=1).unstack("variant").reset_index()
     out.append(_md(w))
-    te = dev[dev["vs"] == "test"].groupby(["setting", "k", "selection", "variant"])[["rho", "mape"]].mean()
+    te = dev[dev["vs"] == "test"].groupby(["setting", "live", "k", "selection", "variant"])[["rho", "mape"]].mean()
     out.append("\n### The same on the test devices (not used for any choice)\n")
     out.append(_md(te.apply(lambda r: f"{r['rho']:.3f} / {r['mape']:.2f}", axis=1).unstack("variant").reset_index()))
     # 2. NAS-Bench-201 per test device, K = 10
     nb = dev[(dev["setting"] == "NAS-Bench-201") & (dev["vs"] == "test") & (dev["k"] == 10)]
     if not nb.empty:
         nb = nb.assign(cell=[f"{a:.3f} / {b:.2f}" for a, b in zip(nb["rho"], nb["mape"])])
-        w = nb.pivot_table(index="target", columns=["selection", "variant"], values="cell", aggfunc="first")
-        w.columns = [f"{a} {b}" for a, b in w.columns]
+        w = nb.pivot_table(index="target", columns=["live", "selection", "variant"], values="cell", aggfunc="first")
+        w.columns = [f"{b} {c}" + (f" live:{a}" if a != "none" else "") for a, b, c in w.columns]
         w = w.reset_index()
         w["HELP Spearman"] = w["target"].map(HELP_PUBLISHED)
         out.append("\n### NAS-Bench-201 test devices, K = 10: Spearman / MAPE %\n")
         out.append(_md(w))
+    # 2b. with several live modes: the same per validation device, variant auto (the folding Pixel 3 is one)
+    nv = dev[(dev["setting"] == "NAS-Bench-201") & (dev["vs"] == "validation") & (dev["k"] == 10)
+             & (dev["variant"] == "auto")]
+    if nv["live"].nunique() > 1:
+        nv = nv.assign(cell=[f"{a:.3f} / {b:.2f}" for a, b in zip(nv["rho"], nv["mape"])])
+        w = nv.pivot_table(index="target", columns=["selection", "live"], values="cell", aggfunc="first")
+        w.columns = [f"{a} live:{b}" for a, b in w.columns]
+        out.append("\n### NAS-Bench-201 validation devices, K = 10, auto: Spearman / MAPE %\n")
+        out.append(_md(w.reset_index()))
     # 3. coverage of the 90 % interval per setting
-    g = df.groupby(["setting", "vs", "selection", "variant", "k"])
+    g = df.groupby(["setting", "live", "vs", "selection", "variant", "k"])
     cov = g.agg(n=("draw", "count"), devices=("target", "nunique"),
                 conformal=("cov_conformal", "mean"), f_conformal=("fac_conformal", "median"),
                 student=("cov_student-t", "mean"), f_student=("fac_student-t", "median"),
                 scaled=("cov_scaled", "mean"), f_scaled=("fac_scaled", "median"),
                 scaled_min_device=("cov_scaled", lambda x: np.nan)).reset_index()
     # the worst device's mean coverage (scaled rule)
-    worst = df.groupby(["setting", "vs", "selection", "variant", "k", "target"])["cov_scaled"].mean() \
-        .groupby(["setting", "vs", "selection", "variant", "k"]).min()
-    cov["scaled_min_device"] = [worst.get(tuple(r[c] for c in ("setting", "vs", "selection", "variant", "k")), np.nan)
+    worst = df.groupby(["setting", "live", "vs", "selection", "variant", "k", "target"])["cov_scaled"].mean() \
+        .groupby(["setting", "live", "vs", "selection", "variant", "k"]).min()
+    cov["scaled_min_device"] = [worst.get(tuple(r[c] for c in ("setting", "live", "vs", "selection", "variant", "k")), np.nan)
                                 for _, r in cov.iterrows()]
     if args.variant:
         cov = cov[cov["variant"] == args.variant]
@@ -398,6 +473,8 @@ def main(argv=None) -> int:
     c.add_argument("--out", required=True)
     c.add_argument("--pool", type=int, default=2000, help="nb201: hash-chosen training-split architectures")
     c.add_argument("--test-archs", type=int, default=1000, help="nb201: hash-chosen test-split architectures")
+    lv = sub.add_parser("live")
+    lv.add_argument("--cache", required=True)
     s = sub.add_parser("sweep")
     s.add_argument("--cache", required=True)
     s.add_argument("--targets", default=None)
@@ -408,6 +485,10 @@ def main(argv=None) -> int:
     s.add_argument("--selection", type=tb.parse_list, default=["random"])
     s.add_argument("--variants", type=tb.parse_list, default=["full"])
     s.add_argument("--coverage", type=float, default=0.9)
+    s.add_argument("--live-ridge-weight", type=float, default=1.0,
+                   help="the live columns' ridge penalty relative to the other columns' (1: the same)")
+    s.add_argument("--live", type=tb.parse_list, default=["none"],
+                   help=f"live shares added to the global features, one sweep each: {', '.join(LIVE_MODES)}")
     s.add_argument("--json", default=None)
     ls = sub.add_parser("learn-scale")
     ls.add_argument("paths", nargs="+")
@@ -419,9 +500,9 @@ def main(argv=None) -> int:
     r.add_argument("paths", nargs="+")
     r.add_argument("--variant", default=None, help="coverage table: this correction only")
     r.add_argument("--level", type=float, default=0.9)
-    for p in (c, s):
+    for p in (c, lv, s):
         p.add_argument("--threads", type=int, default=1)
-    return tb.run_subcommand(ap.parse_args(argv), {"cache": cache, "sweep": sweep, "learn-scale": learn_scale}, report)
+    return tb.run_subcommand(ap.parse_args(argv), {"cache": cache, "live": live, "sweep": sweep, "learn-scale": learn_scale}, report)
 
 
 if __name__ == "__main__":

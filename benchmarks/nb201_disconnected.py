@@ -6,7 +6,12 @@ Pixel 3 runtimes of HELP's measurements evaluate such a network almost for free 
 converter removes it), every other device runs it at its usual cost.  This script counts those
 architectures per device, their latency relative to the device's median, and the K-shot
 calibration MAPE with and without them, from the files of ``calibration_sweep.py cache`` and
-``calibration_intervals.py rows`` (default variant ``auto``).
+``calibration_intervals.py rows`` (default variant ``auto``).  When the cache has the ``live``
+column (``calibration_sweep.py live``), the general rule of :mod:`perfseer.graph.liveness`
+(the network's output does not depend on its input, read from its ONNX graph) must mark the same
+rows as the cell rule here; a calibrated card puts those rows outside its domain (flag
+``output-independent-of-input``), so "without them" is the MAPE over the rows the card calls in-domain
+for this reason.
 
 Example::
 
@@ -51,7 +56,8 @@ def main(argv=None) -> int:
     r = np.load(args.rows, allow_pickle=False)
     meta, off = json.loads(str(r["meta"])), r["test_off"]
     out = []
-    print("| device | role | disconnected test archs | their median latency / device median | "
+    print("| device | role | disconnected test archs | their median latency / device median (min, 10th, 90th "
+          "percentile, max) | "
           f"MAPE % (K = {args.k}, {args.selection}) | without them | Spearman | without them |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     from scipy.stats import spearmanr
@@ -60,7 +66,14 @@ def main(argv=None) -> int:
         m = (z["target"] == target) & (z["split"] == "test")
         y = z["y"][m]
         dis = np.array([disconnected(a) for a in z["model"][m]])
+        if "live" in z:  # the general rule, read from the ONNX graph (perfseer.graph.liveness), must agree
+            flagged = z["live"][z["graph_index"][m], 2] > 0
+            if not np.array_equal(flagged, dis):
+                raise SystemExit(f"{target}: the liveness flag marks {int(flagged.sum())} rows, the cell rule "
+                                 f"{int(dis.sum())}")
         ratio = float(np.exp(np.median(np.log(y[dis])) - np.median(np.log(y)))) if dis.any() else float("nan")
+        spread = (np.exp(np.quantile(np.log(y[dis]), [0, 0.1, 0.9, 1]) - np.median(np.log(y))).round(4).tolist()
+                  if dis.any() else [])
         mape, mape_wo, rho, rho_wo = [], [], [], []
         for i, mm in enumerate(meta):
             if mm["target"] != target or mm["k"] != args.k or mm["selection"] != args.selection:
@@ -73,11 +86,13 @@ def main(argv=None) -> int:
             rho.append(spearmanr(y, pred).statistic)
             rho_wo.append(spearmanr(y[~dis], pred[~dis]).statistic)
         rec = {"target": target, "role": str(z["role"][m][0]), "test_rows": int(m.sum()),
-               "disconnected": int(dis.sum()), "latency_ratio": ratio, "mape": float(np.mean(mape)),
+               "disconnected": int(dis.sum()), "latency_ratio": ratio,
+               "latency_ratio_min_p10_p90_max": spread, "mape": float(np.mean(mape)),
                "mape_without": float(np.mean(mape_wo)), "spearman": float(np.mean(rho)),
                "spearman_without": float(np.mean(rho_wo)), "draws": len(mape)}
         out.append(rec)
-        print(f"| {target} | {rec['role']} | {rec['disconnected']} of {rec['test_rows']} | {ratio:.3f} | "
+        print(f"| {target} | {rec['role']} | {rec['disconnected']} of {rec['test_rows']} | {ratio:.3f} "
+              f"({', '.join(f'{v:.3g}' for v in spread)}) | "
               f"{rec['mape']:.2f} | {rec['mape_without']:.2f} | {rec['spearman']:.3f} | {rec['spearman_without']:.3f} |")
     tb.write_json(args.json, {"benchmark": "nb201-disconnected", "args": vars(args), "results": out})
     return 0

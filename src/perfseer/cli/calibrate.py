@@ -39,6 +39,10 @@ def add_parser(sub) -> None:
                    help="how the K models were chosen, for the interval's c(K): spanning (K-centre, as the shipped "
                         "calibration set), random (any other choice); auto: spanning when every model is one of "
                         "datasets/calibration's")
+    p.add_argument("--live-features", default="", metavar="NAMES",
+                   help="--method loglinear: comma-separated live columns of the graph (live_flops_fraction, "
+                        "live_node_fraction, output_independent; perfseer.graph.liveness) the correction also reads; "
+                        "default none (chosen on validation devices, docs/calibration.md)")
     p.add_argument("--coverage", type=float, default=0.9, help="interval level (default 0.9)")
     p.add_argument("--name", default=None, help="card name (default DEVICE.PHASE.calibrated)")
     p.add_argument("--seed", type=int, default=0)
@@ -148,6 +152,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.method == "meta" and not args.meta_data:
         raise PerfseerError("--method meta needs --meta-data", "pass a dataset of source devices, e.g. --meta-data timm")
     config = CalibrationConfig(method=args.method, coverage=args.coverage, seed=args.seed, variant=args.variant,
+                               live_features=tuple(f for f in args.live_features.split(",") if f),
                                interval=args.interval, selection=args.selection)
     graphs = graphs_of(rows, Path(args.measurements).resolve().parent)
     meta = _meta_head(source, args.meta_data, device, phase, args.metric) if args.method == "meta" else None

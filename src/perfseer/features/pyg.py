@@ -37,7 +37,12 @@ def to_data(pg):
     import torch
     from torch_geometric.data import Data
 
+    from perfseer.graph.liveness import liveness
+
+    lv = liveness(pg.graph, pg._col("flops"))
     return Data(
+        # what a constant-folding runtime keeps (calibration reads it; models do not)
+        live=torch.tensor([[lv.flops_fraction, lv.node_fraction, float(lv.output_independent)]], dtype=torch.float64),
         x=torch.from_numpy(pg.x.astype(np.float32)),
         edge_index=torch.from_numpy(pg.edge_index.copy()),
         edge_attr=torch.from_numpy(pg.edge_attr.astype(np.float32)),

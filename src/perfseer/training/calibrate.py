@@ -79,6 +79,17 @@ DEFAULT_METHOD = "loglinear"
 MIN_MODELS = 3  # fewer distinct models leave nothing to leave out (and no interval)
 DOMAIN_FEATURES = ("flops_total", "memory_access_total", "weight_total", "batch_size", "num_nodes")
 _GIDX = [GLOBAL_FEATURES.index(f) for f in DOMAIN_FEATURES]
+# Per-graph shares of the work a constant-folding runtime keeps (perfseer.graph.liveness), read by
+# the correction and the K-centre selection next to the global features (not part of
+# schema.GLOBAL_FEATURES, whose length every bundled card depends on).
+LIVE_FEATURES = ("live_flops_fraction", "live_node_fraction", "output_independent")
+# The live columns loglinear reads by default: none.  Each candidate (the log live FLOPs share, with
+# the operator share, the output-independent indicator, with and without K-centre selection over
+# it) lowered the mean Spearman on HELP's validation devices at K = 10 (docs/calibration.md).
+LIVE_DESIGN: tuple[str, ...] = ()
+LIVE_RIDGE_WEIGHT = 1.0  # the live columns' ridge penalty relative to the other standardised columns
+OUTPUT_INDEPENDENT = ("the network's output does not depend on its input (perfseer.graph.liveness): a "
+                      "constant-folding runtime may skip it, others run it at full cost")
 DOMAIN_MARGIN = 0.25  # share of the calibration rows' log range added on each side
 
 # The correction's feature sets (``CalibrationConfig.variant``): which inputs besides the base
@@ -119,9 +130,13 @@ class CalibrationConfig:
     cv_folds: int = 5  # full: model folds for the residuals (a refit of the whole network per fold)
     head_folds: int = 10  # head / meta: model folds for the residuals (leave-one-model-out up to 10 models)
     seed: int = 0
+    live_features: tuple[str, ...] = LIVE_DESIGN  # loglinear: live columns after the globals (LIVE_FEATURES)
 
     def __post_init__(self):
         self.ridge = tuple(float(r) for r in self.ridge)
+        self.live_features = tuple(self.live_features)
+        if bad := [f for f in self.live_features if f not in LIVE_FEATURES]:
+            raise PerfseerError(f"unknown live feature {', '.join(bad)}", f"choose among {', '.join(LIVE_FEATURES)}")
         if self.method not in METHODS:
             raise PerfseerError(f"unknown calibration method {self.method!r}", f"choose one of {', '.join(METHODS)}")
         if not 0.5 <= self.coverage < 1:
@@ -138,6 +153,7 @@ class CalibrationConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ridge"] = list(self.ridge)
+        d["live_features"] = list(self.live_features)
         return d
 
 
@@ -171,10 +187,36 @@ def heads_output(net, emb: torch.Tensor) -> np.ndarray:
     return net.target_scaler.inverse_transform(z)
 
 
-def global_design(graphs: Sequence) -> np.ndarray:
-    """``[N, 5]`` log of :data:`DOMAIN_FEATURES` of raw graphs."""
+def graph_liveness(graphs: Sequence) -> np.ndarray:
+    """``[N, 3]`` per raw graph: live FLOPs share, live operator share and 1 when the network's
+    result does not depend on the input (:mod:`perfseer.graph.liveness`, the ``live`` attribute
+    :func:`perfseer.features.pyg.to_data` attaches); ``(1, 1, 0)`` for a graph without it (a
+    stored dataset graph)."""
+    out = np.tile(np.array([1.0, 1.0, 0.0]), (len(graphs), 1))
+    for i, g in enumerate(graphs):
+        lv = getattr(g, "live", None)
+        if lv is not None:
+            out[i] = np.asarray(lv, dtype=np.float64).reshape(-1)[:3]
+    return out
+
+
+def live_design(live: np.ndarray, features: Sequence[str] = LIVE_DESIGN) -> np.ndarray:
+    """``[N, len(features)]`` columns of the named :data:`LIVE_FEATURES` of :func:`graph_liveness`
+    rows: the log of a share (floored at :data:`perfseer.graph.liveness.FLOOR`), the
+    ``output_independent`` indicator as 0 / 1."""
+    from perfseer.graph.liveness import FLOOR
+
+    live = np.asarray(live, dtype=np.float64).reshape(-1, 3)
+    cols = [live[:, 2] if f == "output_independent" else np.log(np.maximum(live[:, LIVE_FEATURES.index(f)], FLOOR))
+            for f in features]
+    return np.stack(cols, axis=1) if cols else np.zeros((len(live), 0))
+
+
+def global_design(graphs: Sequence, live_features: Sequence[str] = LIVE_DESIGN) -> np.ndarray:
+    """``[N, 5 + L]`` log of :data:`DOMAIN_FEATURES` of raw graphs, then the log live shares
+    ``live_features`` (:func:`live_design`; a constant column is dropped by every fit)."""
     u = np.stack([g.u.reshape(-1).double().numpy() for g in graphs]) if len(graphs) else np.zeros((0, len(GLOBAL_FEATURES)))
-    return np.log(np.maximum(u[:, _GIDX], 1e-12))
+    return np.hstack([np.log(np.maximum(u[:, _GIDX], 1e-12)), live_design(graph_liveness(graphs), live_features)])
 
 
 # -- loglinear --------------------------------------------------------------------------------------
@@ -205,6 +247,7 @@ class LogLinear:
     variant: str = "full"
     embedding: bool = False  # the source trunk's embedding is a feature
     clip: list[float] | None = None  # the log correction's bounds (the K rows' fitted range, widened)
+    live_features: list[str] = field(default_factory=list)  # the live shares after the 5 globals (cards before: none)
 
     def features(self, logp: np.ndarray, glob: np.ndarray, emb: np.ndarray | None = None) -> np.ndarray:
         parts = [logp[:, self.columns] - logp[:, [self.base]]]
@@ -248,14 +291,19 @@ def fit_correction(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups:
                             "use a SeerNet source, or another variant")
     base = base_column(logp, logy)
     columns = [j for j in range(logp.shape[1]) if j != base] if "diffs" in use else []
-    keep = ([i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9]  # a constant column carries nothing
-            if "globals" in use else [])
+    # a constant column carries nothing; the live columns after the five globals (global_design) are
+    # read by every variant: whether a device skips input-independent work is not in the source's columns
+    n_glob = len(DOMAIN_FEATURES)
+    keep = [i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9 and ("globals" in use or i >= n_glob)]
     slope = "slope" in use
     parts = ([logp[:, columns] - logp[:, [base]]] + ([logp[:, [base]]] if slope else []) + [glob[:, keep]]
              + ([np.asarray(emb, dtype=np.float64)] if "embedding" in use else []))
     X = np.hstack(parts)
     mean, std = X.mean(0), X.std(0)
     std[~(std > 1e-9)] = 1.0
+    n_live = sum(1 for i in keep if i >= n_glob)
+    if n_live and LIVE_RIDGE_WEIGHT != 1.0:  # the live columns' share of the ridge penalty: scale them up
+        std[X.shape[1] - (emb.shape[1] if "embedding" in use else 0) - n_live:][:n_live] *= math.sqrt(LIVE_RIDGE_WEIGHT)
     Xs = (X - mean) / std
     r = logy - logp[:, base]
     if lam is None:
@@ -629,8 +677,9 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         "spanning" if set(map(str, models)) <= calibration_set_models() else "random")
     outputs = source_outputs if source_outputs is not None else source.predict_graphs(list(graphs))
     logp = np.log(np.maximum(np.asarray(outputs)[:, cols], 1e-12))
-    glob = global_design(graphs)
-    domain = domain_of(glob)
+    glob = global_design(graphs, cfg.live_features)
+    domain = domain_of(glob[:, :len(DOMAIN_FEATURES)])
+    domain["output_independent_rows"] = int((graph_liveness(graphs)[:, 2] > 0).sum())
 
     if cfg.method == "loglinear":
         extra = {"selection": selection}
@@ -650,6 +699,7 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         extra.update({"variant": variant, "variant_rms": rms})
         ll = fit_correction(logp, glob, logy, groups, cfg.ridge, variant,
                             emb=e if "embedding" in VARIANTS[variant] else None)
+        ll.live_features = list(cfg.live_features)
         res = nested[variant]
         net = CorrectedNet(source.net, [cols[j] for j in range(len(cols))], ll)
         return Calibration("loglinear", net, ll, interval_halfwidth(res, groups, cfg.coverage, cfg.interval, selection,
@@ -758,7 +808,8 @@ class CorrectedNet:
             e = e.double().numpy()
         else:
             logp, e = np.log(np.maximum(self.source_net.predict(graphs)[:, self.columns], 1e-12)), None
-        return np.exp(self.correction.predict_log(logp, global_design(graphs), e)).reshape(-1, 1)
+        glob = global_design(graphs, tuple(self.correction.live_features))
+        return np.exp(self.correction.predict_log(logp, glob, e)).reshape(-1, 1)
 
 
 # -- choosing what to measure ----------------------------------------------------------------------
@@ -834,7 +885,7 @@ def domain_of(glob: np.ndarray) -> dict:
 
 def domain_check(domain: dict, graphs: Sequence) -> list[list[str]]:
     """Per graph, the reasons it lies outside the calibration domain (empty: inside)."""
-    glob = global_design(graphs)
+    glob = global_design(graphs, ())
     lo, hi = np.asarray(domain["log_low"]), np.asarray(domain["log_high"])
     out = []
     for row in glob:
@@ -933,6 +984,7 @@ class CalibratedNet:
         cal = self.card["calibration"]
         factor = float(cal["interval"]["factor"])
         reasons = domain_check(cal["domain"], graphs)
+        folded = graph_liveness(graphs)[:, 2] > 0 if len(graphs) else np.zeros(0, dtype=bool)
         q_rows, far = (None, None)
         if cal["interval"].get("distance") and len(graphs):
             q_rows, far = row_halfwidths(cal["interval"], self.embeddings(graphs))
@@ -942,6 +994,8 @@ class CalibratedNet:
             # interval is the calibration's, which is the only one measured on the new device
             v = row["value"]
             f = math.exp(float(q_rows[i])) if q_rows is not None else factor
+            if folded[i] and not cal["domain"].get("output_independent_rows"):
+                why = why + [OUTPUT_INDEPENDENT + "; no calibration model was such a network"]
             if far is not None and far[i]:
                 why = why + ["farther from the calibration models (in the source's embedding) than any of them is "
                              "from the others: the interval widens with the distance, and may still be optimistic"]
@@ -951,7 +1005,8 @@ class CalibratedNet:
             row["domain_reasons"] = list(row.get("domain_reasons") or []) + why
             row["flags"] = ([f for f in row.get("flags") or [] if not str(f).startswith("no interval")]
                             + [f"calibrated:{cal['method']}:k={k}"] + (["outside-calibration-domain"] if why else [])
-                            + (["far-from-calibration-set"] if far is not None and far[i] else []))
+                            + (["far-from-calibration-set"] if far is not None and far[i] else [])
+                            + (["output-independent-of-input"] if folded[i] else []))
             row["basis"] = f"calibrated from {cal['source']['name']} by {cal['method']} on {k} rows"
 
 
