@@ -34,6 +34,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from spec_timm_logo import _atomic_json, spearman  # noqa: E402  (the same JSON writer and rank correlation)
+
 SETTINGS = ("rtx3090/amp-nchw-pt240", "rtx4090/amp-nchw-pt291", "rtx5090/amp-nchw-pt291",
             "rtxpro6000maxq/amp-nchw-pt291")
 SEERNET_CARDS = {"rtx3090/amp-nchw-pt240": "rtx3090-amp-nchw-pt240.infer",
@@ -45,18 +49,6 @@ SEERNET = {"rtx3090/amp-nchw-pt240": (6.52, 0.994), "rtx4090/amp-nchw-pt291": (7
 SPEC_LOGO = Path(__file__).resolve().parent / "data" / "spec" / "spec_timm_logo.json"
 ALPHAS = (0.01, 0.1, 1.0, 10.0)
 COMBINES = ("geomean", "nearest")
-
-
-def _atomic_json(path, obj) -> None:
-    from perfseer.atomic import atomic_write_text
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
-
-
-def spearman(a, b) -> float:
-    ra, rb = pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy()
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def configs():
