@@ -61,12 +61,14 @@ def spec_vector(spec) -> np.ndarray:
 
 
 def roofline_ms(x: np.ndarray, spec_vec: np.ndarray) -> float:
-    """Per-node roofline time summed, ms: ``max(FLOPs / FP16 peak, bytes / bandwidth)``."""
-    x = np.asarray(x, dtype=np.float64)
-    flops = x[:, schema.NODE_FEATURES.index("flops")]
-    mem = x[:, schema.NODE_FEATURES.index("memory_access_bytes")] * FP16_BYTES_SCALE
-    t = np.maximum(flops / (spec_vec[0] * 1e12), mem / (spec_vec[1] * 1e9))
-    return float(t.sum() * 1e3) + 1e-6
+    """Per-node roofline time summed, ms: ``max(FLOPs / FP16 peak, bytes / bandwidth)``, the FP32
+    export's bytes scaled to AMP's; :func:`perfseer.models.roofline.baseline_ms` without overheads."""
+    from types import SimpleNamespace
+
+    from perfseer.models.roofline import RooflineParams, baseline_ms
+
+    params = RooflineParams(P=spec_vec[0] * 1e9, W=spec_vec[1] * 1e6 / FP16_BYTES_SCALE, a=1.0, c1=0.0, c2=0.0)
+    return float(baseline_ms([SimpleNamespace(x=x)], params)[0]) + 1e-6
 
 
 def graph_terms(u: np.ndarray) -> np.ndarray:
