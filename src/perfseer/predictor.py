@@ -248,6 +248,10 @@ class Predictor:
             graphs = [(pg if b == pg.batch_size else pg.with_batch(int(b))).to_pyg() for b in batches]
         elif len(graphs) != len(batches):
             raise PredictorError(f"{len(graphs)} graphs for {len(batches)} batch sizes", "pass one graph per batch size")
+        if getattr(self.net, "reads_liveness", False) and any(getattr(g, "live", None) is None for g in graphs):
+            from perfseer.features.pyg import attach_liveness
+
+            attach_liveness(graphs, pg)  # once per model, for the cards that read it (calibrated)
         unseen = self.unseen_ops(pg.op_types)
         if unseen:
             warnings.warn(f"{pg.graph.name or 'the model'} has operator types never seen in training by predictor "

@@ -60,3 +60,28 @@ def test_uncalibrated_folding_is_a_domain_reason(source):  # noqa: F811
     out = [{"value": 1.0}]
     p.net.annotate(out, _live([graphs[0]], [1e-3]))
     assert not out[0]["in_domain"] and any("does not depend on its input" in r for r in out[0]["domain_reasons"])
+
+
+def test_prediction_path_attaches_liveness_for_a_calibrated_card(source):  # noqa: F811
+    """``to_pyg()`` leaves liveness out (models do not read it); ``predict_bound`` adds it, once per
+    model, for a card that reads it, so the flag reaches a prediction made from a model reference."""
+    import warnings
+
+    from perfseer.features.perfgraph import build_perfgraph
+    from perfseer.graph.extract import extract_graph
+    from perfseer.graph.spaces.nb201_onnx import nb201_skeleton
+
+    src, ref = source
+    graphs, y, models = _rows(src, 10)
+    cfg = C.CalibrationConfig(method="loglinear", variant="full")
+    cal = C.calibrate(src, graphs, y, models, config=cfg)
+    rows = [{"model": m, "input_shape": "3x32x32", "batch_size": 1, "latency_ms": float(v)} for m, v in zip(models, y)]
+    p = C.calibrated_predictor(src, ref, cal, Target("latency_ms", "gpu_new", "infer"), rows, cfg)
+    folded = build_perfgraph(extract_graph(nb201_skeleton("|none~0|+|none~0|nor_conv_3x3~1|+|none~0|none~1|skip_connect~2|"),
+                                           batch=1))
+    assert getattr(folded.to_pyg(), "live", None) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tiny source never saw the cell's operators
+        out = p.predict_bound(folded, [1, 4])
+    assert len(out) == 2 and all("output-independent-of-input" in r["flags"] and not r["in_domain"] for r in out)
+    assert src.net is not None and not getattr(src.net, "reads_liveness", False)

@@ -105,7 +105,7 @@ def graphs_of(rows, base_dir=None) -> list:
                                     f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
                                     "fix the reference (perfseer graph MODEL shows the problem) or drop its rows") from e
         pg, b = cache[key], int(r["batch_size"])
-        out.append((pg if b == pg.batch_size else pg.with_batch(b)).to_pyg())
+        out.append((pg if b == pg.batch_size else pg.with_batch(b)).to_pyg(live=True))
     return out
 
 

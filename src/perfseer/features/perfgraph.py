@@ -168,11 +168,12 @@ class PerfGraph:
         """The PerfGraph at another batch size, without re-exporting or re-reading the model."""
         return build_perfgraph(self.graph.with_batch(batch))
 
-    def to_pyg(self):
-        """This graph as a PyTorch Geometric ``Data`` (see :mod:`perfseer.features.pyg`)."""
+    def to_pyg(self, live: bool = False):
+        """This graph as a PyTorch Geometric ``Data`` (see :mod:`perfseer.features.pyg`); ``live``:
+        with its liveness shares (:func:`perfseer.features.pyg.attach_liveness`)."""
         from perfseer.features.pyg import to_data
 
-        return to_data(self)
+        return to_data(self, live=live)
 
 
 def node_costs(graph: Graph) -> tuple[list[OpCost], list[NodeView], np.ndarray]:

@@ -32,17 +32,15 @@ def op_type_ids(op_types) -> np.ndarray:
     return np.array([_OP_INDEX.get(op, 0) for op in op_types], dtype=np.int64)
 
 
-def to_data(pg):
-    """A :class:`~perfseer.features.perfgraph.PerfGraph` as a ``torch_geometric.data.Data``."""
+def to_data(pg, live: bool = False):
+    """A :class:`~perfseer.features.perfgraph.PerfGraph` as a ``torch_geometric.data.Data``.
+
+    ``live=True`` also attaches ``live`` (:func:`attach_liveness`): only calibrated cards read it, so
+    the prediction path computes it once per model for them instead of for every graph."""
     import torch
     from torch_geometric.data import Data
 
-    from perfseer.graph.liveness import liveness
-
-    lv = liveness(pg.graph, pg._col("flops"))
-    return Data(
-        # what a constant-folding runtime keeps (calibration reads it; models do not)
-        live=torch.tensor([[lv.flops_fraction, lv.node_fraction, float(lv.output_independent)]], dtype=torch.float64),
+    data = Data(
         x=torch.from_numpy(pg.x.astype(np.float32)),
         edge_index=torch.from_numpy(pg.edge_index.copy()),
         edge_attr=torch.from_numpy(pg.edge_attr.astype(np.float32)),
@@ -50,6 +48,23 @@ def to_data(pg):
         op_type=torch.from_numpy(op_type_ids(pg.op_types)),
         num_nodes=pg.num_nodes,
     )
+    return attach_liveness([data], pg)[0] if live else data
+
+
+def attach_liveness(datas, pg):
+    """Set ``live`` on each of ``datas`` (graphs of ``pg``, any batch size: liveness does not depend
+    on it): ``[[live FLOPs share, live operator share, 1 if the network's result does not depend
+    on its input]]`` (:mod:`perfseer.graph.liveness`), what a constant-folding runtime keeps.
+    Calibration reads it; models do not.  Returns ``datas``."""
+    import torch
+
+    from perfseer.graph.liveness import liveness
+
+    lv = liveness(pg.graph, pg._col("flops"))
+    row = [[lv.flops_fraction, lv.node_fraction, float(lv.output_independent)]]
+    for d in datas:
+        d.live = torch.tensor(row, dtype=torch.float64)
+    return datas
 
 
 def save_graphs(graphs, path: str | os.PathLike, meta: list[dict] | None = None) -> None:

@@ -966,6 +966,8 @@ class CalibratedNet:
     """A calibrated card's network: predictions ``[N, 1]``, and :meth:`annotate` adds to each
     prediction row the card's ``interval``, ``in_domain``, ``domain_reasons`` and ``flags``."""
 
+    reads_liveness = True  # annotate flags networks whose output does not depend on the input
+
     def __init__(self, card: dict, net):
         self.card, self.net = card, net
         self.model = getattr(net, "model", None) or getattr(getattr(net, "source_net", None), "model", None)
