@@ -214,14 +214,15 @@ class _Fitter:
         return out
 
 
-def predict_workload(model, w, spec) -> dict:
+def predict_workload(model, w, spec, matrix_fp32: bool = False) -> dict:
     """Predicted, roofline and measured time of one workload, overall and per kernel family (the
     measured per family: the trace's per-op times, each op given the family of its costliest
-    predicted kernel)."""
+    predicted kernel).  ``matrix_fp32``: GEMMs at the sheet's FP32 matrix peak
+    (:func:`perfseer.specmodel.kernels.device_frame`)."""
     from perfseer.specmodel import kernels as kt
 
     k = w.trace
-    d = kt.device_frame([spec] * len(k), ["fp32"] * len(k), k["family"])
+    d = kt.device_frame([spec] * len(k), ["fp32"] * len(k), k["family"], matrix_fp32=matrix_fp32)
     p = model.predict(k.drop(columns=["scale", "pass", "node"]), d)
     tf, tm = kt.roofline_us(k, d)
     sc = k["scale"].to_numpy()
@@ -235,8 +236,10 @@ def predict_workload(model, w, spec) -> dict:
         nm["meas_ms"] = (nm["fw_ms"] + (nm["bw_ms"] if w.phase == "train" else 0.0)) * nm["scale"]
         meas = nm.groupby("family")["meas_ms"].sum()
         pred = kk.groupby("family")["pred_ms"].sum()
+        roof = kk.groupby("family")["roof_ms"].sum()
         for f in sorted(set(meas.index) | set(pred.index)):
-            by_family[f] = {"measured_ms": float(meas.get(f, 0.0)), "spec_ms": float(pred.get(f, 0.0))}
+            by_family[f] = {"measured_ms": float(meas.get(f, 0.0)), "spec_ms": float(pred.get(f, 0.0)),
+                            "roofline_ms": float(roof.get(f, 0.0))}
     return {"gpu": w.device, "workload": w.name, "phase": w.phase, "measured_ms": w.e2e_ms,
             "spec_ms": float(kk["pred_ms"].sum()), "roofline_ms": float(kk["roof_ms"].sum()),
             "kernels": int(len(k)), "by_family": by_family}
@@ -351,21 +354,25 @@ def _per_config_table(fitter: _Fitter, configs, gpus) -> str:
     return "\n".join(lines)
 
 
-def _family_table(df: pd.DataFrame) -> str:
+def _family_table(df: pd.DataFrame, roofline: bool = False) -> str:
     """Per GPU and kernel family: the trace's measured per-op time against the predicted kernels,
-    summed over the GPU's runs (signed error: + = predicted slower)."""
+    summed over the GPU's runs (signed error: + = predicted slower); ``roofline``: the roofline
+    sum of the same kernels too."""
     agg: dict = {}
     for r in df.itertuples():
         for f, v in r.by_family.items():
-            a = agg.setdefault((r.gpu, f), [0.0, 0.0])
+            a = agg.setdefault((r.gpu, f), [0.0, 0.0, 0.0])
             a[0] += v["measured_ms"]
             a[1] += v["spec_ms"]
-    lines = ["| GPU (held out) | family | trace-measured ms (all runs) | predicted ms | signed error % | share of measured % |",
-             "| --- | --- | --- | --- | --- | --- |"]
+            a[2] += v.get("roofline_ms", float("nan"))
+    extra = (" roofline ms | roofline signed error % |", " --- | --- |") if roofline else ("", "")
+    lines = ["| GPU (held out) | family | trace-measured ms (all runs) | predicted ms | signed error % |" + extra[0]
+             + " share of measured % |", "| --- | --- | --- | --- | --- |" + extra[1] + " --- |"]
     tot = {g: sum(v[0] for (gg, _), v in agg.items() if gg == g) for g in df["gpu"].unique()}
-    for (g, f), (m, p) in sorted(agg.items()):
-        err = f"{(p / m - 1) * 100:+.1f}" if m > 0 else "-"
-        lines.append(f"| {g} | {f} | {m:.0f} | {p:.0f} | {err} | {m / tot[g] * 100:.1f} |")
+    signed = lambda p, m: f"{(p / m - 1) * 100:+.1f}" if m > 0 else "-"  # noqa: E731
+    for (g, f), (m, p, rf) in sorted(agg.items()):
+        roof = f" {rf:.0f} | {signed(rf, m)} |" if roofline else ""
+        lines.append(f"| {g} | {f} | {m:.0f} | {p:.0f} | {signed(p, m)} |{roof} {m / tot[g] * 100:.1f} |")
     return "\n".join(lines)
 
 

@@ -169,17 +169,24 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
     return np.stack(common + extra, axis=1).astype(np.float32), t_roof
 
 
-def device_frame(specs, precisions, families) -> pd.DataFrame:
+def device_frame(specs, precisions, families, matrix_fp32: bool = False) -> pd.DataFrame:
     """Per-row device columns (:data:`DEVICE_COLUMNS`) from :class:`~perfseer.devices.DeviceSpec`
     objects and precisions (``fp32``, ``fp16``, ``bf16``, ``tf32``).  GEMM and convolution rows
     use the precision's (tensor-core) peak; the others the FP32 vector peak at FP32 and twice it
-    (packed half-precision arithmetic) at 16 bits."""
+    (packed half-precision arithmetic) at 16 bits.
+
+    ``matrix_fp32``: FP32 GEMM and convolution rows use the sheet's ``fp32_matrix`` peak where it
+    has one (AMD CDNA: rocBLAS runs FP32 GEMMs on the matrix cores, at twice the vector rate), the
+    vector peak elsewhere.  Off by default: the bundled model was trained and evaluated without it
+    (no training GPU has an FP32 matrix peak); docs/devices.md measures both on MI100 / MI210."""
     cache: dict = {}
     rows = []
     for s, p, fam in zip(specs, precisions, families):
         key = (id(s), p, fam in ("gemm", "conv"))
         if key not in cache:
             peak = s.peak(p) if key[2] else s.peak("fp32") * (2.0 if p in ("fp16", "bf16") else 1.0)
+            if matrix_fp32 and key[2] and p == "fp32":
+                peak = float(s.peak_tflops.get("fp32_matrix") or peak)
             cache[key] = (peak, s.mem_bandwidth_gbs, s.sms, s.l2_mib or 1.0, s.clock_mhz or 1500.0,
                           (s.tdp_w or 250.0) / s.peak("fp32"), s.tdp_w or 250.0)
         rows.append(cache[key])

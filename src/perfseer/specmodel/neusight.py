@@ -32,6 +32,8 @@ DEVICES = {
 }
 LABEL_DIRS = {"Tesla_P4": "tesla-p4", "Tesla_P100-PCIE-16GB": "tesla-p100-pcie-16gb", "Tesla_T4": "t4",
               "Tesla_V100-PCIE-32GB": "v100-pcie-32gb", "NVIDIA_A100-PCIE-40GB": "a100-40gb-pcie"}
+# The AMD GPUs' labels: never in the spec model's training data (its kernels are NVIDIA's), an unseen vendor.
+AMD_LABEL_DIRS = {"AMD_Instinct_MI100": "mi100", "AMD_Instinct_MI210": "mi210"}
 # FLOPs per output element of the element-wise kernels (one convention, used for training and prediction)
 ELEMWISE_FLOPS = {"add": 1, "sub": 1, "mul": 1, "div": 1, "truediv": 1, "pow": 1, "relu": 1, "gelu": 8, "tanh": 5,
                   "where": 1, "masked_fill": 1, "max": 1, "lt": 1, "gt": 1, "eq": 1, "ne": 1, "dropout": 2,
@@ -122,11 +124,13 @@ class Workload:
         return f"{self.model}-{'inf' if self.phase == 'infer' else 'train'}-{self.seq_len}-{self.batch}"
 
 
-def load_workloads(root, devices=None) -> list[Workload]:
-    """The end-to-end workloads of the NVIDIA training GPUs that have a per-operator trace."""
+def load_workloads(root, devices=None, label_dirs=None) -> list[Workload]:
+    """The end-to-end workloads that have a per-operator trace, of the NVIDIA training GPUs
+    (``label_dirs``: label folder -> registry name; default :data:`LABEL_DIRS`, or
+    :data:`AMD_LABEL_DIRS`)."""
     root = _check(root)
     out = []
-    for folder, dev in LABEL_DIRS.items():
+    for folder, dev in (LABEL_DIRS if label_dirs is None else label_dirs).items():
         if devices is not None and dev not in devices:
             continue
         for f in sorted((root / "labels" / folder).glob("*.csv.gz")):
