@@ -3,12 +3,12 @@
 How a PerfGraph node becomes kernels (PyTorch eager execution: one kernel per operator):
 
 - ``MatMul``/``Gemm``: a GEMM of ``mm_batch`` products ``mm_m x in_features @ in_features x
-  out_features``; a product by one weight matrix (the node's parameters are ``in_features x
-  out_features``) is one GEMM of ``mm_batch * mm_m`` rows, the weight read once: PyTorch runs
-  ``nn.Linear`` / ``torch.matmul`` of an N-D input by a 2-D matrix as a single ``addmm``/``mm``
-  over the flattened rows (NeuSight's ``linear`` kernels are measured that way);
+  out_features``; a product by one weight matrix (the node's weights are one ``in_features x
+  out_features`` matrix) is one GEMM of ``mm_batch * mm_m`` rows, the weight read once: PyTorch
+  runs ``nn.Linear`` / ``torch.matmul`` of an N-D input by a 2-D matrix as a single
+  ``addmm``/``mm`` over the flattened rows (NeuSight's ``linear`` kernels are measured that way);
 - a linear layer's bias: ONNX writes ``nn.Linear`` on an N-D input as ``MatMul`` + ``Add`` of
-  the bias; where an ``Add`` of ``out_features`` parameters takes the output of a weight
+  the bias; where an ``Add`` of ``out_features`` weights takes the output of a weight
   ``MatMul`` that feeds nothing else (``edge_index`` given), it is the bias of that GEMM (PyTorch's
   ``addmm`` adds it in the same kernel): no kernel of its own, the GEMM has a bias (whose
   gradient a training step reduces);
@@ -47,7 +47,8 @@ OPTIMIZER_BYTES = {"adamw": (4 * 4, 3 * 4), "sgd": (3 * 4, 2 * 4)}  # (read, wri
 PRECISION_BYTES = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0}
 
 
-def node_kernels(x: np.ndarray, op_types, precision: str = "fp32", edge_index: np.ndarray | None = None) -> pd.DataFrame:
+def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
+                 edge_index: np.ndarray | None = None) -> pd.DataFrame:
     """Forward kernels of a graph's nodes, a kernel table with a ``node`` (index) and ``op`` column.
 
     Args:
