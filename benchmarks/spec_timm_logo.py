@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     for i, g in enumerate(graphs):
         d = ds.graphs[int(g)]
         ops = [OP_VOCAB[int(o)] for o in d.op_type]
-        tables[g] = node_kernels(d.x.numpy().astype(np.float64), ops, "fp16")
+        tables[g] = node_kernels(d.x.numpy().astype(np.float64), ops, "fp16", d.edge_index.numpy())
         if i % 200 == 0:
             print(f"  kernels of {i}/{len(graphs)} graphs", file=sys.stderr, flush=True)
     preds, feats = {}, {}

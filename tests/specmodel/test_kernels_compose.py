@@ -89,3 +89,41 @@ def test_neusight_trace_ops():
     assert op_kernels("Dropout", [[2, 3, 4]], (2, 3, 4), 4, training=True)["family"][0] == "vec"
     sm = op_kernels("softmax", [[2, 16, 512, 512]], (2, 16, 512, 512), 4, training=False)
     assert (sm["family"][0], sm["rows"][0], sm["cols"][0]) == ("softmax", 2 * 16 * 512, 512)
+
+
+def _token_linear_model():
+    """``nn.Linear(64, 32)`` on ``(N, 16, 64)`` tokens as ONNX writes it (MatMul + bias Add), then
+    a product whose output feeds two nodes (its Add is no bias) and a batched activation product."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
+             helper.make_node("Relu", ["hb"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["h2"], name="mm2"),
+             helper.make_node("Add", ["h2", "b2"], ["s"], name="not_bias"),
+             helper.make_node("Mul", ["h2", "s"], ["m"], name="mul"),
+             helper.make_node("Transpose", ["m"], ["mt"], perm=[0, 2, 1], name="tr"),
+             helper.make_node("MatMul", ["m", "mt"], ["y"], name="bmm")]
+    return make_model(nodes, {"x": ("N", 16, 64)}, ["y"],
+                      {"w": np.ones((64, 32), np.float32), "b": np.ones(32, np.float32),
+                       "w2": np.ones((32, 32), np.float32), "b2": np.ones(32, np.float32)})
+
+
+def test_linear_on_tokens_is_one_gemm_with_its_bias_as_pytorch_runs_it():
+    pg = perfseer.extract(_token_linear_model(), batch=4)
+    k = node_kernels(pg.x, pg.op_types, "fp32", pg.edge_index)
+    assert list(k["op"]) == ["MatMul", "Relu", "MatMul", "Add", "Mul", "Transpose", "MatMul"]
+    lin = k.iloc[0]
+    # the trace path's nn.Linear: one (N*16) x 64 @ 64 x 32 GEMM with its bias (PyTorch's addmm)
+    ref = op_kernels("Linear", [[4, 16, 64]], (4, 16, 32), 4, training=False).iloc[0]
+    for c in ("B", "M", "N", "K", "flops", "bytes", "weights"):
+        assert lin[c] == pytest.approx(ref[c]), c
+    mm2 = k.iloc[2]  # feeds two nodes: the Add after it is not a bias
+    assert (mm2["B"], mm2["M"], mm2["flops"]) == (1, 64, 2 * 64 * 32 * 32)
+    bmm = k.iloc[-1]  # a product of two activations stays batched
+    assert (bmm["B"], bmm["M"], bmm["N"], bmm["K"]) == (4, 16, 16, 32)
+    # without the edges the bias Add stays a kernel, the GEMM is folded all the same
+    plain = node_kernels(pg.x, pg.op_types, "fp32")
+    assert list(plain["op"]).count("Add") == 2 and plain.iloc[0]["M"] == 64
+    # training: the bias gradient (a column sum of dY) is reduced, as for the traced nn.Linear
+    tr = step_kernels(pg.x, pg.op_types, "train", "fp32", edge_index=pg.edge_index)
+    bw = tr[(tr["pass"] == "bw") & (tr["node"] == lin["node"])]
+    assert len(bw) == len(backward_kernels(ref.to_frame().T.astype({"family": object}), "linear")) == 3

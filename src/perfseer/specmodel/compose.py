@@ -3,7 +3,15 @@
 How a PerfGraph node becomes kernels (PyTorch eager execution: one kernel per operator):
 
 - ``MatMul``/``Gemm``: a GEMM of ``mm_batch`` products ``mm_m x in_features @ in_features x
-  out_features`` (the weight read once when the node has weights);
+  out_features``; a product by one weight matrix (the node's weights are one ``in_features x
+  out_features`` matrix) is one GEMM of ``mm_batch * mm_m`` rows, the weight read once: PyTorch
+  runs ``nn.Linear`` / ``torch.matmul`` of an N-D input by a 2-D matrix as a single
+  ``addmm``/``mm`` over the flattened rows (NeuSight's ``linear`` kernels are measured that way);
+- a linear layer's bias: ONNX writes ``nn.Linear`` on an N-D input as ``MatMul`` + ``Add`` of
+  the bias; where an ``Add`` of ``out_features`` weights takes the output of a weight
+  ``MatMul`` that feeds nothing else (``edge_index`` given), it is the bias of that GEMM (PyTorch's
+  ``addmm`` adds it in the same kernel): no kernel of its own, the GEMM has a bias (whose
+  gradient a training step reduces);
 - ``Conv``/``ConvTranspose``: the implicit GEMM of each group (``M`` = output pixels x batch,
   ``N`` = output channels / groups, ``K`` = MACs / (M N groups)); a depthwise-like convolution
   (grouped, fewer than 8 output channels per group) is memory-bound and costed as a ``vec`` kernel;
@@ -39,13 +47,16 @@ OPTIMIZER_BYTES = {"adamw": (4 * 4, 3 * 4), "sgd": (3 * 4, 2 * 4)}  # (read, wri
 PRECISION_BYTES = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0}
 
 
-def node_kernels(x: np.ndarray, op_types, precision: str = "fp32") -> pd.DataFrame:
+def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
+                 edge_index: np.ndarray | None = None) -> pd.DataFrame:
     """Forward kernels of a graph's nodes, a kernel table with a ``node`` (index) and ``op`` column.
 
     Args:
         x: node features ``[num_nodes, len(schema.NODE_FEATURES)]`` (raw, as in a PerfGraph).
         op_types: the ONNX op type of each node.
         precision: ``fp32``, ``tf32``, ``fp16`` or ``bf16``.
+        edge_index: the PerfGraph's ``[2, num_edges]`` data-flow edges; with them a linear
+            layer's bias ``Add`` joins its ``MatMul`` (:func:`linear_bias_adds`).
     """
     db = PRECISION_BYTES[precision]
     scale = db / 4.0
@@ -63,11 +74,19 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32") -> pd.DataFra
         t["node"] = idx
         parts.append(t)
 
-    sel = np.flatnonzero(np.isin(ops, ["MatMul", "Gemm", "MatMulInteger", "FusedMatMul"]) & (macs > 0) & ~done)
+    mm_ops = np.isin(ops, ["MatMul", "Gemm", "MatMulInteger", "FusedMatMul"]) & (macs > 0) & ~done
+    bias_of = linear_bias_adds(x, ops, edge_index) if edge_index is not None else {}
+    has_bias = bias > 0
+    for a_node, mm_node in bias_of.items():
+        done[a_node] = True
+        has_bias[mm_node] = True
+    sel = np.flatnonzero(mm_ops)
     if len(sel):
         b, m, k, n = (np.maximum(v[sel], 1.0) for v in (mmb, mm_m, kin, nout))
         m = np.where(np.abs(b * m * k * n - macs[sel]) > 0.01 * macs[sel], macs[sel] / (b * k * n), m)
-        add(kt.gemm_rows(b, m, n, k, dtype_bytes=db, bias=(bias[sel] > 0).astype(float),
+        one_matrix = _one_weight_matrix(x)[sel]  # by one 2-D weight: the rows folded into one GEMM
+        m, b = np.where(one_matrix, b * m, m), np.where(one_matrix, 1.0, b)
+        add(kt.gemm_rows(b, m, n, k, dtype_bytes=db, bias=has_bias[sel].astype(float),
                          shared_b=(wb[sel] > 0).astype(float)), sel)
         done[sel] = True
     conv = np.isin(ops, ["Conv", "ConvTranspose"]) & (macs > 0) & ~done
@@ -113,11 +132,39 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32") -> pd.DataFra
     return t
 
 
+def _one_weight_matrix(x: np.ndarray) -> np.ndarray:
+    """Whether each node's weights are one ``in_features x out_features`` matrix (at the element
+    size of its output: ``output_bytes / (mm_batch mm_m out_features)``), not a batch of them."""
+    col = lambda name: x[:, _I[name]].astype(float)  # noqa: E731
+    b, m, k, n = (np.maximum(col(c), 1.0) for c in ("mm_batch", "mm_m", "in_features", "out_features"))
+    elem = col("output_bytes") / (b * m * n)
+    return (col("weight_bytes") > 0) & (np.abs(col("weight_bytes") - elem * k * n) <= 0.01 * elem * k * n)
+
+
+def linear_bias_adds(x: np.ndarray, ops, edge_index: np.ndarray) -> dict[int, int]:
+    """``{Add node: MatMul node}`` of the linear layers' biases: an ``Add`` whose weights are
+    ``out_features`` values (a bias vector), taking the output of a ``MatMul`` by one weight matrix
+    that feeds nothing else, with as many output bytes as that ``MatMul``."""
+    ops = np.asarray(list(ops), dtype=object)
+    e = np.asarray(edge_index, dtype=np.int64).reshape(2, -1)
+    col = lambda name: x[:, _I[name]].astype(float)  # noqa: E731
+    wb, kin, nout, outb = col("weight_bytes"), col("in_features"), col("out_features"), col("output_bytes")
+    one = _one_weight_matrix(x)
+    out_degree = np.bincount(e[0], minlength=len(ops)) if e.size else np.zeros(len(ops), dtype=np.int64)
+    found = {}
+    for src, dst in e.T:
+        if (ops[dst] == "Add" and ops[src] == "MatMul" and one[src] and out_degree[src] == 1 and wb[dst] > 0
+                and abs(wb[dst] * kin[src] - wb[src]) <= 0.01 * wb[src]  # bias: n values, weight: k n
+                and outb[dst] == outb[src] and dst not in found):
+            found[int(dst)] = int(src)
+    return found
+
+
 def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str = "fp32",
-                 optimizer: str = "adamw", params: float = 0.0) -> pd.DataFrame:
+                 optimizer: str = "adamw", params: float = 0.0, edge_index: np.ndarray | None = None) -> pd.DataFrame:
     """All kernels of one inference (``infer``) or training (``train``) step, with a ``pass``
-    column (``fw``, ``bw``, ``opt``)."""
-    fw = node_kernels(x, op_types, precision)
+    column (``fw``, ``bw``, ``opt``); ``edge_index`` as in :func:`node_kernels`."""
+    fw = node_kernels(x, op_types, precision, edge_index)
     fw["pass"] = "fw"
     if phase == "infer":
         return fw
