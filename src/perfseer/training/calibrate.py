@@ -459,25 +459,27 @@ def _kscale(logy: np.ndarray) -> tuple[float, float]:
 # leave-one-model-out residuals of the K calibration models, per way the K models were chosen
 # (``spanning``: K-centre, as the shipped calibration set; ``random``: any other choice) and level.
 # Learned by simulating K-shot calibration on the validation and source devices only, never a test
-# device (benchmarks/calibration_sweep.py learn-scale; docs/calibration.md).  Interpolated in log K,
-# held constant outside the table.
+# device (docs/calibration.md).  Interpolated in log K, held constant outside the table.
 SCALE_TABLE: dict[str, dict[float, dict[int, float]]] = {
-    # python benchmarks/calibration_sweep.py learn-scale sweep_nb201.json sweep_timm3090.json
-    #   sweep_timm4090.json (variant auto; 13 NAS-Bench-201 and 2 x 3 timm simulated calibration targets)
-    "random": {0.9: {10: 2.213, 20: 1.832, 50: 1.66}},
-    "spanning": {0.9: {10: 1.368, 20: 1.452, 50: 1.442}},
+    # python benchmarks/calibration_intervals.py learn rows_nb201.npz rows_timm3090.npz rows_timm4090.npz
+    #   (its scaled_table: auto with the variant choice nested, train-only timm sources; 13 NAS-Bench-201
+    #   and 2 x 3 timm simulated calibration targets, each calibration weighing the same;
+    #   benchmarks/data/calibration/interval_learn_nested.json)
+    "random": {0.9: {10: 2.0197, 20: 1.7162, 50: 1.6323}},
+    "spanning": {0.9: {10: 1.3193, 20: 1.3767, 50: 1.4187}},
 }
 SELECTIONS = ("auto", "spanning", "random")
 
 # The ``distance`` rule: the half-width grows linearly with the distance from the calibration set in
-# the source trunk's embedding, ``beta`` per mean leave-one-model-out distance of the K rows; c(K) per
-# way of choosing the K models.  Chosen and learned like SCALE_TABLE, on validation and source devices
-# only: python benchmarks/calibration_intervals.py learn rows_nb201.npz rows_timm3090.npz
-# rows_timm4090.npz (docs/calibration.md; each of the three settings weighs the same in c(K)).
-DISTANCE_RULE = {"space": "emb", "beta": 0.5, "form": "linear"}
+# the source trunk's embedding, ``beta`` per mean leave-one-model-out distance of the K rows; one c(K)
+# for every way of choosing the K models.  Chosen and learned like SCALE_TABLE, on validation and
+# source devices only: python benchmarks/calibration_intervals.py learn rows_nb201.npz
+# rows_timm3090.npz rows_timm4090.npz (docs/calibration.md; auto's residuals with the variant choice
+# nested; each calibration weighs the same in c(K); benchmarks/data/calibration/interval_learn_nested.json).
+DISTANCE_RULE = {"space": "emb", "beta": 1.0, "form": "linear"}
 DISTANCE_TABLE: dict[str, dict[float, dict[int, float]]] = {
-    "random": {0.9: {10: 2.1829, 20: 1.9307, 50: 1.7248}},
-    "spanning": {0.9: {10: 1.8272, 20: 1.6864, 50: 1.6612}},
+    "random": {0.9: {10: 1.9648, 20: 1.7598, 50: 1.6949}},
+    "spanning": {0.9: {10: 1.9648, 20: 1.7598, 50: 1.6949}},  # one table: the same c(K)
 }
 
 
