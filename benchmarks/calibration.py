@@ -358,6 +358,9 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--setting", choices=("nb201", "timm"), required=True)
     ap.add_argument("--source", default=None, help="nb201: the source card (perfseer train ... --out)")
+    ap.add_argument("--source-dir", default=None,
+                    help="timm: read each source card as DIR/NAME.json instead of the bundled NAME (e.g. the "
+                         "train-only cards of docs/calibration.md); a card fitted on the test split is refused")
     ap.add_argument("--targets", default=None, help="comma-separated target devices (default: the setting's)")
     ap.add_argument("--k", type=lambda t: [int(v) for v in t.split(",")], default=[10])
     ap.add_argument("--draws", type=tb.positive(int), default=3, help="random draws per K")
@@ -410,7 +413,13 @@ def main(argv=None) -> int:
         pairs = TIMM_PAIRS if not args.targets else [p for p in TIMM_PAIRS if p[1] in tb.parse_list(args.targets)]
         caches: dict = {}
         for src_ref, target, role in pairs:
+            if args.source_dir:
+                src_ref = str(Path(args.source_dir) / f"{src_ref}.json")
             src = load_predictor(src_ref)
+            fit = (src.card.get("training") or {}).get("fit_splits") or []
+            if "test" in fit:  # one split per model across devices: the target's test models would not be new
+                raise SystemExit(f"source {src_ref} was trained on the test split too (fit_splits {fit}); "
+                                 "pass --source-dir with train-only cards (docs/calibration.md)")
             results += run_pair(src_ref, src, ds, target, role, args, console, infer, caches.setdefault(src_ref, {}))
     summarise(results, console)
     tb.write_json(args.json, {"benchmark": "calibration", "args": vars(args), "environment": tb.environment(),

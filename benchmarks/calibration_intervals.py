@@ -66,6 +66,7 @@ def rows(args, console) -> None:
     floors = source_intervals(z, args.level)
     tb.log(console, f"the source's own {args.level:g} interval half-widths: {floors}")
     meta, cal_r, cal_d, cal_off, test_r, test_d, test_off = [], [], [], [0], [], [], [0]
+    cal_r_min = []
     t_all = time.perf_counter()
     for target in targets:
         v = cs.target_view(z, target, src_devs)
@@ -83,14 +84,21 @@ def rows(args, console) -> None:
                     idx = np.flatnonzero(~test & np.isin(model_all, list(models)))
                     groups = C._groups(model_all[idx])
                     logy = np.log(y_all[idx])
-                    best = None
+                    best, nested, inner = None, {}, {}
                     for variant in C.AUTO_VARIANTS:
                         e_cal = emb_all[idx] if "embedding" in C.VARIANTS[variant] else None
-                        res = C.nested_residuals(logp_all[idx], glob_all[idx], logy, groups, variant, ridge, emb=e_cal)
+                        res, inner[variant] = C.nested_residuals(logp_all[idx], glob_all[idx], logy, groups, variant,
+                                                                 ridge, emb=e_cal, inner=True)
+                        nested[variant] = res
                         rms = float(np.sqrt(np.mean(res ** 2)))
                         if best is None or rms < best[0]:
                             best = (rms, variant, res, e_cal)
-                    s, variant, res, e_cal = best
+                    s_min, variant, res_min, e_cal = best
+                    # the residuals the library's auto now gives the interval: the variant choice
+                    # nested in the leave-one-model-out loop (calibrate.auto_residuals); res_min:
+                    # the chosen variant's own (the optimistic ones of the rules learned before)
+                    res, _ = C.auto_residuals(nested, inner)
+                    s = float(np.sqrt(np.mean(res ** 2)))
                     fit = C.fit_correction(logp_all[idx], glob_all[idx], logy, groups, ridge, variant, emb=e_cal)
                     pred_log = fit.predict_log(tlogp, tglob, temb if e_cal is not None else None)
                     r_test = np.log(ty) - pred_log
@@ -104,8 +112,10 @@ def rows(args, console) -> None:
                     meta.append({"target": target, "role": role, "k": k, "selection": rule, "draw": d,
                                  "variant": variant, "base": src_devs[use[fit.base]],
                                  "source_q": floors.get(src_devs[use[fit.base]]), "models": len(models), "rows": int(len(idx)), "s": s,
+                                 "s_min": s_min,
                                  "mape": e["mape"], "spearman": e["spearman"]})
                     cal_r.append(res.astype(np.float32))
+                    cal_r_min.append(res_min.astype(np.float32))
                     cal_d.append(dc.astype(np.float32))
                     cal_off.append(cal_off[-1] + len(res))
                     test_r.append(r_test.astype(np.float32))
@@ -121,7 +131,7 @@ def rows(args, console) -> None:
         with open(tmp, "wb") as fh:
             np.savez_compressed(
                 fh, meta=np.array(json.dumps(meta)), spaces=np.array(C.DISTANCE_SPACES),
-                cal_r=np.concatenate(cal_r), cal_d=np.concatenate(cal_d), cal_off=np.array(cal_off),
+                cal_r=np.concatenate(cal_r), cal_r_min=np.concatenate(cal_r_min), cal_d=np.concatenate(cal_d), cal_off=np.array(cal_off),
                 test_r=np.concatenate(test_r), test_d=np.concatenate(test_d), test_off=np.array(test_off),
                 args=np.array(json.dumps({k: v for k, v in vars(args).items() if k != "func"})))
         os.replace(tmp, args.out)
@@ -169,6 +179,7 @@ class Sims:
         import pandas as pd
 
         frames, self.cal_r, self.cal_d, self.test_r, self.test_d = [], [], [], [], []
+        self.cal_r_min = []  # the chosen variant's own residuals (rows files before the nested choice: the same)
         for p in paths:
             z = np.load(p, allow_pickle=False)
             self.spaces = [str(s) for s in z["spaces"]]
@@ -179,8 +190,10 @@ class Sims:
             frames.append(f)
             co, to = z["cal_off"], z["test_off"]
             cr, cd, tr, td = z["cal_r"], z["cal_d"], z["test_r"], z["test_d"]
+            crm = z["cal_r_min"] if "cal_r_min" in z.files else cr
             for i in range(len(co) - 1):
                 self.cal_r.append(cr[co[i]:co[i + 1]].astype(float))
+                self.cal_r_min.append(crm[co[i]:co[i + 1]].astype(float))
                 self.cal_d.append(cd[co[i]:co[i + 1]].astype(float))
                 self.test_r.append(np.abs(tr[to[i]:to[i + 1]].astype(float)))
                 self.test_d.append(td[to[i]:to[i + 1]].astype(float))
@@ -196,7 +209,8 @@ class Sims:
 
         j = self.spaces.index(rule["space"]) if rule["beta"] else 0
         out = []
-        for i, (cr, cd, tr, td) in enumerate(zip(self.cal_r, self.cal_d, self.test_r, self.test_d)):
+        cal_r = self.cal_r_min if rule.get("residuals") == "min" else self.cal_r
+        for i, (cr, cd, tr, td) in enumerate(zip(cal_r, self.cal_d, self.test_r, self.test_d)):
             unit = C.row_scales(cr, cd[:, j], td[:, j], rule["beta"], rule.get("form", "linear"))
             f = rule.get("gamma", 0.0) * float(self.meta.at[i, "source_q"] or 0.0)
             if rule.get("combine", "max") == "rss":
@@ -342,11 +356,13 @@ def learn(args, console) -> None:
     ranking.sort(key=lambda r: (dominated(r), r["rel_score"]))
     best = ranking[0]
     full = evaluate_rule(sims, best, args.level, lodo=False)
+    scaled = evaluate_rule(sims, BEFORE, args.level, lodo=False)  # the scaled rule's c(K) (SCALE_TABLE)
     console.print("\n".join(f"{r['device_in_band']:3d}  {r['rel_score']:.4f}  {r['abs_dev']:.4f}  {r['outside_band']:2d}  "
                             f"{r['name']}"
                             for r in ranking[:25]))
     tb.write_json(args.json, {"benchmark": "calibration-intervals-learn", "args": vars(args), "level": args.level,
-                              "chosen": {k: best[k] for k in BEFORE}, "table": full["table"], "ranking": ranking})
+                              "chosen": {k: best[k] for k in BEFORE}, "table": full["table"],
+                              "scaled_table": scaled["table"], "ranking": ranking})
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -356,6 +372,12 @@ def report(args) -> str:
     learned = cs._read(args.learned)  # plain or gzipped
     rules = [("before: scaled (constant c(K), one table per selection)", BEFORE),
              ("after: " + _name(learned["chosen"]), learned["chosen"])]
+    if args.shipped_min:  # the rule shipped before the nested variant choice, on the residuals it then read
+        from perfseer.training import calibrate as C
+
+        shipped = {**BEFORE, **C.DISTANCE_RULE, "pool": "setting", "residuals": "min"} if args.shipped_rule is None \
+            else {**json.loads(args.shipped_rule), "residuals": "min"}
+        rules.insert(1, ("shipped: " + _name(shipped) + ", auto's own residuals", shipped))
     # for reference (not chosen): the sharpest rule with a floor, when learn tried them
     ref = next((r for r in learned["ranking"] if r["gamma"]), None)
     if ref is not None:
@@ -459,6 +481,11 @@ def main(argv=None) -> int:
     rp.add_argument("paths", nargs="+")
     rp.add_argument("--learned", required=True)
     rp.add_argument("--level", type=float, default=0.9)
+    rp.add_argument("--shipped-min", action="store_true",
+                    help="also the rule shipped before the nested variant choice, on the chosen variant's own "
+                         "residuals (cal_r_min; c(K) learned on them the same way)")
+    rp.add_argument("--shipped-rule", default=None, help="that rule as JSON (default: calibrate.DISTANCE_RULE, "
+                                                         "one table per selection, pooled per setting)")
     return tb.run_subcommand(ap.parse_args(argv), {"rows": rows, "learn": learn}, report)
 
 

@@ -27,6 +27,12 @@ def test_rows_learn_and_report(tmp_path, capsys):
     for i, m in sims.meta.iterrows():  # K rows with their nested residuals and distances; 20 held-out rows
         assert len(sims.cal_r[i]) == m["rows"] and sims.cal_d[i].shape == (m["rows"], len(sims.spaces))
         assert sims.test_r[i].shape == (20,) and (sims.test_d[i] >= 0).all()
+    # the interval's residuals nest the variant choice (calibrate.auto_residuals); cal_r_min keeps the
+    # chosen variant's own, whose RMS is the recorded s_min and never above every candidate's
+    for i, m in sims.meta.iterrows():
+        assert len(sims.cal_r_min[i]) == m["rows"]
+        assert np.isclose(np.sqrt(np.mean(sims.cal_r[i] ** 2)), m["s"], rtol=1e-4)
+        assert np.isclose(np.sqrt(np.mean(sims.cal_r_min[i] ** 2)), m["s_min"], rtol=1e-4)
     # a calibration model's leave-one-model-out distance is positive; the held-out rows' distances are finite
     assert all((d > 0).all() for d in sims.cal_d) and all(np.isfinite(d).all() for d in sims.test_d)
     # the old rule, its c(K) learned on the sim/val devices: coverage in [0, 1], the test device scored
@@ -37,8 +43,10 @@ def test_rows_learn_and_report(tmp_path, capsys):
     assert I.main(["learn", str(rows), "--json", str(learned)]) == 0
     d = json.loads(learned.read_text())
     assert set(d["chosen"]) == set(I.BEFORE) and d["ranking"][0]["name"] == I._name(d["chosen"])
-    assert all(0 < c < 30 for c in d["table"].values())
+    assert all(0 < c < 30 for c in d["table"].values()) and set(d["scaled_table"]) == set(d["table"])
     capsys.readouterr()
     assert I.main(["report", str(rows), "--learned", str(learned)]) == 0
     text = capsys.readouterr().out
     assert "Coverage of the 90 % interval" in text and "flagged" in text and "before: scaled" in text
+    assert I.main(["report", str(rows), "--learned", str(learned), "--shipped-min"]) == 0
+    assert "auto's own residuals" in capsys.readouterr().out
