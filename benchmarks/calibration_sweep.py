@@ -438,6 +438,24 @@ def report(args) -> str:
         w.columns = [f"{a} live:{b}" for a, b in w.columns]
         out.append("\n### NAS-Bench-201 validation devices, K = 10, auto: Spearman / MAPE %\n")
         out.append(_md(w.reset_index()))
+    # 2c. timm validation per device (GPU and CPU targets of a GPU source: the cross-kind warning of
+    # perfseer.training.calibrate.CROSS_KIND quotes this table's range)
+    tv = dev[(dev["setting"] != "NAS-Bench-201") & (dev["vs"] == "validation") & (dev["live"] == "none")
+             & dev["selection"].isin(["random", "kcentre-glob"])]
+    if not tv.empty:
+        tv = tv.assign(cell=[f"{a:.3f} / {b:.1f}" for a, b in zip(tv["rho"], tv["mape"])])
+        w = tv.pivot_table(index=["setting", "target", "k"], columns=["selection", "variant"], values="cell",
+                           aggfunc="first")
+        w.columns = [f"{a} {b}" for a, b in w.columns]
+        out.append("\n### timm validation devices: Spearman / MAPE % per device\n")
+        out.append(_md(w.reset_index()))
+        from types import SimpleNamespace
+
+        from perfseer.training.calibrate import device_kinds
+
+        kind = tv["target"].map(lambda t: device_kinds(SimpleNamespace(targets=[]), t)[1] or "unregistered")
+        spans = [f"{k.upper()} targets {m.min():.1f}-{m.max():.1f} %" for k, m in tv["mape"].groupby(kind)]
+        out.append(f"\nMAPE range over variants, K and selections: {', '.join(spans)}\n")
     # 3. coverage of the 90 % interval per setting
     g = df.groupby(["setting", "live", "vs", "selection", "variant", "k"])
     cov = g.agg(n=("draw", "count"), devices=("target", "nunique"),

@@ -85,3 +85,24 @@ def test_prediction_path_attaches_liveness_for_a_calibrated_card(source):  # noq
         out = p.predict_bound(folded, [1, 4])
     assert len(out) == 2 and all("output-independent-of-input" in r["flags"] and not r["in_domain"] for r in out)
     assert src.net is not None and not getattr(src.net, "reads_liveness", False)
+
+
+def test_cross_kind_calibration_is_warned_and_flagged(source):  # noqa: F811
+    """A GPU predictor calibrated to a CPU (validation: 16-207 % MAPE against 10-16 % GPU to GPU)
+    carries a warning on the card and a flag on every prediction; same kind or an unregistered
+    device: nothing."""
+    src, ref = source
+    graphs, y, models = _rows(src, 10)
+    cfg = C.CalibrationConfig(method="loglinear", variant="full")
+    cal = C.calibrate(src, graphs, y, models, config=cfg)
+    rows = [{"model": m, "input_shape": "3x32x32", "batch_size": 1, "latency_ms": float(v)} for m, v in zip(models, y)]
+    assert C.cross_kind_warning(src, "i9_10940x/fp32-nchw-pt240-dynamo") is None  # the source's gpu_a is unregistered
+    src.targets = [Target("latency_ms", "rtx3090/amp-nchw-pt240", "infer"), Target("latency_ms", "rtx4090", "infer")]
+    assert C.device_kinds(src, "i9_10940x/fp32-nchw-pt240-dynamo") == ("gpu", "cpu")
+    assert C.cross_kind_warning(src, "rtx5090/amp-nchw-pt291") is None and C.cross_kind_warning(src, "my-npu") is None
+    p = C.calibrated_predictor(src, ref, cal, Target("latency_ms", "i9_10940x/fp32-nchw-pt240-dynamo", "infer"), rows, cfg)
+    (w,) = p.card["calibration"]["warnings"]
+    assert "GPU" in w and "CPU" in w and "perfseer predictors" in w
+    out = [{"value": 1.0}]
+    p.net.annotate(out, graphs[:1])
+    assert "cross-kind-calibration" in out[0]["flags"]

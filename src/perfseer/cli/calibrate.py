@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from perfseer.errors import PerfseerError
 
@@ -172,4 +173,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(f"{path}: {target.key} from {source.name} by {cal.method}, {len(records)} rows of {iv['models']} models; "
               f"leave-one-model-out MAPE {loo['mape']:.2f} %; {int(iv['level'] * 100)} % interval x/÷ {iv['factor']:.3f} "
               f"({iv['basis']}, {iv.get('selection', '')} selection); variant {cal.extra.get('variant', '-')}")
+    for w in c.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
     return 0

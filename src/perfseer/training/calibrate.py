@@ -951,6 +951,37 @@ def _sha256(path) -> str | None:
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
 
 
+# On the timm validation devices of docs/calibration.md (train-only sources; `calibration_sweep.py
+# report`, "timm validation devices"), a GPU predictor calibrated to a CPU (i9-10940X, i7-12700H)
+# with 10-50 rows erred by 15.6-207.1 % MAPE by variant and K models, to the RTX 5090 10.2-15.9 %.
+CROSS_KIND = ("calibrated across device kinds: the source predictor was trained on a {src} and the new "
+              "device is a {dst}; on the validation devices (docs/calibration.md) a GPU predictor calibrated to "
+              "a CPU with 10-50 rows erred by 16-207 % MAPE, against 10-16 % from GPU to GPU: calibrate a "
+              "predictor of a {dst} instead where one exists (perfseer predictors)")
+
+
+def device_kinds(source, device: str) -> tuple[str | None, str | None]:
+    """``(source kind, new device kind)``: ``gpu`` / ``cpu`` of the source's latency devices (when
+    they agree) and of ``device``, by the device registry; ``None`` where a name is not registered."""
+    from perfseer.devices import get_device
+
+    def kind(name):
+        try:
+            return get_device(str(name)).kind
+        except Exception:  # noqa: BLE001 - an unregistered device (HELP's, a user's) has no known kind
+            return None
+
+    src = {kind(t.device) for t in source.targets} - {None}
+    return (src.pop() if len(src) == 1 else None), kind(device)
+
+
+def cross_kind_warning(source, device: str) -> str | None:
+    """:data:`CROSS_KIND` filled in when the source's and the new device's kinds are both known and
+    differ, else ``None``."""
+    src, dst = device_kinds(source, device)
+    return CROSS_KIND.format(src=src.upper(), dst=dst.upper()) if src and dst and src != dst else None
+
+
 def calibrated_predictor(source, source_ref: str, cal: Calibration, target, rows: list[dict],
                          config: CalibrationConfig, name: str | None = None):
     """The calibrated :class:`~perfseer.predictor.Predictor`: a card like any other, plus a
@@ -1000,6 +1031,9 @@ def calibrated_predictor(source, source_ref: str, cal: Calibration, target, rows
         "extra": cal.extra,
         "interval": cal.interval, "domain": cal.domain, "rows": rows,
     }
+    warning = cross_kind_warning(source, target.device)
+    if warning:
+        card["calibration"]["warnings"] = [warning]
     return Predictor(card, CalibratedNet(card, cal.net), name)
 
 
@@ -1049,7 +1083,8 @@ class CalibratedNet:
             row["flags"] = ([f for f in row.get("flags") or [] if not str(f).startswith("no interval")]
                             + [f"calibrated:{cal['method']}:k={k}"] + (["outside-calibration-domain"] if why else [])
                             + (["far-from-calibration-set"] if far is not None and far[i] else [])
-                            + (["output-independent-of-input"] if folded[i] else []))
+                            + (["output-independent-of-input"] if folded[i] else [])
+                            + (["cross-kind-calibration"] if cal.get("warnings") else []))
             row["basis"] = f"calibrated from {cal['source']['name']} by {cal['method']} on {k} rows"
 
 
