@@ -86,8 +86,12 @@ def scores(y, p, fam, min_models: int, models) -> dict:
             "worst_family_mape": eligible[worst]["mape"], "per_family": per_family}
 
 
-def fit_method(spec: str, sel, args, console) -> dict:
-    """Train ``spec`` (``NAME`` or ``NAME[FIELD=VALUE;...]``) on the fold; predictions on val and test."""
+def fit_method(spec: str, sel, args, console, train_sel=None) -> dict:
+    """Train ``spec`` (``NAME`` or ``NAME[FIELD=VALUE;...]``) on the fold; predictions on val and test.
+
+    ``train_sel`` (``--aux-devices``): train on its rows and targets instead (the setting's device
+    first, then the auxiliary devices), and predict ``sel``'s val and test rows with target 0, so the
+    scored rows are the same as without auxiliary targets."""
     from compare_methods import split_variant
 
     from perfseer.errors import PerfseerError
@@ -96,9 +100,10 @@ def fit_method(spec: str, sel, args, console) -> dict:
     name, variant = split_variant(spec)
     extra = (tb.overrides_for(name, args.set) or {}) | variant or None
     t0 = time.perf_counter()
+    tsel = train_sel or sel
     try:
-        fitted = train_method(name, sel.train, sel.val, tb.model_config(name, args.hidden, extra),
-                              train_config=tb.train_config(args), targets=sel.targets)
+        fitted = train_method(name, tsel.train, tsel.val, tb.model_config(name, args.hidden, extra),
+                              train_config=tb.train_config(args), targets=tsel.targets)
     except (PerfseerError, ImportError, RuntimeError) as e:
         tb.log(console, f"[red]{escape(spec)} failed[/red]: {e}")
         return {"method": spec, "error": f"{type(e).__name__}: {e}", "fit_time_s": time.perf_counter() - t0}
@@ -112,15 +117,27 @@ def fit_method(spec: str, sel, args, console) -> dict:
 def run_setting(setting, args, console, log_console, only=None):
     """Train and score every method on each fold; yields the report so far after each fold."""
     from perfseer.data.splits import model_family
-    from perfseer.training.data import select
+    from perfseer.training.data import select, select_devices
     from perfseer.training.metrics import mape
 
+    def family_labels(v):
+        lab = v.labels.copy()
+        lab["family"] = [model_family(m) for m in lab["model"].astype(str)]
+        return lab[lab["family"].notna()].reset_index(drop=True)
+
     view, info = tb.setting_view(setting, args.data_root, args.archs, args.batch)
-    labels = view.labels.copy()
-    labels["family"] = [model_family(m) for m in labels["model"].astype(str)]
-    labels = labels[labels["family"].notna()].reset_index(drop=True)
+    labels = family_labels(view)
+    aux = list(args.aux_devices or [])
+    if aux:  # one view of the setting's device and the auxiliary ones, for training only
+        if len(setting.devices) != 1:
+            raise SystemExit(f"error: --aux-devices needs a one-device setting; {setting.name} has {len(setting.devices)}")
+        train_devices = list(setting.devices) + [d for d in aux if d not in setting.devices]
+        jview, _ = tb.setting_view(setting, args.data_root, args.archs, args.batch, devices=train_devices)
+        jlabels = family_labels(jview)
     out = {"setting": setting.name, "devices": list(setting.devices), "phase": setting.phase, "data": info,
            "folds": []}
+    if aux:
+        out["aux_devices"] = train_devices[1:]
     for k in range(args.folds):
         if only is not None and k not in only:
             continue
@@ -136,6 +153,13 @@ def run_setting(setting, args, console, log_console, only=None):
         held = sorted(set(fam_test))
         tb.log(log_console, f"[bold]{setting.name} fold {k + 1}/{args.folds}[/bold]: {sel.describe()}; "
                         f"{len(held)} test families, {val_rows['family'].nunique()} val families")
+        train_sel = None
+        if aux:
+            jl = jlabels.copy()
+            jl["family_split"] = fold_splits(jl["family"], args.folds, k, args.fold_seed)
+            train_sel = select_devices(tb.View(jview.graphs, jl), setting.metric, train_devices, setting.phase,
+                                       "family_split")
+            tb.log(log_console, f"  joint training on {', '.join(train_devices)}: {train_sel.describe()}")
         fold = {"fold": k, "test_families": held, "sizes": {s: len(sel.split(s)) for s in ("train", "val", "test")},
                 "test_rows": {"model": mod_test, "family": fam_test,
                               "batch_size": test_rows["batch_size"].astype(int).tolist(), "y": y_test.tolist()},
@@ -143,7 +167,7 @@ def run_setting(setting, args, console, log_console, only=None):
         out["folds"].append(fold)
         rows = []
         for spec in args.methods:
-            r = fit_method(spec, sel, args, log_console)
+            r = fit_method(spec, sel, args, log_console, train_sel)
             r["method"] = spec + args.label_suffix
             rows.append(r)
             if "error" not in r:
@@ -375,6 +399,10 @@ def main(argv=None) -> int:
                          "at another budget, to --merge beside the first)")
     ap.add_argument("--min-family-models", type=int, default=2,
                     help="worst-family MAPE over families with at least this many models (default 2)")
+    ap.add_argument("--aux-devices", type=tb.parse_list, default=None, metavar="DEV,...",
+                    help="train every method multi-target on the setting's device plus these (e.g. "
+                         "i7_12700h/fp32-nchw-pt240-dynamo for timm-i9), on the graphs measured on all of them "
+                         "(select_devices); score target 0 on the setting's own val/test rows, as without")
     tb.add_set_arg(ap)
     tb.add_common_args(ap)
     args = ap.parse_args(argv)

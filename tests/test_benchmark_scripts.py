@@ -172,6 +172,29 @@ def test_leave_families_out_end_to_end(tiny_families, tmp_path, capsys):
     assert "seernet[readout=sum]" in capsys.readouterr().out
 
 
+def test_leave_families_out_aux_devices_trains_jointly_and_scores_the_same_rows(tiny_families, tmp_path):
+    import leave_families_out as lfo
+
+    lab = tiny_families.labels
+    aux = lab[lab["graph"] != 0].assign(device="gpu_b", latency_ms=lambda d: 2 * d["latency_ms"])  # one graph unmeasured
+    tiny_families.labels = pd.concat([lab, aux], ignore_index=True)
+    plain, joint = tmp_path / "plain.json", tmp_path / "joint.json"
+    common = ["--settings", "timm:gpu_a:infer", "--methods", "gcn", "--folds", "3", "--hidden", "8", "--epochs", "1"]
+    lfo.main(common + ["--json", str(plain)])
+    lfo.main(common + ["--aux-devices", "gpu_b", "--label-suffix=-b", "--json", str(joint)])
+    p = json.loads(plain.read_text())["settings"]["timm:gpu_a:infer"]
+    j = json.loads(joint.read_text())["settings"]["timm:gpu_a:infer"]
+    assert j["aux_devices"] == ["gpu_b"] and "aux_devices" not in p
+    for fp, fj in zip(p["folds"], j["folds"]):
+        assert fp["test_rows"] == fj["test_rows"] and fp["val_y"] == fj["val_y"]  # scored on gpu_a's own rows
+        r = fj["results"][0]
+        assert r["method"] == "gcn-b" and r["config"]["num_targets"] == 2  # trained on both devices
+        assert len(r["pred_test"]) == len(fj["test_rows"]["y"]) and np.all(np.isfinite(r["pred_test"]))
+    merged = tmp_path / "m.json"
+    lfo.main(["--merge", str(plain), str(joint), "--stack", "gcn+gcn-b", "--json", str(merged)])
+    assert "stack:gcn+gcn-b" in json.loads(merged.read_text())["settings"]["timm:gpu_a:infer"]["pooled"]
+
+
 def test_leave_families_out_stack_merge_and_interval_coverage(tiny_families, tmp_path):
     import intervals
     import leave_families_out as lfo
