@@ -5,14 +5,9 @@ Synthetic, pure numpy except the last test (a tiny SeerNet source); a few second
 from __future__ import annotations
 
 import numpy as np
-import pytest
-import torch
 
-from perfseer.models.registry import build_model
-from perfseer.predictor import Predictor, Target, load_predictor
 from perfseer.training import calibrate as C
-from perfseer.training.scaling import FeatureScaler, TargetScaler
-from perfseer.training.trainer import NeuralPredictor
+from test_calibrate import source  # noqa: F401  (the tiny SeerNet source fixture)
 from train_helpers import chain_graph
 
 RIDGE = C.CalibrationConfig().ridge
@@ -66,21 +61,8 @@ def test_nested_choice_is_not_optimistic_where_the_minimum_is():
     assert abs(s_nest - s_test) < abs(s_min - s_test)
 
 
-@pytest.fixture
-def source(tmp_path):
-    rng = np.random.default_rng(0)
-    graphs = [chain_graph(rng) for _ in range(30)]
-    torch.manual_seed(0)
-    model = build_model("seernet-multi", num_targets=2, hidden_dim=8, head_hidden_dim=8)
-    ts = TargetScaler(["latency_ms", "latency_ms"])
-    ts.mean_, ts.std_ = np.zeros(2), np.ones(2)
-    net = NeuralPredictor(model, FeatureScaler().fit(graphs), ts)
-    targets = [Target("latency_ms", "gpu_a", "infer"), Target("latency_ms", "gpu_b", "infer")]
-    Predictor.from_training("src", "seernet-multi", net, targets, ["Conv", "Relu"], {}, {}).save(tmp_path)
-    return load_predictor(tmp_path / "src.json")
-
-
-def test_calibrate_auto_interval_reads_the_nested_choice(source):
+def test_calibrate_auto_interval_reads_the_nested_choice(source):  # noqa: F811
+    source, _ = source
     rng = np.random.default_rng(1)
     graphs = [chain_graph(rng) for _ in range(12)]
     y = 3.0 * source.predict_graphs(graphs)[:, 1] * np.exp(rng.normal(0, 0.05, 12))
