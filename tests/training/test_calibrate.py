@@ -161,3 +161,21 @@ def test_cli_errors(tmp_path):
 
     with pytest.raises(PerfseerError, match="example:nonesuch"):
         graphs_of(read_table(bad))
+
+
+def test_cli_warns_across_device_kinds(tmp_path, capsys):
+    """A GPU predictor calibrated to a registered CPU: the card is written, with a warning on stderr."""
+    from perfseer.cli.main import main
+
+    table = tmp_path / "cpu.csv"
+    dev = "i9_10940x/fp32-nchw-pt240-dynamo"
+    table.write_text("model,input_shape,batch_size,phase,device,latency_ms\n" + "".join(
+        f"example:{m},3x224x224,{b},infer,{dev},{ms}\n"
+        for m, b, ms in (("resnet18", 1, 9.0), ("resnet50", 1, 21.0), ("mobilenet_v3_small", 1, 3.0),
+                         ("vit_b_16", 1, 48.0), ("resnet18", 8, 60.0))))
+    assert main(["calibrate", "--predictor", "rtx3090-amp-nchw-pt240.infer", "--measurements", str(table),
+                 "--out", str(tmp_path / "card")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: calibrated across device kinds" in err and "GPU" in err and "CPU" in err
+    card = json.loads(next((tmp_path / "card").glob("*.json")).read_text())
+    assert card["calibration"]["warnings"]
