@@ -449,11 +449,9 @@ def report(args) -> str:
         w.columns = [f"{a} {b}" for a, b in w.columns]
         out.append("\n### timm validation devices: Spearman / MAPE % per device\n")
         out.append(_md(w.reset_index()))
-        from types import SimpleNamespace
+        from perfseer.training.calibrate import device_kind
 
-        from perfseer.training.calibrate import device_kinds
-
-        kind = tv["target"].map(lambda t: device_kinds(SimpleNamespace(targets=[]), t)[1] or "unregistered")
+        kind = tv["target"].map(lambda t: device_kind(t) or "unregistered")
         spans = [f"{k.upper()} targets {m.min():.1f}-{m.max():.1f} %" for k, m in tv["mape"].groupby(kind)]
         out.append(f"\nMAPE range over variants, K and selections: {', '.join(spans)}\n")
     # 3. coverage of the 90 % interval per setting

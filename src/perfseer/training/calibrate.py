@@ -960,19 +960,22 @@ CROSS_KIND = ("calibrated across device kinds: the source predictor was trained 
               "predictor of a {dst} instead where one exists (perfseer predictors)")
 
 
-def device_kinds(source, device: str) -> tuple[str | None, str | None]:
-    """``(source kind, new device kind)``: ``gpu`` / ``cpu`` of the source's latency devices (when
-    they agree) and of ``device``, by the device registry; ``None`` where a name is not registered."""
+def device_kind(name: str) -> str | None:
+    """``gpu`` / ``cpu`` of a device name or measurement-table device string, by the device
+    registry; ``None`` where it is not registered (HELP's devices, a user's)."""
     from perfseer.devices import get_device
 
-    def kind(name):
-        try:
-            return get_device(str(name)).kind
-        except Exception:  # noqa: BLE001 - an unregistered device (HELP's, a user's) has no known kind
-            return None
+    try:
+        return get_device(str(name)).kind
+    except Exception:  # noqa: BLE001 - any lookup failure means "kind unknown", never an error here
+        return None
 
-    src = {kind(t.device) for t in source.targets} - {None}
-    return (src.pop() if len(src) == 1 else None), kind(device)
+
+def device_kinds(source, device: str) -> tuple[str | None, str | None]:
+    """``(source kind, new device kind)``: :func:`device_kind` of the source's latency devices
+    (when they agree) and of ``device``."""
+    src = {device_kind(t.device) for t in source.targets} - {None}
+    return (src.pop() if len(src) == 1 else None), device_kind(device)
 
 
 def cross_kind_warning(source, device: str) -> str | None:
