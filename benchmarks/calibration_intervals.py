@@ -211,7 +211,7 @@ class Sims:
         out = []
         cal_r = self.cal_r_min if rule.get("residuals") == "min" else self.cal_r
         for i, (cr, cd, tr, td) in enumerate(zip(cal_r, self.cal_d, self.test_r, self.test_d)):
-            unit = C.row_scales(cr, cd[:, j], td[:, j], rule["beta"], rule.get("form", "linear"))
+            unit = C.row_scales(cr, cd[:, j], td[:, j], rule["beta"], rule.get("form", "linear"), rule.get("stat", "rms"))
             f = rule.get("gamma", 0.0) * float(self.meta.at[i, "source_q"] or 0.0)
             if rule.get("combine", "max") == "rss":
                 unit = np.sqrt(unit ** 2 + f ** 2)
@@ -235,7 +235,7 @@ def _c_at(cov_grid: np.ndarray, weights: np.ndarray, level: float) -> float:
     return float(GRID[hit[0]] if len(hit) else GRID[-1])
 
 
-def candidates(spaces, with_floor: bool = False) -> list[dict]:
+def candidates(spaces, with_floor: bool = False, stats=("rms",)) -> list[dict]:
     """The rules ``learn`` compares: the width's growth with distance (none, or ``beta`` in each
     space), one ``c(K)`` table or one per selection, pooled per calibration or per setting; with
     ``with_floor`` also a floor at ``gamma`` times the source's own interval (tried, not kept:
@@ -244,8 +244,8 @@ def candidates(spaces, with_floor: bool = False) -> list[dict]:
     shapes = [base] + [{"space": sp, "beta": b, "form": "linear"} for sp in spaces for b in (0.5, 1.0, 2.0)]
     floors = [{"gamma": 0.0, "combine": "max"}] + ([{"gamma": g, "combine": cb} for g in (0.25, 0.5, 1.0)
                                                     for cb in ("max", "rss")] if with_floor else [])
-    return [{**sh, **fl, "tables": t, "pool": p} for sh in shapes for fl in floors
-            for t in ("per-selection", "one") for p in POOLS]
+    return [{**sh, **fl, "tables": t, "pool": p, **({"stat": st} if st != "rms" else {})}
+            for sh in shapes for fl in floors for t in ("per-selection", "one") for p in POOLS for st in stats]
 
 
 # how c(K) pools the simulated calibrations: each weighs the same, or each setting (NAS-Bench-201,
@@ -259,7 +259,8 @@ def _name(rule: dict) -> str:
     how = f"{rule['tables']}, pooled per {rule.get('pool', 'calibration')}"
     shape = "constant" if not rule["beta"] else f"{rule['space']} {rule['form']} beta={rule['beta']:g}"
     fl = f", floor {rule['gamma']:g} x source q ({rule['combine']})" if rule.get("gamma") else ""
-    return f"{shape}{fl} ({how})"
+    st = f", {rule['stat']} spread" if rule.get("stat", "rms") != "rms" else ""
+    return f"{shape}{fl}{st} ({how})"
 
 
 def evaluate_rule(sims: Sims, rule: dict, level: float, roles=("sim", "val"), lodo: bool = True) -> dict:
@@ -326,7 +327,7 @@ def learn(args, console) -> None:
     sims = Sims(args.paths)
     base = _summary(sims.meta, evaluate_rule(sims, BEFORE, args.level), ("sim", "val"))
     ranking = []
-    for rule in candidates(sims.spaces, args.with_floor):
+    for rule in candidates(sims.spaces, args.with_floor, args.stats.split(",")):
         ev = evaluate_rule(sims, rule, args.level)
         s = _summary(sims.meta, ev, ("sim", "val"))
         dev = _per_device(sims.meta, ev, ("sim", "val"))
@@ -361,7 +362,7 @@ def learn(args, console) -> None:
                             f"{r['name']}"
                             for r in ranking[:25]))
     tb.write_json(args.json, {"benchmark": "calibration-intervals-learn", "args": vars(args), "level": args.level,
-                              "chosen": {k: best[k] for k in BEFORE}, "table": full["table"],
+                              "chosen": {k: best[k] for k in (*BEFORE, "stat") if k in best}, "table": full["table"],
                               "scaled_table": scaled["table"], "ranking": ranking})
 
 
@@ -372,16 +373,20 @@ def report(args) -> str:
     learned = cs._read(args.learned)  # plain or gzipped
     rules = [("before: scaled (constant c(K), one table per selection)", BEFORE),
              ("after: " + _name(learned["chosen"]), learned["chosen"])]
+    from perfseer.training import calibrate as C
+
     if args.shipped_min:  # the rule shipped before the nested variant choice, on the residuals it then read
-        from perfseer.training import calibrate as C
 
         shipped = {**BEFORE, **C.DISTANCE_RULE, "pool": "setting", "residuals": "min"} if args.shipped_rule is None \
             else {**json.loads(args.shipped_rule), "residuals": "min"}
         rules.insert(1, ("shipped: " + _name(shipped) + ", auto's own residuals", shipped))
-    # for reference (not chosen): the sharpest rule with a floor, when learn tried them
-    ref = next((r for r in learned["ranking"] if r["gamma"]), None)
-    if ref is not None:
-        rules.append(("reference, not chosen: " + _name(ref), {k: ref[k] for k in BEFORE}))
+    # for reference (not chosen): the sharpest rule with a floor, when learn tried them, and the
+    # sharpest with each other residual spread
+    refs = [next((r for r in learned["ranking"] if r["gamma"]), None)]
+    refs += [next((r for r in learned["ranking"] if r.get("stat") == st), None) for st in C.SCALE_STATS[1:]]
+    for ref in refs:
+        if ref is not None:
+            rules.append(("reference, not chosen: " + _name(ref), {k: ref[k] for k in (*BEFORE, "stat") if k in ref}))
     out = []
     import pandas as pd
 
@@ -477,6 +482,9 @@ def main(argv=None) -> int:
     le.add_argument("--level", type=float, default=0.9)
     le.add_argument("--json", default=None)
     le.add_argument("--with-floor", action="store_true", help="also rules with a floor at the source's own interval")
+    le.add_argument("--stats", default="rms",
+                    help="the residual spread(s) c(K) multiplies, comma-separated: rms (the RMS), conformal (the "
+                         "split-conformal rank of |r|), median (the median |r|)")
     rp = sub.add_parser("report")
     rp.add_argument("paths", nargs="+")
     rp.add_argument("--learned", required=True)

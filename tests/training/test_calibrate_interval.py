@@ -163,3 +163,17 @@ def test_quantile_set_spans_the_predicted_range():
     pick = C.quantile_set(logp, 5)
     assert pick == sorted(pick) and len(pick) == 5 and pick[0] < 20 and pick[-1] > 80
     assert C.quantile_set(logp[:3], 10) == [0, 1, 2]
+
+
+def test_residual_scale_spreads():
+    r = np.array([0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8, 0.9])
+    assert np.isclose(C.residual_scale(r), np.sqrt(np.mean(r ** 2)))
+    # conformal rank ceil((9 + 1) 0.9) = 9: the largest |r|; with 19 rows the 18th
+    assert C.residual_scale(r, "conformal") == 0.9
+    assert C.residual_scale(np.arange(1, 20) / 10, "conformal") == 1.8
+    assert C.residual_scale(r, "median") == 0.5
+    # row_scales with a spread: the spread of r / w times w(d), w = 1 without a distance rule
+    d = np.ones(9)
+    assert np.allclose(C.row_scales(r, d, np.ones(3), 0.0, stat="conformal"), 0.9)
+    with pytest.raises(PerfseerError, match="unknown residual scale"):
+        C.residual_scale(r, "mad")

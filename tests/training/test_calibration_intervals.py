@@ -50,3 +50,11 @@ def test_rows_learn_and_report(tmp_path, capsys):
     assert "Coverage of the 90 % interval" in text and "flagged" in text and "before: scaled" in text
     assert I.main(["report", str(rows), "--learned", str(learned), "--shipped-min"]) == 0
     assert "auto's own residuals" in capsys.readouterr().out
+    # --stats adds rules whose spread is the conformal rank (or the median) of |r|, reported for reference
+    assert I.main(["learn", str(rows), "--stats", "rms,conformal", "--json", str(learned)]) == 0
+    d = json.loads(learned.read_text())
+    stats = {r.get("stat", "rms") for r in d["ranking"]}
+    assert stats == {"rms", "conformal"} and len(d["ranking"]) == 2 * len(I.candidates(I.Sims([rows]).spaces))
+    capsys.readouterr()
+    assert I.main(["report", str(rows), "--learned", str(learned)]) == 0
+    assert "conformal spread" in capsys.readouterr().out

@@ -566,14 +566,33 @@ def width_growth(d: np.ndarray, d_ref: float, beta: float, form: str = "linear")
     return 1 + beta * u if form == "linear" else np.sqrt(1 + beta * u ** 2)
 
 
+SCALE_STATS = ("rms", "conformal", "median")
+
+
+def residual_scale(a: np.ndarray, stat: str = "rms", level: float = 0.9) -> float:
+    """One number for the spread of residuals ``a``: their RMS (``rms``), the split-conformal rank
+    ``ceil((n + 1) level)`` of ``|a|`` capped at the largest (``conformal``), or the median
+    ``|a|`` (``median``)."""
+    a = np.abs(np.asarray(a, dtype=np.float64))
+    if stat == "rms":
+        return float(np.sqrt(np.mean(a ** 2)))
+    if stat == "conformal":
+        s = np.sort(a)
+        return float(s[min(math.ceil((len(s) + 1) * level), len(s)) - 1])
+    if stat == "median":
+        return float(np.median(a))
+    raise PerfseerError(f"unknown residual scale {stat!r}", f"choose one of {', '.join(SCALE_STATS)}")
+
+
 def row_scales(residuals: np.ndarray, cal_dist: np.ndarray, new_dist: np.ndarray, beta: float,
-               form: str = "linear") -> np.ndarray:
+               form: str = "linear", stat: str = "rms") -> np.ndarray:
     """Half-width per unit ``c`` of new rows at distances ``new_dist``: ``s_w w(d)``, where ``s_w``
-    is the RMS of the calibration rows' nested residuals divided by their own ``w`` (at their
-    leave-one-model-out distances ``cal_dist``).  ``beta = 0``: the plain RMS ``s``."""
+    is the spread (:func:`residual_scale`, the RMS by default) of the calibration rows' nested
+    residuals divided by their own ``w`` (at their leave-one-model-out distances ``cal_dist``).
+    ``beta = 0``: the plain spread ``s``."""
     residuals, cal_dist = np.asarray(residuals, dtype=np.float64), np.asarray(cal_dist, dtype=np.float64)
     d_ref = float(np.mean(cal_dist)) if len(cal_dist) else 0.0
-    s_w = float(np.sqrt(np.mean((residuals / width_growth(cal_dist, d_ref, beta, form)) ** 2)))
+    s_w = residual_scale(residuals / width_growth(cal_dist, d_ref, beta, form), stat)
     return max(s_w, 1e-6) * width_growth(new_dist, d_ref, beta, form)
 
 
