@@ -301,6 +301,14 @@ def add_stacks(fold: dict, stacks, min_models: int, shift: bool = False) -> None
             fold["results"] += _jsonable([rs])
 
 
+def _derived(method: str) -> bool:
+    """An ensemble or stack of other methods (``A+B``, ``stack:A+B``), not a run: a ``+`` outside
+    brackets (``gbm[features=global+ops]`` is a run)."""
+    from perfseer.models.blend import split_members
+
+    return method.startswith("stack") or len(split_members(method)) > 1
+
+
 def merge(paths, args, console) -> dict:
     """Folds run as separate processes (``--only-folds``, or other ``--methods`` on the same fold),
     one report: per setting, the folds of every file; a fold found in several files gets the union
@@ -324,7 +332,7 @@ def merge(paths, args, console) -> dict:
                     raise SystemExit(f"error: {path}: fold {f['fold'] + 1} of {name} has other test rows than "
                                      f"{report['merged_from'][0]}: merge runs of the same data and --fold-seed")
                 known = {r["method"] for r in old["results"]}
-                old["results"] += [r for r in f["results"] if r["method"] not in known and "+" not in r["method"]]
+                old["results"] += [r for r in f["results"] if r["method"] not in known and not _derived(r["method"])]
     for name, S in report["settings"].items():
         S["folds"].sort(key=lambda f: f["fold"])
         for f in S["folds"]:

@@ -205,13 +205,17 @@ def test_leave_families_out_stack_merge_and_interval_coverage(tiny_families, tmp
     lfo.main(common + ["--methods", "flops", "--label-suffix", "@b", "--only-folds", "0,1,2", "--json", str(b)])
     c = tmp_path / "c.json"
     lfo.main(common + ["--methods", "gcn", "--seed", "1", "--label-suffix=-s1", "--json", str(c)])
-    lfo.main(["--merge", str(a), str(b), str(c), "--stack", "flops+flops@b,gcn-seedmean+flops", "--seed-mean", "gcn",
+    # a run whose name has a "+" inside brackets is a run, not a stack: the merge keeps it
+    d = tmp_path / "d.json"
+    lfo.main(common + ["--methods", "gbm[features=global+ops]", "--json", str(d)])
+    lfo.main(["--merge", str(a), str(b), str(c), str(d), "--stack",
+              "flops+flops@b,gcn-seedmean+flops,gcn+gbm[features=global+ops]", "--seed-mean", "gcn",
               "--shift", "--json", str(merged)])
     rep = json.loads(merged.read_text())["settings"]["timm:gpu_a:infer"]
     for f in rep["folds"]:
         by = {r["method"]: r for r in f["results"]}
         assert {"flops", "gcn", "flops@b", "stack:gcn+flops", "stack:flops+flops@b",
-                "stack+shift:flops+flops@b"} <= set(by)
+                "stack+shift:flops+flops@b", "gbm[features=global+ops]", "stack:gcn+gbm[features=global+ops]"} <= set(by)
         shifted = by["stack+shift:flops+flops@b"]  # the same blend times exp(shift), no worse on validation
         plain = np.asarray(by["stack:flops+flops@b"]["pred_test"])
         assert np.allclose(shifted["pred_test"], np.exp(shifted["shift"]) * plain)
@@ -225,3 +229,28 @@ def test_leave_families_out_stack_merge_and_interval_coverage(tiny_families, tmp
     cov = intervals.lfo_part([merged])["timm:gpu_a:infer"]["methods"]
     assert 0 <= cov["gcn"]["coverage_family_calibrated"] <= 100 and cov["gcn"]["rows"] == 80
     assert len(cov["stack:gcn+flops"]["per_fold"]) == 3
+
+
+def test_lfo_uncertainty_shift_fits_on_validation_and_scores_test(tmp_path):
+    import lfo_uncertainty_shift as us
+
+    rng = np.random.default_rng(0)
+
+    def fold(k):
+        yv, yt = np.exp(rng.normal(0, 1, 40)), np.exp(rng.normal(0, 1, 30))
+        res = [{"method": m, "pred_val": (yv * np.exp(rng.normal(0, 0.1, 40))).tolist(),
+                "pred_test": (yt * np.exp(rng.normal(0, 0.1, 30))).tolist()} for m in ("a", "b", "c")]
+        return {"fold": k, "val_y": yv.tolist(), "test_rows": {"y": yt.tolist()}, "results": res}
+
+    rep = tmp_path / "m.json"
+    rep.write_text(json.dumps({"settings": {"s": {"folds": [fold(0), fold(1)]}}}))
+    out = tmp_path / "o.json"
+    assert us.main([str(rep), "--setting", "s", "--blend", "a+b", "--spread", "a,b,c", "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["form"] for r in runs] == ["s2", "s"]
+    for r in runs:
+        for f in r["folds"]:  # the adaptive fit has b1 = 0 among its candidates: never worse on validation
+            assert f["adaptive"]["val"] <= f["constant"]["val"] + 1e-9 and f["adaptive"]["b1"] <= 0
+        assert 0 < r["pooled"]["constant"] < 100 and 0 < r["pooled"]["adaptive"] < 100
+    with pytest.raises(SystemExit, match="no run"):
+        us.main([str(rep), "--setting", "s", "--blend", "a+z", "--spread", "a,b"])

@@ -85,3 +85,45 @@ def test_gbm_early_stops_on_eval_set(data):
     tr, te = data
     est = GBM(n_estimators=400, early_stopping_rounds=5).fit(tr, targets_of(tr), eval_set=(te, targets_of(te)))
     assert all(1 <= it < 400 for it in est.best_iterations_)
+
+
+def test_op_group_features_split_the_graph_costs(data):
+    from perfseer.features import schema
+    from perfseer.features.pyg import OP_VOCAB
+    from perfseer.models.estimator import OP_GROUP_NAMES, op_group_features
+
+    graphs = list(data[0])[:5]
+    f = op_group_features(graphs)
+    G = len(OP_GROUP_NAMES)
+    assert f.shape == (len(graphs), 3 * G) and (f >= 0).all()
+    fl = schema.NODE_FEATURES.index("flops")
+    for g, row in zip(graphs, f):
+        # every node lands in one group: counts and FLOPs add up to the graph's
+        assert row[:G].sum() == len(np.asarray(g.op_type).reshape(-1))
+        assert np.isclose(row[G:2 * G].sum(), np.asarray(g.x)[:, fl].sum())
+    # a 1x1 convolution is pointwise, a grouped one depthwise, a Relu an activation
+    x = np.zeros((3, len(schema.NODE_FEATURES)), dtype=np.float32)
+    hp = schema.HP_INDEX
+    x[:, [hp["kernel_h"], hp["kernel_w"], hp["groups"]]] = [[1, 1, 1], [3, 3, 32], [0, 0, 0]]
+    x[:, fl] = [10.0, 20.0, 5.0]
+
+    class _G:
+        op_type = np.array([OP_VOCAB.index("Conv"), OP_VOCAB.index("Conv"), OP_VOCAB.index("Relu")])
+
+    _G.x = x
+    row = op_group_features([_G])[0]
+    for name, flops in (("conv_pointwise", 10.0), ("conv_depthwise", 20.0), ("activation", 5.0)):
+        i = OP_GROUP_NAMES.index(name)
+        assert row[i] == 1 and row[G + i] == flops
+
+
+def test_gbm_on_the_bag_of_operator_costs(data, tmp_path):
+    needs("gbm")
+    tr, te = data
+    est = GBM(n_estimators=100, features="global+ops").fit(tr, targets_of(tr)[:, 0])
+    p = est.predict(te)
+    assert p.shape == (len(te),) and np.isfinite(p).all() and (p > 0).all()
+    est.save(tmp_path / "g.json")
+    assert np.allclose(GBM.load(tmp_path / "g.json").predict(te), p)
+    with pytest.raises(PerfseerError, match="features"):
+        GBM(features="ops-only")

@@ -49,6 +49,58 @@ def signed_log1p(v) -> np.ndarray:
     return np.sign(v) * np.log1p(np.abs(v))
 
 
+# operator groups of :func:`op_group_features` (convolutions are split by shape in the function)
+OP_GROUPS: dict[str, tuple[str, ...]] = {
+    "matmul": ("MatMul", "Gemm", "Einsum", "Attention", "MatMulInteger", "QLinearMatMul"),
+    "recurrent": ("LSTM", "GRU", "RNN"),
+    "norm": ("BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
+             "RMSNormalization", "SimplifiedLayerNormalization", "LpNormalization", "LRN"),
+    "activation": ("Relu", "Sigmoid", "HardSigmoid", "HardSwish", "Gelu", "Erf", "Tanh", "Softplus", "Mish", "Swish",
+                   "Clip", "LeakyRelu", "PRelu", "Elu", "Celu", "Selu", "ThresholdedRelu", "Softsign", "Shrink"),
+    "softmax": ("Softmax", "LogSoftmax"),
+    "arithmetic": ("Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Reciprocal", "Neg", "Abs", "Max", "Min",
+                   "Mean", "Sum", "Where", "Sin", "Cos"),
+    "pool": ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "LpPool"),
+    "reduce": ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceSumSquare", "ReduceProd",
+               "ReduceL1", "ReduceLogSumExp", "ReduceLogSum", "CumSum", "ArgMax", "ArgMin", "TopK"),
+    "movement": ("Reshape", "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND", "Pad",
+                 "Resize", "Upsample", "Expand", "Tile", "Flatten", "Squeeze", "Unsqueeze", "DepthToSpace",
+                 "SpaceToDepth", "Cast", "ScatterND", "ScatterElements"),
+}
+OP_GROUP_NAMES = ("conv_depthwise", "conv_pointwise", "conv_spatial", *OP_GROUPS, "other")
+OP_GROUP_STATS = ("count", "flops", "memory_access_bytes")
+
+
+def op_group_features(graphs) -> np.ndarray:
+    """Per graph, per operator group (:data:`OP_GROUP_NAMES`: convolutions split into grouped /
+    depthwise, 1x1 and spatial; then matrix products, recurrent, norms, activations, softmax,
+    arithmetic, pooling, reductions, data movement, the rest): the number of nodes, their summed
+    FLOPs and summed memory access, ``[N, 3 * groups]`` float64, raw.  A bag of operator costs:
+    what a tree model on whole-graph numbers can not see in :func:`global_features` alone."""
+    from perfseer.features.pyg import OP_VOCAB
+
+    x_idx = {n: i for i, n in enumerate(schema.NODE_FEATURES)}
+    group_of = np.full(len(OP_VOCAB), OP_GROUP_NAMES.index("other"), dtype=np.int64)
+    for g, ops in OP_GROUPS.items():
+        for op in ops:
+            if op in OP_VOCAB:
+                group_of[OP_VOCAB.index(op)] = OP_GROUP_NAMES.index(g)
+    conv = {OP_VOCAB.index(o) for o in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv") if o in OP_VOCAB}
+    G = len(OP_GROUP_NAMES)
+    out = np.zeros((len(graphs), 3 * G))
+    for i, g in enumerate(graphs):
+        op = np.asarray(g.op_type, dtype=np.int64).reshape(-1)
+        x = np.asarray(g.x, dtype=np.float64).reshape(len(op), -1)
+        grp = group_of[op]
+        is_conv = np.isin(op, list(conv))
+        k1 = (x[:, x_idx["kernel_h"]] <= 1) & (x[:, x_idx["kernel_w"]] <= 1)
+        grp = np.where(is_conv & (x[:, x_idx["groups"]] > 1), 0, np.where(is_conv & k1, 1, np.where(is_conv, 2, grp)))
+        for j, col in enumerate(("flops", "memory_access_bytes")):
+            out[i, G * (j + 1):G * (j + 2)] = np.bincount(grp, weights=x[:, x_idx[col]], minlength=G)
+        out[i, :G] = np.bincount(grp, minlength=G)
+    return out
+
+
 def global_features(graphs) -> np.ndarray:
     """``u`` of every graph, ``[N, 20]`` float64, raw."""
     if len(graphs) == 0:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfseer.errors import MissingDependencyError, PerfseerError
-from perfseer.models.estimator import EstimatorConfig, GraphEstimator, global_features, signed_log1p
+from perfseer.models.estimator import EstimatorConfig, GraphEstimator, global_features, op_group_features, signed_log1p
 
 
 def _lightgbm():
@@ -49,6 +49,13 @@ class GBMConfig(EstimatorConfig):
     seed: int = 0  # LightGBM's seed (with deterministic=True, fits are reproducible)
     num_threads: int = 1  # LightGBM threads (1: reproducible and polite on shared machines; 0 = all)
     target_transform: str = "log"  # "log", or "log1p" for targets that can be 0 (utilisation)
+    # "global": the 20 global features; "global+ops": also the bag of operator costs (count, FLOPs and
+    # memory access per operator group, estimator.op_group_features)
+    features: str = "global"
+
+    def __post_init__(self) -> None:
+        if self.features not in ("global", "global+ops"):
+            raise PerfseerError(f"GBMConfig.features is {self.features!r}", "use global or global+ops")
 
 
 class GBM(GraphEstimator):
@@ -77,14 +84,14 @@ class GBM(GraphEstimator):
 
     def _fit(self, graphs, z: np.ndarray, eval_set=None) -> None:
         lgb = _lightgbm()
-        X = signed_log1p(global_features(graphs))
+        X = self._X(graphs)
         zv = Xv = None
         if eval_set is not None:
             gv, yv = eval_set
             yv2 = self._check_y(gv, yv)
             if yv2.shape[1] != z.shape[1]:
                 raise PerfseerError(f"eval_set has {yv2.shape[1]} targets, training {z.shape[1]}", "pass the same targets")
-            Xv, zv = signed_log1p(global_features(gv)), self._forward(yv2)
+            Xv, zv = self._X(gv), self._forward(yv2)
         self.boosters_, self.best_iterations_ = [], []
         for t in range(z.shape[1]):
             train = lgb.Dataset(X, z[:, t], free_raw_data=False)
@@ -97,8 +104,14 @@ class GBM(GraphEstimator):
             self.boosters_.append(booster)
             self.best_iterations_.append(int(best))
 
+    def _X(self, graphs) -> np.ndarray:
+        X = global_features(graphs)
+        if self.config.features == "global+ops":
+            X = np.concatenate([X, op_group_features(graphs)], axis=1)
+        return signed_log1p(X)
+
     def _predict(self, graphs) -> np.ndarray:
-        X = signed_log1p(global_features(graphs))
+        X = self._X(graphs)
         return np.stack([b.predict(X, num_iteration=it) for b, it in zip(self.boosters_, self.best_iterations_)], axis=1)
 
     def _state(self) -> dict:
