@@ -22,8 +22,9 @@ def add_parser(sub) -> None:
                     "through a model of PyTorch's CUDA caching allocator and print the peak memory with its "
                     "breakdown; ONNX models get an inference estimate from the graph's liveness. "
                     "See docs/memory.md.")
-    p.add_argument("model", metavar="MODEL", help="timm:NAME, torchvision:NAME, nb201:..., fbnet:..., space:..., "
-                                                  "or an .onnx file / example:NAME (inference)")
+    p.add_argument("model", metavar="MODEL", help="timm:NAME, torchvision:NAME, hf:NAME (--input-shape TOKENS), "
+                                                  "nb201:..., fbnet:..., space:..., or an .onnx file / example:NAME "
+                                                  "(inference)")
     p.add_argument("--batch", type=_ints, default=[1], metavar="B[,B...]", help="batch sizes (default 1)")
     p.add_argument("--phase", default="train", choices=PHASES, help="default train")
     p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="default adamw (train only)")

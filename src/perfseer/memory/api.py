@@ -25,6 +25,8 @@ class ModelSource:
     input_shape: tuple | None = None
     onnx: object = None           # path / ModelProto / reference for perfseer.graph.load
     export: object = None         # what load_skeleton exports when the simulation fails
+    input_dtype: str = "float32"  # the input's dtype ("int64": token ids)
+    loss: str = "auto"            # the training loss (perfseer.memory.step.LOSSES)
 
 
 def resolve_model(model, input_shape=None) -> ModelSource:
@@ -51,6 +53,8 @@ def resolve_model(model, input_shape=None) -> ModelSource:
                 module, default, _ = build_zoo_model(kind, name, meta=True)
             module = module.to("meta") if _on_cpu(module) else module
             return ModelSource(model, lambda: copy.deepcopy(module), shape or default, export=model)
+        if sep and kind == "hf":
+            return _hf_source(model, name, shape)
         if sep and kind in ("nb201", "fbnet", "space"):
             from perfseer.profiling.models import build_module
 
@@ -69,6 +73,33 @@ def resolve_model(model, input_shape=None) -> ModelSource:
     raise ModelLoadError(f"cannot read a model from a {type(model).__name__}",
                          "pass a reference (timm:resnet50), an .onnx path, an onnx.ModelProto or a "
                          "torch.nn.Module with input_shape")
+
+
+def _hf_source(reference: str, name: str, shape) -> ModelSource:
+    """``hf:NAME`` for the simulator: the ``transformers`` model on the meta device, fed token ids
+    of ``(seq_len,)`` (``shape``, default :data:`perfseer.graph.hf.DEFAULT_SEQ_LEN`), its first
+    output (the logits, or the hidden states of ``@base``) trained with a token-level cross-entropy.
+    An encoder-decoder reads the same ids on both sides; a model with other inputs (Whisper's
+    audio features) is left to the ONNX liveness analysis (inference only)."""
+    import types
+
+    from perfseer.graph import hf
+
+    ref = hf.parse_reference(name)
+    seq = hf._seq_len(ref, shape, None)
+    module, config = hf.build_model(ref)
+    spec = hf.input_spec(ref, config, seq)
+    if any(dtype != "int64" for _, _, dtype in spec):
+        return ModelSource(reference, onnx=reference, input_shape=(seq,))
+    names = [n for n, _, _ in spec]
+    forward = hf._forward_with(names, config.model_type in hf._NEEDS_MASK)
+
+    def one_input(self, ids):  # the simulator passes one tensor: every id input reads it
+        return forward(self, *[ids] * len(names))
+
+    module.forward = types.MethodType(one_input, module)
+    return ModelSource(reference, lambda: copy.deepcopy(module), (seq,), export=reference, input_dtype="int64",
+                       loss="tokens")
 
 
 def _on_cpu(module) -> bool:
@@ -115,8 +146,11 @@ def _capacity(device, capacity_gib) -> tuple[str | None, int | None, str | None]
 
 
 def trace_model(src: ModelSource, batch: int, config: StepConfig):
+    import torch
+
     with _time_limit(src.label):
-        return trace_step(src.build(), src.input_shape, batch, config)
+        return trace_step(src.build(), src.input_shape, batch, config, input_dtype=getattr(torch, src.input_dtype),
+                          loss=src.loss)
 
 
 #: Seconds one simulated step may take before it counts as failed (and the fallback answers);
@@ -158,8 +192,9 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
     """Peak GPU memory of one training or inference step, with its breakdown.
 
     Args:
-        model: ``"timm:NAME"``, ``"torchvision:NAME"``, ``"nb201:..."``, ``"fbnet:..."``,
-            ``"space:..."``, a ``torch.nn.Module`` (with ``input_shape``), or an ONNX model (a path,
+        model: ``"timm:NAME"``, ``"torchvision:NAME"``, ``"hf:NAME"`` (``input_shape=(tokens,)``),
+            ``"nb201:..."``, ``"fbnet:..."``, ``"space:..."``, a ``torch.nn.Module`` (with
+            ``input_shape``), or an ONNX model (a path,
             ``example:NAME`` or ``onnx.ModelProto``: inference only, by liveness analysis).
         batch: samples per step.
         phase: ``"train"`` (forward, backward, optimizer step) or ``"infer"``.

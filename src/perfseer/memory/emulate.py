@@ -65,8 +65,36 @@ def _meta_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     return None  # math: what the meta device runs anyway
 
 
+def _cuda_dropout_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                       enable_gqa=False):
+    """``scaled_dot_product_attention`` with attention dropout as CUDA runs it, or ``None``.
+
+    With ``dropout_p > 0`` the CPU has no fused kernel and runs the math one, which saves the
+    attention matrix and its dropout mask for backward; CUDA runs the memory-efficient kernel (or
+    flash, which saves the same: the output and a log-sum-exp per query), so this calls that
+    kernel (``_scaled_dot_product_efficient_attention``, whose meta function allocates what the CUDA
+    one returns).  Conditions of ``sdp_utils.cpp``'s memory-efficient check that change the answer
+    here: 4-D inputs, no grouped-query attention, a head size that is a multiple of 4 (fp32) or 8.
+    A boolean mask becomes the additive float bias CUDA builds from it.
+    """
+    if not (dropout_p > 0 and isinstance(query, torch.Tensor) and query.dim() == 4 and not enable_gqa
+            and query.shape[-1] % (4 if query.dtype == torch.float32 else 8) == 0
+            and query.dtype in (torch.float32, torch.float16, torch.bfloat16)
+            and key.dtype == query.dtype and value.dtype == query.dtype):
+        return None
+    bias = attn_mask
+    if bias is not None and bias.dtype == torch.bool:
+        bias = torch.zeros(bias.shape, dtype=query.dtype, device=query.device).masked_fill(~bias, float("-inf"))
+    if bias is not None and bias.dim() == 4:
+        bias = bias.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    return torch.ops.aten._scaled_dot_product_efficient_attention(query, key, value, bias, grad, dropout_p, is_causal,
+                                                                  scale=scale)[0]
+
+
 class KernelChoices(TorchFunctionMode):
-    """Make dropout allocate what the real kernel allocates (see the module docstring).
+    """Make dropout allocate what the real kernel allocates (see the module docstring), attention
+    dropout included (:func:`_cuda_dropout_sdpa`).
 
     Args:
         cuda: use CUDA's fused dropout (a bool mask) in training.
@@ -78,6 +106,10 @@ class KernelChoices(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.cuda and func is F.scaled_dot_product_attention:
+            out = _cuda_dropout_sdpa(*args, **kwargs)
+            if out is not None:
+                return out
         if (func is F.scaled_dot_product_attention and args and isinstance(args[0], torch.Tensor)
                 and args[0].device.type == "meta"):
             out = _meta_sdpa(*args, **kwargs)

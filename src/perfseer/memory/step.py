@@ -97,13 +97,25 @@ def make_optimizer(name: str, params, foreach: bool):
     raise MemoryConfigError(f"unknown optimizer {name!r}", f"use one of: {', '.join(OPTIMIZERS)}")
 
 
-def _loss(out, batch: int):
-    """Cross-entropy for each ``(batch, classes)`` output, the mean of any other float output."""
+#: the training losses: ``auto`` (cross-entropy of a ``(batch, classes)`` output, the mean of any
+#: other), ``tokens`` (also a token-level cross-entropy over the last axis of a ``(batch, tokens,
+#: vocabulary)`` output, as a language model's loss: its fp32 log-probabilities are real memory)
+LOSSES = ("auto", "tokens")
+
+
+def _loss(out, batch: int, kind: str = "auto"):
+    """Cross-entropy for each ``(batch, classes)`` output (and, with ``tokens``, each ``(batch,
+    tokens, vocabulary)`` one), the mean of any other float output."""
     total = None
     for t in tree_leaves(out):
         if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad):
             continue
-        if t.dim() == 2 and t.shape[0] == batch:
+        if kind == "tokens" and t.dim() == 3 and t.shape[0] == batch:
+            labels = torch.empty(t.shape[:2], dtype=torch.long, device=t.device)
+            if t.device.type != "meta":
+                labels = labels.random_(0, t.shape[2])
+            term = F.cross_entropy(t.flatten(0, 1), labels.flatten())
+        elif t.dim() == 2 and t.shape[0] == batch:
             if t.device.type == "meta":  # no values (and randint's meta kernel is a slow Python reference)
                 labels = torch.empty((batch,), dtype=torch.long, device=t.device)
             else:
@@ -141,7 +153,7 @@ def meta_backend_ok(module: torch.nn.Module) -> bool:
 
 
 def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepConfig, fake: bool = True,
-               input_dtype: torch.dtype = torch.float32, backend: str = "auto") -> Trace:
+               input_dtype: torch.dtype = torch.float32, backend: str = "auto", loss: str = "auto") -> Trace:
     """Run ``config``'s step of ``module`` on a batch of ``batch`` samples of ``input_shape`` and
     return its :class:`Trace`.
 
@@ -163,6 +175,8 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
             input_dtype = low
     if backend not in BACKENDS:
         raise MemoryConfigError(f"unknown backend {backend!r}", f"use one of: {', '.join(BACKENDS)}")
+    if loss not in LOSSES:
+        raise MemoryConfigError(f"unknown loss {loss!r}", f"use one of: {', '.join(LOSSES)}")
     amp = low if not pure else None
     # meta: fp32 only (the meta kernels of batch norm keep fp32 statistics for fp16/bf16 inputs,
     # the fake backend's decompositions the input's dtype)
@@ -176,7 +190,7 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
         tracer = StorageTracer(kernels=META_KERNELS)
         try:
             with without_dynamo(), tracer:
-                _run(module, input_shape, batch, config, "meta", input_dtype, amp, tracer)
+                _run(module, input_shape, batch, config, "meta", input_dtype, amp, tracer, loss)
             trace = tracer.close()
             trace.backend = "meta"
             return trace
@@ -196,7 +210,7 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
     fake_mode = _fake_mode() if fake else contextlib.nullcontext()
     try:
         with fake_mode, tracer:
-            _run(module, input_shape, batch, config, "fake" if fake else "real", input_dtype, amp, tracer)
+            _run(module, input_shape, batch, config, "fake" if fake else "real", input_dtype, amp, tracer, loss)
     except PerfseerError:
         raise
     except Exception as e:  # the model failed on fake tensors: report why, never a traceback
@@ -238,7 +252,8 @@ def _materialize(module, device=None) -> None:
                 slots[name] = new
 
 
-def _run(module, input_shape, batch, config, backend, input_dtype, amp_dtype, tracer: StorageTracer) -> None:
+def _run(module, input_shape, batch, config, backend, input_dtype, amp_dtype, tracer: StorageTracer,
+         loss_kind: str = "auto") -> None:
     from perfseer.memory.autocast import CudaAutocast
     from perfseer.memory.emulate import KernelChoices
 
@@ -287,7 +302,7 @@ def _run(module, input_shape, batch, config, backend, input_dtype, amp_dtype, tr
             tracer.mark(f"step{step}.forward")
             with autocast(), on_meta:
                 out = module(x)
-                loss = _loss(out, batch)
+                loss = _loss(out, batch, loss_kind)
             del out
             tracer.phase = "backward"
             tracer.mark(f"step{step}.backward")
