@@ -65,3 +65,22 @@ def test_cuda_dropout_sdpa_choice():
     assert out.shape == q.shape
     mask = torch.ones(2, 1, 16, 16, dtype=torch.bool, device="meta")
     assert _cuda_dropout_sdpa(q, q, q, attn_mask=mask, dropout_p=0.1).shape == q.shape
+
+
+def test_a_transformers_model_object_is_simulated_like_its_reference(tmp_path):
+    import transformers
+
+    ref = gpt2(tmp_path)
+    config = transformers.GPT2Config(**json.loads(open(ref[3:]).read()))
+    config.use_cache = True
+    model = transformers.GPT2LMHeadModel(config)
+    forward = model.forward
+    est = memory(model, batch=B, phase="train", input_shape=(T,))
+    by_ref = memory(ref, batch=B, phase="train", input_shape=(T,))
+    assert est.method == "simulation" and est.model == "GPT2LMHeadModel"
+    assert est.breakdown["weights"] == by_ref.breakdown["weights"]
+    assert est.total == pytest.approx(by_ref.total, rel=0.05)
+    assert model.config.use_cache is True and model.forward == forward  # the user's model untouched
+    assert next(model.parameters()).device.type == "cpu"
+    with pytest.raises(Exception, match="token ids"):
+        resolve_model(model, (3, 32))

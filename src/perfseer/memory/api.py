@@ -35,6 +35,9 @@ def resolve_model(model, input_shape=None) -> ModelSource:
 
     shape = tuple(input_shape) if input_shape is not None else None
     if isinstance(model, torch.nn.Module):
+        hf_src = _hf_module_source(model, shape)
+        if hf_src is not None:
+            return hf_src
         if shape is None:
             raise ModelLoadError("a torch.nn.Module needs its input shape",
                                  "pass input_shape=(C, H, W) (one sample, without the batch)")
@@ -100,6 +103,39 @@ def _hf_source(reference: str, name: str, shape) -> ModelSource:
     module.forward = types.MethodType(one_input, module)
     return ModelSource(reference, lambda: copy.deepcopy(module), (seq,), export=reference, input_dtype="int64",
                        loss="tokens")
+
+
+def _hf_module_source(model, shape) -> ModelSource | None:
+    """A ``transformers`` model object that takes token ids, as :func:`_hf_source` treats ``hf:NAME``
+    (``shape``: ``(tokens,)``); ``None`` for any other module (speech models included)."""
+    import inspect
+    import types
+
+    from perfseer.graph import hf
+
+    if not hf.is_hf_module(model):
+        return None
+    params = inspect.signature(type(model).forward).parameters
+    if "input_ids" not in params:
+        return None
+    names = ["input_ids"]
+    if "decoder_input_ids" in params and getattr(model.config, "is_encoder_decoder", False):
+        names.append("decoder_input_ids")
+    if shape is not None and len(shape) != 1:
+        raise ModelLoadError(f"{type(model).__name__} takes token ids: one dimension besides the batch (the "
+                             f"sequence length), got input shape {'x'.join(map(str, shape))}",
+                             "pass input_shape=(tokens,)")
+    seq = shape[0] if shape is not None else hf.DEFAULT_SEQ_LEN
+    meta = _meta_copy(model)  # a deep copy: the user's model and config stay as they are
+    meta.config.use_cache = False
+    forward = hf._forward_with(names, meta.config.model_type in hf._NEEDS_MASK)
+
+    def one_input(self, ids):
+        return forward(self, *[ids] * len(names))
+
+    meta.forward = types.MethodType(one_input, meta)
+    return ModelSource(type(model).__name__, lambda: copy.deepcopy(meta), (int(seq),), export=model,
+                       input_dtype="int64", loss="tokens")
 
 
 def _on_cpu(module) -> bool:
