@@ -257,7 +257,7 @@ def training_dropouts(module, args, source: str = "") -> dict | None:
 
     Returns ``{"sites": [...], "fused": n}``, or ``{"error": why}`` if the training-mode forward
     fails (the sites are then unknown and a training step gets none).  The module's training flags are restored; its parameters are meta
-    tensors, so nothing is computed.
+    tensors (the inputs fake ones), so nothing is computed.
     """
     import inspect
 
@@ -294,17 +294,29 @@ def training_dropouts(module, args, source: str = "") -> dict | None:
                         found["fused"] += 1
             return func(*fargs, **kwargs)
 
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     flags = {m: m.training for m in module.modules()}
+    error = None
     try:
         module.train()
-        with _quiet(), torch.no_grad(), _Record():
-            module(*args)
-    except Exception as e:  # a model whose training forward needs more (targets...): unknown
-        return {"error": f"{type(e).__name__}: {_first_line(e)}"[:300]}
+        # Under fake tensors, as in torch.export: code that reads a value when not tracing
+        # (transformers' packed-sequence check) skips it; plain meta tensors as a fallback.
+        for fake in (True, False):
+            found["sites"], found["fused"] = [], 0
+            try:
+                with _quiet(), torch.no_grad(), (FakeTensorMode(allow_non_fake_inputs=True) if fake
+                                                 else contextlib.nullcontext()):
+                    inputs = [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args]
+                    with _Record():
+                        module(*inputs)
+                return found
+            except Exception as e:  # a model whose training forward needs more (targets...): unknown
+                error = error or e
     finally:
         for m, t in flags.items():
             m.training = t
-    return found
+    return {"error": f"{type(error).__name__}: {_first_line(error)}"[:300]}
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
