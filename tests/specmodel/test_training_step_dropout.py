@@ -105,3 +105,28 @@ def test_the_spec_model_predicts_the_dropout_in_training_only(graphs):
         float(r["kernel_us"][(r["kernel_table"]["node"] == DROPOUT_NODE).to_numpy()].sum()) / 1000)
     assert rows["infer"] == pytest.approx(
         sm.graph_latency(plain.x, plain.op_types, spec, phase="infer", edge_index=plain.edge_index)["latency_ms"])
+
+
+@pytest.mark.parametrize("attention, sites, fused", [("eager", 1 + 3 * 2, 0), ("sdpa", 1 + 2 * 2, 2)])
+def test_hf_gpt2_dropouts_as_neusights_traces_show_them(tmp_path, attention, sites, fused):
+    """GPT-2 in training mode drops the embeddings, and per layer the attention probabilities
+    (eager attention: a kernel of its own; SDPA: inside the fused kernel), the attention output
+    and the MLP output: NeuSight's GPT-2 traces have these four dropout modules."""
+    pytest.importorskip("transformers")
+    import types
+
+    from perfseer.graph import hf
+
+    cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2,
+           "n_positions": 64, "vocab_size": 100, "attn_pdrop": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.1}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ref = hf.parse_reference(f"{tmp_path / 'config.json'}@{attention}")
+    model, config = hf.build_model(ref)
+    model.forward = types.MethodType(hf._forward_with(["input_ids"]), model)
+    ids = torch.empty((torch_export.BATCH_SENTINEL, 16), dtype=torch.int64, device="meta")
+    rec = torch_export.training_dropouts(model, [ids])
+    assert not model.training  # left in eval mode, as built
+    assert len(rec["sites"]) == sites and rec["fused"] == fused
+    shapes = [tuple(s) for _, s in rec["sites"]]
+    assert shapes[0] == (torch_export.BATCH_SENTINEL, 16, 32)
+    assert ((torch_export.BATCH_SENTINEL, 2, 16, 16) in shapes) == (attention == "eager")
