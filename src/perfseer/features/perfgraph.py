@@ -71,6 +71,13 @@ class PerfGraph:
     def batch_size(self) -> int:
         return self.graph.batch_size
 
+    @property
+    def dropout_elements(self) -> tuple[int, ...]:
+        """Elements of each dropout a training step of the model applies (recorded when a PyTorch
+        module is exported, :func:`perfseer.graph.torch_export.training_dropouts`; empty for ONNX
+        files and models without dropout).  Not a feature: the graph is the eval-mode one."""
+        return tuple(d.numel for d in self.graph.dropout)
+
     def _col(self, name: str) -> np.ndarray:
         return self.x[:, _COST_AT[name]]
 

@@ -25,7 +25,7 @@ from onnx import helper, numpy_helper
 
 from perfseer.errors import ShapeError, UnsupportedModelError
 from perfseer.graph import fold, safe_infer
-from perfseer.graph.ir import Graph, Node, Tensor, TensorKind
+from perfseer.graph.ir import DropoutSite, Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
 from perfseer.graph.legacy import upgrade_legacy
 from perfseer.graph.sequences import SEQUENCE_OPS, expand_sequences, unsupported_sequence
@@ -33,6 +33,7 @@ from perfseer.graph.validate import validate_model
 from perfseer.graph.torch_export import (
     BATCH_SENTINEL,
     META_BUFFERS,
+    META_DROPOUT,
     META_FIXED_BATCH,
     META_SENTINEL,
     META_SOURCE,
@@ -768,6 +769,7 @@ class _Extraction:
             inputs=tuple(vi.name for vi in self.real_inputs), outputs=tuple(self._output_names),
             batch_size=BATCH_SENTINEL if sentinel else self._static_batch(), opset=self.opset,
             folded_ops=dict(Counter(n.op_type for n in folded) + self.removed),
+            dropout=self._dropout_sites(sentinel),
         )
         if sentinel:
             return graph.with_batch(self.batch or self.default_batch)
@@ -777,6 +779,21 @@ class _Extraction:
                 "re-export the model with a dynamic batch axis to predict other batch sizes",
             )
         return graph
+
+    def _dropout_sites(self, sentinel: int | None) -> tuple[DropoutSite, ...]:
+        """The training-mode dropouts recorded at export (:data:`META_DROPOUT`), with the batch
+        dimensions told apart as for tensors.  None when the inputs were re-shaped here (the
+        recorded shapes are the export's)."""
+        text = self.meta.get(META_DROPOUT)
+        if not text or self.input_shape is not None or self.dims:
+            return ()
+        try:
+            sites = json.loads(text)["sites"]
+            return tuple(DropoutSite(float(p), tuple(int(d) for d in shape), tuple(
+                d // sentinel if sentinel and d % sentinel == 0 and d > 0 else 0 for d in shape))
+                for p, shape in sites)
+        except (ValueError, KeyError, TypeError):
+            return ()  # written by another tool: ignored
 
     @staticmethod
     def _computed_zeros(t: Tensor | None) -> bool:

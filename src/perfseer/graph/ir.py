@@ -109,6 +109,31 @@ class Node:
     attrs: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class DropoutSite:
+    """A dropout that a training step applies: the probability and the shape of the tensor it
+    acts on (at the graph's batch size, with its ``batch_scale`` as in :class:`Tensor`).
+
+    Not a node of the graph: models export in eval mode, where dropout is the identity.  Recorded
+    by a training-mode pass of a PyTorch module at export (:mod:`perfseer.graph.torch_export`);
+    node and global features never read it.
+    """
+
+    p: float
+    shape: tuple[int, ...]
+    batch_scale: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def at_batch(self, batch: int) -> "DropoutSite":
+        if not any(self.batch_scale):
+            return self
+        shape = tuple(k * batch if k else d for d, k in zip(self.shape, self.batch_scale))
+        return DropoutSite(self.p, shape, self.batch_scale)
+
+
 @dataclass(frozen=True)
 class Graph:
     """A model's device computation: operators in topological order and every tensor they touch."""
@@ -121,6 +146,8 @@ class Graph:
     batch_size: int
     opset: int
     folded_ops: dict[str, int] = field(default_factory=dict)  # op types removed as shape/constant work
+    # training-mode dropouts of a PyTorch module (recorded at export; empty when unknown or none)
+    dropout: tuple[DropoutSite, ...] = ()
 
     @property
     def folded_nodes(self) -> int:
@@ -140,7 +167,8 @@ class Graph:
         if batch == self.batch_size:
             return self
         tensors = {n: t.at_batch(batch) for n, t in self.tensors.items()}
-        return dataclasses.replace(self, tensors=tensors, batch_size=batch)
+        return dataclasses.replace(self, tensors=tensors, batch_size=batch,
+                                   dropout=tuple(d.at_batch(batch) for d in self.dropout))
 
     @property
     def parameter_count(self) -> int:

@@ -33,6 +33,9 @@ META_SENTINEL = "perfseer.batch_sentinel"
 META_BUFFERS = "perfseer.buffers"  # JSON list of initializers that are not trainable parameters
 META_SOURCE = "perfseer.source"
 META_FIXED_BATCH = "perfseer.fixed_batch"  # set when the batch is baked into the export (detectors)
+# JSON {"sites": [[p, [dims at the sentinel batch]], ...], "fused": n}: the dropouts a training-mode
+# forward applies (:func:`training_dropouts`); {"error": ...} when it failed, absent for detectors
+META_DROPOUT = "perfseer.dropout"
 # Seconds an export may take before it is abandoned with ExportTimeoutError; progress is printed
 # to stderr every PROGRESS_EVERY_S seconds once an export has run that long.
 EXPORT_TIME_LIMIT_S = 600.0
@@ -209,6 +212,7 @@ def skeleton_from_module(
             f"torch.onnx.export could not export {source}: {root_cause(e)}",
             "export it to ONNX yourself (torch.onnx.export) and pass the .onnx file",
         ) from e
+    dropout = None if detector else training_dropouts(twin, args, source)
     graph = program.model.graph
     buffers, stripped = [], set()
     for name, value in graph.initializers.items():
@@ -230,11 +234,89 @@ def skeleton_from_module(
     del proto.graph.value_info[:]
     meta = [(META_BUFFERS, json.dumps(buffers)), (META_SOURCE, source)]
     meta.append((META_FIXED_BATCH, "1") if detector else (META_SENTINEL, str(BATCH_SENTINEL)))
+    if dropout is not None:
+        meta.append((META_DROPOUT, json.dumps(dropout)))
     for key, val in meta:
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, val
     assert isinstance(proto, onnx.ModelProto)
     return Skeleton(proto, stripped, source, input_shape_applied=True)
+
+
+def training_dropouts(module, args, source: str = "") -> dict | None:
+    """The dropouts one training-mode forward of ``module`` (on the meta device) applies.
+
+    The export is in eval mode, where dropout is the identity and leaves no ONNX node; a training
+    step runs each active one as kernels (mask and scale forward, a multiply backward).  Every
+    ``torch.nn.functional`` dropout call (``nn.Dropout`` modules call it too) with ``training`` on
+    and ``0 < p < 1`` is a site: ``[p, shape of its input]`` (at the export's sentinel batch).  A
+    dropout with ``p = 0`` launches nothing in PyTorch and is left out.  Dropout inside
+    ``scaled_dot_product_attention`` (``dropout_p``) runs inside the fused attention kernel: only
+    counted (``fused``).  ``nn.MultiheadAttention`` with ``need_weights`` (its default) drops the
+    attention weights as a separate kernel: a site of ``(batch x heads, target, source)``.
+
+    Returns ``{"sites": [...], "fused": n}``, or ``{"error": why}`` if the training-mode forward
+    fails (the sites are then unknown and a training step gets none).  The module's training flags are restored; its parameters are meta
+    tensors (the inputs fake ones), so nothing is computed.
+    """
+    import inspect
+
+    import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    drops = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
+    signatures = {f: inspect.signature(f) for f in drops | {F.multi_head_attention_forward}}
+    found: dict = {"sites": [], "fused": 0}
+
+    class _Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, fargs=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in drops:
+                a = signatures[func].bind(*fargs, **kwargs).arguments
+                p, training = float(a.get("p", 0.5)), bool(a.get("training", True))
+                if training and 0.0 < p < 1.0:
+                    found["sites"].append([p, [int(d) for d in a["input"].shape]])
+                return a["input"]  # the identity: the shapes downstream are unchanged
+            if func is F.scaled_dot_product_attention:
+                p = kwargs.get("dropout_p", fargs[4] if len(fargs) > 4 else 0.0)
+                found["fused"] += int(float(p) > 0.0)
+            elif func is F.multi_head_attention_forward:
+                a = signatures[func].bind(*fargs, **kwargs).arguments
+                if a.get("training", True) and float(a.get("dropout_p", 0.0)) > 0.0:
+                    q, k = a["query"], a["key"]
+                    batched = q.dim() == 3
+                    tgt, src = q.shape[0], k.shape[0]
+                    bsz = q.shape[1] if batched else 1
+                    if a.get("need_weights", True):
+                        found["sites"].append([float(a["dropout_p"]), [int(bsz * a["num_heads"]), int(tgt), int(src)]])
+                    else:
+                        found["fused"] += 1
+            return func(*fargs, **kwargs)
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    flags = {m: m.training for m in module.modules()}
+    error = None
+    try:
+        module.train()
+        # Under fake tensors, as in torch.export: code that reads a value when not tracing
+        # (transformers' packed-sequence check) skips it; plain meta tensors as a fallback.
+        for fake in (True, False):
+            found["sites"], found["fused"] = [], 0
+            try:
+                with _quiet(), torch.no_grad(), (FakeTensorMode(allow_non_fake_inputs=True) if fake
+                                                 else contextlib.nullcontext()):
+                    inputs = [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args]
+                    with _Record():
+                        module(*inputs)
+                return found
+            except Exception as e:  # a model whose training forward needs more (targets...): unknown
+                error = error or e
+    finally:
+        for m, t in flags.items():
+            m.training = t
+    return {"error": f"{type(error).__name__}: {_first_line(error)}"[:300]}
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")

@@ -25,8 +25,11 @@ Precision: the graph's float tensors are FP32; at ``fp16``/``bf16`` (autocast) e
 2 bytes per element and GEMMs/convolutions run at the precision's tensor-core peak.
 
 Training step = forward + backward (:mod:`perfseer.specmodel.backward`: two GEMMs per GEMM, one
-gradient kernel per element-wise operator, the parameter gradients accumulated) + one optimizer
-pass over the parameters (``adamw``: reads parameter, gradient and two moments, writes three;
+gradient kernel per element-wise operator, the parameter gradients accumulated) + the model's
+training-mode dropouts, which its eval-mode graph does not have (``dropout``: the element count of
+each, recorded at export, :attr:`perfseer.features.perfgraph.PerfGraph.dropout_elements`; forward:
+one kernel reading the tensor and writing it scaled and its mask, backward: one multiply) + one
+optimizer pass over the parameters (``adamw``: reads parameter, gradient and two moments, writes three;
 ``sgd`` with momentum: reads three, writes two; 4-byte master weights either way).
 """
 
@@ -45,6 +48,7 @@ VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
 PASS_THROUGH_OPS = {"Add", "Sub", "Sum", "Concat", "Split", "Slice", "Pad", "Expand", "Cast"}
 OPTIMIZER_BYTES = {"adamw": (4 * 4, 3 * 4), "sgd": (3 * 4, 2 * 4)}  # (read, write) per parameter
 PRECISION_BYTES = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0}
+DROPOUT_NODE = -2  # the node index of a training step's dropout kernels (not graph nodes); the optimizer's is -1
 
 
 def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
@@ -161,9 +165,16 @@ def linear_bias_adds(x: np.ndarray, ops, edge_index: np.ndarray) -> dict[int, in
 
 
 def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str = "fp32",
-                 optimizer: str = "adamw", params: float = 0.0, edge_index: np.ndarray | None = None) -> pd.DataFrame:
+                 optimizer: str = "adamw", params: float = 0.0, edge_index: np.ndarray | None = None,
+                 dropout=()) -> pd.DataFrame:
     """All kernels of one inference (``infer``) or training (``train``) step, with a ``pass``
-    column (``fw``, ``bw``, ``opt``); ``edge_index`` as in :func:`node_kernels`."""
+    column (``fw``, ``bw``, ``opt``); ``edge_index`` as in :func:`node_kernels`.
+
+    ``dropout``: the element count of each dropout a training step applies (a training-mode
+    PyTorch module's, :attr:`~perfseer.features.perfgraph.PerfGraph.dropout_elements`); a training
+    step adds a forward kernel (:func:`perfseer.specmodel.kernels.dropout_rows`) and its backward
+    for each, with node ``-2`` and op ``Dropout``.  Ignored at inference, where dropout is the
+    identity."""
     fw = node_kernels(x, op_types, precision, edge_index)
     fw["pass"] = "fw"
     if phase == "infer":
@@ -177,6 +188,14 @@ def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str =
         if len(b):
             b["node"], b["op"], b["pass"] = node, op, "bw"
             parts.append(b)
+    elems = np.asarray(list(dropout), dtype=float)
+    elems = elems[elems > 0]
+    if len(elems):
+        d = kt.dropout_rows(elems, dtype_bytes=PRECISION_BYTES[precision])
+        b = backward_kernels(d, "dropout")
+        for t, p in ((d, "fw"), (b, "bw")):
+            t["node"], t["op"], t["pass"] = DROPOUT_NODE, "Dropout", p
+            parts.append(t)
     if params > 0:
         rd, wr = OPTIMIZER_BYTES[optimizer]
         o = kt.vec_rows(params, rd / 4, 4, dtype_bytes=4.0, read_bytes=params * rd, write_bytes=params * wr)

@@ -36,7 +36,7 @@ LABEL_DIRS = {"Tesla_P4": "tesla-p4", "Tesla_P100-PCIE-16GB": "tesla-p100-pcie-1
 AMD_LABEL_DIRS = {"AMD_Instinct_MI100": "mi100", "AMD_Instinct_MI210": "mi210"}
 # FLOPs per output element of the element-wise kernels (one convention, used for training and prediction)
 ELEMWISE_FLOPS = {"add": 1, "sub": 1, "mul": 1, "div": 1, "truediv": 1, "pow": 1, "relu": 1, "gelu": 8, "tanh": 5,
-                  "where": 1, "masked_fill": 1, "max": 1, "lt": 1, "gt": 1, "eq": 1, "ne": 1, "dropout": 2,
+                  "where": 1, "masked_fill": 1, "max": 1, "lt": 1, "gt": 1, "eq": 1, "ne": 1, "dropout": kt.DROPOUT_FLOPS,
                   "cumsum": 1, "copy": 0, "fill": 0, "gather": 0}
 
 
@@ -232,8 +232,7 @@ def op_kernels(fn: str, shapes: list, out_shape: tuple, db: int, training: bool)
         idx = numel(tensors[0]) if tensors else out_n / max(out_shape[-1], 1)
         return kt.vec_rows(out_n, 1, 0, dtype_bytes=db, read_bytes=out_n * db + idx * 8, write_bytes=out_n * db)
     if fn in ("Dropout", "dropout"):
-        return kt.vec_rows(out_n, 1, ELEMWISE_FLOPS["dropout"], dtype_bytes=db, write_bytes=out_n * (db + 1)) \
-            if training else None
+        return kt.dropout_rows(out_n, dtype_bytes=db) if training else None
     if fn in ("full", "ones", "zeros", "arange", "fill_", "fill", "zero_"):
         return kt.vec_rows(out_n, 0, 0, dtype_bytes=db)
     if fn == "contiguous":

@@ -51,10 +51,12 @@ class SpecModel:
 
     def graph_latency(self, x: np.ndarray, op_types, spec, phase: str = "infer", precision: str = "fp32",
                       params: float = 0.0, optimizer: str = "adamw", calibrate: bool = True,
-                      edge_index: np.ndarray | None = None) -> dict:
+                      edge_index: np.ndarray | None = None, dropout=()) -> dict:
         """Latency of one step of a graph (node features ``x`` and ``op_types``; its
         ``edge_index``, when given, joins linear layers' bias ``Add`` to their GEMM:
-        :func:`perfseer.specmodel.compose.node_kernels`) on ``spec``.
+        :func:`perfseer.specmodel.compose.node_kernels`; ``dropout``, the element counts of a
+        training step's dropouts, :attr:`~perfseer.features.perfgraph.PerfGraph.dropout_elements`)
+        on ``spec``.
 
         Returns:
             ``{"latency_ms", "kernels", "by_pass": {fw, bw, opt}, "by_family": {...},
@@ -69,7 +71,7 @@ class SpecModel:
         if precision not in PRECISIONS:
             raise SpecModelError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
         table = step_kernels(x, op_types, phase=phase, precision=precision, optimizer=optimizer, params=params,
-                             edge_index=edge_index)
+                             edge_index=edge_index, dropout=dropout)
         if not len(table):
             return {"latency_ms": 0.0, "kernels": 0, "kernel_table": table, "kernel_us": np.zeros(0), "by_pass": {},
                     "by_family": {}, "calibrated": False}
@@ -114,7 +116,7 @@ class SpecModel:
         for b in batches:
             g = pg if b == pg.batch_size else pg.with_batch(int(b))
             r = self.graph_latency(g.x, g.op_types, spec, phase=phase, precision=precision, params=float(g.params),
-                                   optimizer=optimizer, edge_index=g.edge_index)
+                                   optimizer=optimizer, edge_index=g.edge_index, dropout=g.dropout_elements)
             trust = assess_row(r["latency_ms"], spec, precision, phase, r["calibrated"], self.card,
                                r["kernel_table"], r["kernel_us"], g.x, g.op_types, g.u)
             out.append({"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,

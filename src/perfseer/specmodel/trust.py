@@ -111,8 +111,9 @@ def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, dom
     macs = x[:, schema.NODE_FEATURES.index("macs")]
     family_ops = set(domain.get("family_ops", FAMILY_OPS))
     node = table["node"].to_numpy()
-    real = node >= 0  # the optimizer pass has node -1
-    op = np.where(real, ops[np.clip(node, 0, None)], "optimizer")
+    real = node >= 0  # the optimizer pass (node -1) and a training step's dropouts (-2) have no graph node
+    other = table["op"].to_numpy(dtype=object) if "op" in table else np.full(len(table), "optimizer", dtype=object)
+    op = np.where(real, ops[np.clip(node, 0, None)], other)
     out = []
     vec = (table["family"].to_numpy() == "vec") & real
     heavy = sorted({o for o, n in zip(op[vec], node[vec]) if macs[n] > 0 and o not in family_ops})
