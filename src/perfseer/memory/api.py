@@ -84,8 +84,6 @@ def _hf_source(reference: str, name: str, shape) -> ModelSource:
     output (the logits, or the hidden states of ``@base``) trained with a token-level cross-entropy.
     An encoder-decoder reads the same ids on both sides; a model with other inputs (Whisper's
     audio features) is left to the ONNX liveness analysis (inference only)."""
-    import types
-
     from perfseer.graph import hf
 
     ref = hf.parse_reference(name)
@@ -94,14 +92,23 @@ def _hf_source(reference: str, name: str, shape) -> ModelSource:
     spec = hf.input_spec(ref, config, seq)
     if any(dtype != "int64" for _, _, dtype in spec):
         return ModelSource(reference, onnx=reference, input_shape=(seq,))
-    names = [n for n, _, _ in spec]
-    forward = hf._forward_with(names, config.model_type in hf._NEEDS_MASK)
+    return _token_source(reference, module, [n for n, _, _ in spec], config.model_type, seq, reference)
 
-    def one_input(self, ids):  # the simulator passes one tensor: every id input reads it
+
+def _token_source(label: str, module, names: list[str], model_type: str, seq: int, export) -> ModelSource:
+    """A meta-device ``transformers`` ``module`` whose id inputs ``names`` all read the one tensor
+    the simulator passes, its first output trained with the token-level loss."""
+    import types
+
+    from perfseer.graph import hf
+
+    forward = hf._forward_with(names, model_type in hf._NEEDS_MASK)
+
+    def one_input(self, ids):
         return forward(self, *[ids] * len(names))
 
     module.forward = types.MethodType(one_input, module)
-    return ModelSource(reference, lambda: copy.deepcopy(module), (seq,), export=reference, input_dtype="int64",
+    return ModelSource(label, lambda: copy.deepcopy(module), (int(seq),), export=export, input_dtype="int64",
                        loss="tokens")
 
 
@@ -109,7 +116,6 @@ def _hf_module_source(model, shape) -> ModelSource | None:
     """A ``transformers`` model object that takes token ids, as :func:`_hf_source` treats ``hf:NAME``
     (``shape``: ``(tokens,)``); ``None`` for any other module (speech models included)."""
     import inspect
-    import types
 
     from perfseer.graph import hf
 
@@ -128,14 +134,7 @@ def _hf_module_source(model, shape) -> ModelSource | None:
     seq = shape[0] if shape is not None else hf.DEFAULT_SEQ_LEN
     meta = _meta_copy(model)  # a deep copy: the user's model and config stay as they are
     meta.config.use_cache = False
-    forward = hf._forward_with(names, meta.config.model_type in hf._NEEDS_MASK)
-
-    def one_input(self, ids):
-        return forward(self, *[ids] * len(names))
-
-    meta.forward = types.MethodType(one_input, meta)
-    return ModelSource(type(model).__name__, lambda: copy.deepcopy(meta), (int(seq),), export=model,
-                       input_dtype="int64", loss="tokens")
+    return _token_source(type(model).__name__, meta, names, meta.config.model_type, seq, model)
 
 
 def _on_cpu(module) -> bool:
