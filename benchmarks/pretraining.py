@@ -129,13 +129,17 @@ def summary(results: list[dict]) -> str:
     import pandas as pd
 
     df = pd.DataFrame(results)
-    rows = ["| labelled models | start | seeds | test MAPE % | Spearman | validation MAPE % | epochs |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| labelled models | start | seeds | test MAPE % | Spearman | validation MAPE % | epochs run | best epoch "
+            "| stopped by |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (size, init), g in df.groupby(["size", "init"], sort=False):
         sd = f" ± {g['test_mape'].std():.2f}" if len(g) > 1 else ""
+        vsd = f" ± {g['val_mape'].std():.2f}" if len(g) > 1 else ""
+        stops = ", ".join(f"{k} {v}" for k, v in g["stopped"].value_counts().items())
         rows.append(f"| {size} ({int(g['train_models'].iloc[0])}) | {init} | {len(g)} | {g['test_mape'].mean():.2f}{sd} | "
-                    f"{g['test_spearman'].mean():.3f} | {g['val_mape'].mean():.2f} | "
-                    f"{int(g['epochs'].min())}-{int(g['epochs'].max())} |")
+                    f"{g['test_spearman'].mean():.3f} | {g['val_mape'].mean():.2f}{vsd} | "
+                    f"{int(g['epochs'].min())}-{int(g['epochs'].max())} | "
+                    f"{int(g['best_epoch'].min())}-{int(g['best_epoch'].max())} | {stops} |")
     return "\n".join(rows)
 
 

@@ -52,6 +52,8 @@ def test_finetune_epoch_budget_patience_and_resume(monkeypatch, tmp_path):
     assert res[:2] == first
     assert [(r["size"], r["init"]) for r in res[2:]] == [("all", "none"), ("all", "gae")]
     assert res[2]["train_models"] == 12
+    table = pretraining.summary(res).splitlines()
+    assert len(table) == 2 + 4 and "best epoch" in table[0] and "stopped by" in table[0]
 
 
 def test_time_limit_zero_is_no_limit_and_negative_is_refused():
