@@ -14,10 +14,13 @@ Two steps:
 
 Example::
 
-    python benchmarks/pretraining.py pretrain --out benchmarks/results/pretrain --time-limit 420
+    python benchmarks/pretraining.py pretrain --out benchmarks/results/pretrain --epochs 20 --time-limit 0
     python benchmarks/pretraining.py finetune --card benchmarks/results/pretrain/gae-timm-nas.json \\
-        --sizes 50,200,all --seeds 0,1,2 --time-limit 120 --json out.json
-    python benchmarks/pretraining.py report out.json     # the table of docs/calibration.md
+        --sizes 50,200,all --seeds 0,1,2 --epochs 300 --patience 20 --time-limit 0 --json out.json --resume
+    python benchmarks/pretraining.py report out.json     # the tables of docs/calibration.md
+
+``--time-limit 0`` is no time limit: runs end by ``--epochs`` or early stopping (``--patience``);
+``--resume`` keeps the runs already in ``--json`` (each is written as it finishes) and runs the rest.
 """
 
 from __future__ import annotations
