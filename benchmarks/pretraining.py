@@ -14,10 +14,13 @@ Two steps:
 
 Example::
 
-    python benchmarks/pretraining.py pretrain --out benchmarks/results/pretrain --time-limit 420
+    python benchmarks/pretraining.py pretrain --out benchmarks/results/pretrain --epochs 20 --time-limit 0
     python benchmarks/pretraining.py finetune --card benchmarks/results/pretrain/gae-timm-nas.json \\
-        --sizes 50,200,all --seeds 0,1,2 --time-limit 120 --json out.json
-    python benchmarks/pretraining.py report out.json     # the table of docs/calibration.md
+        --sizes 50,200,all --seeds 0,1,2 --epochs 300 --patience 20 --time-limit 0 --json out.json --resume
+    python benchmarks/pretraining.py report out.json     # the tables of docs/calibration.md
+
+``--time-limit 0`` is no time limit: runs end by ``--epochs`` or early stopping (``--patience``);
+``--resume`` keeps the runs already in ``--json`` (each is written as it finishes) and runs the rest.
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _training_bench as tb  # noqa: E402
 
 DEVICE = "rtx3090/amp-nchw-pt240"
+
+
+def nonnegative(text: str) -> float:
+    v = float(text)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return v
 
 
 def unlabelled(nas: int) -> tuple[list, dict]:
@@ -57,7 +67,7 @@ def cmd_pretrain(args, console) -> None:
 
     graphs, counts = unlabelled(args.nas)
     tb.log(console, f"pre-training on {len(graphs)} unlabelled graphs {counts}")
-    cfg = PretrainConfig(epochs=args.epochs, time_limit_s=args.time_limit, seed=args.seed)
+    cfg = PretrainConfig(epochs=args.epochs, time_limit_s=args.time_limit or None, seed=args.seed)
     gae, fs, hist = pretrain(graphs, {"hidden_dim": args.hidden, "head_hidden_dim": args.hidden}, cfg,
                              progress=lambda h: tb.log(console, str(h)))
     path = save_pretrained(args.out, args.name, gae, fs, {"graphs": counts, "labels_read": False}, hist, cfg)
@@ -83,17 +93,26 @@ def cmd_finetune(args, console) -> list[dict]:
     val_keep = set(sorted({models[int(g.row)] for g in sel.val}, key=tb.stable_key)[:args.val_models])
     val = [g for g in sel.val if models[int(g.row)] in val_keep]
     out = []
+    done = {}
+    if args.resume and args.json and Path(args.json).exists():  # (size, seed, init) runs already written
+        import json
+
+        out = json.loads(Path(args.json).read_text())["results"]
+        done = {(r["size"], r["seed"], r["init"]) for r in out}
+        tb.log(console, f"resuming: {len(done)} runs already in {args.json}")
     for size in args.sizes:
         for seed in args.seeds:
             n = len(train_models) if size == "all" else int(size)
             keep = set(np.random.default_rng(seed).choice(train_models, size=min(n, len(train_models)), replace=False))
             tr = [g for g in sel.train if models[int(g.row)] in keep]
             for init in args.inits:
+                if (size, seed, init) in done:
+                    continue
                 torch.manual_seed(seed)
                 model = build_model("seernet", num_targets=1, hidden_dim=args.hidden, head_hidden_dim=args.hidden)
                 fs = init_from_pretrained(model, args.card) if init == "gae" else None
-                cfg = TrainConfig(max_epochs=args.epochs, time_limit_s=args.time_limit, seed=seed, num_threads=1,
-                                  progress=False)
+                cfg = TrainConfig(max_epochs=args.epochs, time_limit_s=args.time_limit or None, seed=seed,
+                                  early_stopping_patience=args.patience, num_threads=1, progress=False)
                 t0 = time.perf_counter()
                 res = train(model, tr, val, cfg, targets=["latency_ms"], feature_scaler=fs)
                 e = evaluate(y_test, res.predict(sel.test)[:, 0])
@@ -113,13 +132,17 @@ def summary(results: list[dict]) -> str:
     import pandas as pd
 
     df = pd.DataFrame(results)
-    rows = ["| labelled models | start | seeds | test MAPE % | Spearman | validation MAPE % | epochs |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| labelled models | start | seeds | test MAPE % | Spearman | validation MAPE % | epochs run | best epoch "
+            "| stopped by |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (size, init), g in df.groupby(["size", "init"], sort=False):
         sd = f" ± {g['test_mape'].std():.2f}" if len(g) > 1 else ""
+        vsd = f" ± {g['val_mape'].std():.2f}" if len(g) > 1 else ""
+        stops = ", ".join(f"{k} {v}" for k, v in g["stopped"].value_counts().items())
         rows.append(f"| {size} ({int(g['train_models'].iloc[0])}) | {init} | {len(g)} | {g['test_mape'].mean():.2f}{sd} | "
-                    f"{g['test_spearman'].mean():.3f} | {g['val_mape'].mean():.2f} | "
-                    f"{int(g['epochs'].min())}-{int(g['epochs'].max())} |")
+                    f"{g['test_spearman'].mean():.3f} | {g['val_mape'].mean():.2f}{vsd} | "
+                    f"{int(g['epochs'].min())}-{int(g['epochs'].max())} | "
+                    f"{int(g['best_epoch'].min())}-{int(g['best_epoch'].max())} | {stops} |")
     return "\n".join(rows)
 
 
@@ -138,7 +161,7 @@ def main(argv=None) -> int:
     p.add_argument("--nas", type=int, default=500, help="graphs of each of NAS-Bench-201, FBNet and the model space")
     p.add_argument("--hidden", type=tb.positive(int), default=64)
     p.add_argument("--epochs", type=tb.positive(int), default=50)
-    p.add_argument("--time-limit", type=tb.positive(float), default=420)
+    p.add_argument("--time-limit", type=nonnegative, default=420, help="seconds (0: none, --epochs ends it)")
     p.add_argument("--seed", type=int, default=0)
     f = sub.add_parser("finetune")
     f.add_argument("--card", required=True)
@@ -147,7 +170,12 @@ def main(argv=None) -> int:
     f.add_argument("--inits", default="none,gae")
     f.add_argument("--hidden", type=tb.positive(int), default=64)
     f.add_argument("--epochs", type=tb.positive(int), default=300)
-    f.add_argument("--time-limit", type=tb.positive(float), default=120)
+    f.add_argument("--time-limit", type=nonnegative, default=120,
+                   help="seconds per run (0: none; --epochs and --patience end it)")
+    f.add_argument("--patience", type=tb.positive(int), default=20,
+                   help="early stopping after this many epochs without a better validation loss")
+    f.add_argument("--resume", action="store_true",
+                   help="keep the runs already in --json and run only the missing (size, seed, start)")
     f.add_argument("--val-models", type=tb.positive(int), default=100)
     f.add_argument("--json", default=None)
     for q in (p, f):
