@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
                                                   "a100-80gb:1g.10gb...): capacity and workspace")
     p.add_argument("--capacity-gib", type=float, default=None, help="device memory in GiB (instead of the registry's)")
     p.add_argument("--context-mib", type=float, default=None, help="CUDA context size (default 500 MiB)")
-    p.add_argument("--input-shape", default=None, metavar="CxHxW", help="one sample's shape (default: the model's)")
+    p.add_argument("--input-shape", default=None, metavar="CxHxW",
+                   help="one sample's shape (default: the model's); for hf:NAME the number of tokens (default 128)")
     p.add_argument("--max-batch", action="store_true", help="also find the largest batch that fits --device")
     p.add_argument("--mig", action="store_true",
                    help="also give the smallest MIG profile each batch fits (of --device, or of A100 40/80 GB, "
