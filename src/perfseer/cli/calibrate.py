@@ -92,7 +92,9 @@ def graphs_of(rows, base_dir=None) -> list:
     from perfseer.api import extract
     from perfseer.data.dataset import parse_shape
 
-    cache, out = {}, []
+    from perfseer.features.pyg import attach_liveness
+
+    cache, live, out = {}, {}, []
     for _, r in rows.iterrows():
         key = (str(r["model"]), str(r["input_shape"]))
         if key not in cache:
@@ -106,7 +108,11 @@ def graphs_of(rows, base_dir=None) -> list:
                                     f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
                                     "fix the reference (perfseer graph MODEL shows the problem) or drop its rows") from e
         pg, b = cache[key], int(r["batch_size"])
-        out.append((pg if b == pg.batch_size else pg.with_batch(b)).to_pyg(live=True))
+        data = (pg if b == pg.batch_size else pg.with_batch(b)).to_pyg()
+        if key not in live:  # liveness does not depend on the batch: once per model
+            live[key] = attach_liveness([data], pg)[0].live
+        data.live = live[key]
+        out.append(data)
     return out
 
 

@@ -79,7 +79,8 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
         parts.append(t)
 
     mm_ops = np.isin(ops, ["MatMul", "Gemm", "MatMulInteger", "FusedMatMul"]) & (macs > 0) & ~done
-    bias_of = linear_bias_adds(x, ops, edge_index) if edge_index is not None else {}
+    one_matrix = _one_weight_matrix(x)  # by one 2-D weight: the rows folded into one GEMM
+    bias_of = linear_bias_adds(x, ops, edge_index, one_matrix) if edge_index is not None else {}
     has_bias = bias > 0
     for a_node, mm_node in bias_of.items():
         done[a_node] = True
@@ -88,8 +89,8 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
     if len(sel):
         b, m, k, n = (np.maximum(v[sel], 1.0) for v in (mmb, mm_m, kin, nout))
         m = np.where(np.abs(b * m * k * n - macs[sel]) > 0.01 * macs[sel], macs[sel] / (b * k * n), m)
-        one_matrix = _one_weight_matrix(x)[sel]  # by one 2-D weight: the rows folded into one GEMM
-        m, b = np.where(one_matrix, b * m, m), np.where(one_matrix, 1.0, b)
+        one = one_matrix[sel]
+        m, b = np.where(one, b * m, m), np.where(one, 1.0, b)
         add(kt.gemm_rows(b, m, n, k, dtype_bytes=db, bias=has_bias[sel].astype(float),
                          shared_b=(wb[sel] > 0).astype(float)), sel)
         done[sel] = True
@@ -145,15 +146,16 @@ def _one_weight_matrix(x: np.ndarray) -> np.ndarray:
     return (col("weight_bytes") > 0) & (np.abs(col("weight_bytes") - elem * k * n) <= 0.01 * elem * k * n)
 
 
-def linear_bias_adds(x: np.ndarray, ops, edge_index: np.ndarray) -> dict[int, int]:
+def linear_bias_adds(x: np.ndarray, ops, edge_index: np.ndarray, one: np.ndarray | None = None) -> dict[int, int]:
     """``{Add node: MatMul node}`` of the linear layers' biases: an ``Add`` whose weights are
     ``out_features`` values (a bias vector), taking the output of a ``MatMul`` by one weight matrix
-    that feeds nothing else, with as many output bytes as that ``MatMul``."""
+    that feeds nothing else, with as many output bytes as that ``MatMul``.  ``one``:
+    :func:`_one_weight_matrix` of ``x`` when the caller has it."""
     ops = np.asarray(list(ops), dtype=object)
     e = np.asarray(edge_index, dtype=np.int64).reshape(2, -1)
     col = lambda name: x[:, _I[name]].astype(float)  # noqa: E731
     wb, kin, nout, outb = col("weight_bytes"), col("in_features"), col("out_features"), col("output_bytes")
-    one = _one_weight_matrix(x)
+    one = _one_weight_matrix(x) if one is None else one
     out_degree = np.bincount(e[0], minlength=len(ops)) if e.size else np.zeros(len(ops), dtype=np.int64)
     found = {}
     for src, dst in e.T:

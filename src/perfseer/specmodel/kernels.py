@@ -73,6 +73,10 @@ def vec_rows(elems, inputs, flops_per_elem, dtype_bytes=4.0, read_bytes=None, wr
                   elems=elems, inputs=inputs)
 
 
+# FLOPs per element of a dropout (mask compare and scale), as NeuSight's traces are costed
+DROPOUT_FLOPS = 2
+
+
 def dropout_rows(elems, dtype_bytes=4.0) -> pd.DataFrame:
     """Training-mode dropout's forward kernel over ``elems`` elements: reads the tensor, draws the
     mask and writes the scaled tensor and the one-byte mask (PyTorch's ``native_dropout``).  Its
@@ -80,10 +84,6 @@ def dropout_rows(elems, dtype_bytes=4.0) -> pd.DataFrame:
     element-wise kernel."""
     elems = np.asarray(elems, float)
     return vec_rows(elems, 1, DROPOUT_FLOPS, dtype_bytes=dtype_bytes, write_bytes=elems * (dtype_bytes + 1))
-
-
-# FLOPs per element of a dropout (mask compare and scale), as NeuSight's traces are costed
-DROPOUT_FLOPS = 2
 
 
 def rowwise_rows(family: str, rows, cols, dtype_bytes=4.0, affine=True) -> pd.DataFrame:
