@@ -25,7 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-SHIFTS = np.round(np.arange(-0.3, 0.3001, 0.005), 4)  # the blend's shift grid (blend.fit_log_shift)
+def _shift_grid() -> np.ndarray:
+    """The blend's own shift grid (:func:`perfseer.models.blend.fit_log_shift`), nearest 0 first."""
+    from perfseer.models.blend import SHIFT_SPAN, SHIFT_STEP
+
+    n = round(SHIFT_SPAN / SHIFT_STEP)
+    grid = np.arange(-n, n + 1) * SHIFT_STEP
+    return grid[np.argsort(np.abs(grid), kind="stable")]
+
+
 # the slopes tried, from 0 outwards (ties go to the smaller |b1|, 0 first)
 SLOPES = {"s2": -np.arange(0.0, 20.001, 0.25), "s": -np.arange(0.0, 5.001, 0.05)}
 
@@ -36,13 +44,14 @@ def _mape(y, p) -> float:
 
 def fit_shift(base, x, y, slopes) -> tuple[float, float, float]:
     """``(b0, b1, validation MAPE)``: the grid point of the lowest validation MAPE (ties: the first
-    found, i.e. the smallest ``|b1|``, then the first shift)."""
+    found, i.e. the smallest ``|b1|``, then the smallest ``|b0|``)."""
+    shifts = _shift_grid()
     best = (0.0, 0.0, np.inf)
     for b1 in slopes:
-        errs = [_mape(y, np.exp(base + b + b1 * x)) for b in SHIFTS]
+        errs = [_mape(y, np.exp(base + b + b1 * x)) for b in shifts]
         i = int(np.argmin(errs))
         if errs[i] < best[2] - 1e-12:
-            best = (float(SHIFTS[i]), float(b1), errs[i])
+            best = (float(shifts[i]), float(b1), errs[i])
     return best
 
 
