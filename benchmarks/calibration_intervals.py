@@ -390,12 +390,16 @@ def report(args) -> str:
     out = []
     import pandas as pd
 
-    frames, devs = [], []
+    frames, devs, draws = [], [], None
     for label, rule in rules:
         ev = evaluate_rule(sims, rule, args.level, roles=("sim", "val", "test"))
         df = sims.meta.assign(cov=ev["coverage"], factor=np.exp(ev["width"] / 2), score=ev["score"])
         df = df[df["cov"].notna()]
         df["vs"] = df["role"].where(df["role"] == "test", "validation (leave one device out)")
+        if rule is learned["chosen"]:  # how much one calibration's coverage varies from draw to draw
+            draws = df[df["vs"] == "test"].assign(device=lambda d: d["target"]).groupby(["setting", "group", "k", "device"])["cov"].agg(
+                draws="count", mean="mean", low="min", high="max",
+                std_error=lambda c: c.std(ddof=1) / np.sqrt(len(c))).round(3).reset_index()
         dev = df.groupby(["vs", "setting", "group", "k", "device"]).agg(cov=("cov", "mean"), factor=("factor", "median"),
                                                                           score=("score", "mean"))
         dev["ok"] = in_band(dev["cov"], args.level)
@@ -416,6 +420,11 @@ def report(args) -> str:
     rng = per_dev.groupby(["vs", "device", "rule"])["cov"].agg(lambda c: f"{c.min():.3f}-{c.max():.3f}")
     out.append(cs._md(rng.unstack("rule").reset_index()))
     out.append("")
+    if draws is not None:
+        out.append("### Test devices under the chosen rule: coverage over the draws (lowest, highest, standard "
+                   "error of the mean)\n")
+        out.append(cs._md(draws))
+        out.append("")
     out.append(far_rows(sims, learned["chosen"], args.level))
     first = both[both["rule"] == rules[0][0]].set_index(["vs", "setting", "group", "k"])["score"]
     for label, _ in rules:

@@ -48,6 +48,7 @@ def test_rows_learn_and_report(tmp_path, capsys):
     assert I.main(["report", str(rows), "--learned", str(learned)]) == 0
     text = capsys.readouterr().out
     assert "Coverage of the 90 % interval" in text and "flagged" in text and "before: scaled" in text
+    assert "coverage over the draws" in text  # per test device: lowest, highest, standard error
     assert I.main(["report", str(rows), "--learned", str(learned), "--shipped-min"]) == 0
     assert "auto's own residuals" in capsys.readouterr().out
     # --stats adds rules whose spread is the conformal rank (or the median) of |r|, reported for reference
