@@ -8,7 +8,13 @@ differently:
 * ``Flatten`` -> ``Reshape`` (with its shape vector, as the dynamo exporter writes it);
 * ``GlobalAveragePool`` -> ``ReduceMean`` over the spatial axes, ``keepdims=1``;
 * the erf form of GELU, ``0.5 * x * (1 + erf(x / sqrt(2)))`` (``Div``/``Mul``, ``Erf``, ``Add``,
-  ``Mul``, ``Mul``: five operators in opsets < 20) -> one ``Gelu``.
+  ``Mul``, ``Mul``: five operators in opsets < 20) -> one ``Gelu``;
+* a batch-statistics BatchNorm, which the dynamo exporter spells as its statistics
+  (``ReduceMean`` for the mean; ``ReduceMean``, ``Sub``, ``Mul``, ``ReduceMean`` for the variance)
+  feeding an inference-mode ``BatchNormalization`` -> one ``BatchNormalization`` with
+  ``training_mode=1``, the one kernel PyTorch runs.  In an eval-mode graph this is weight
+  standardisation (timm's ``StdConv2d`` / ``ScaledStdConv2d``: NFNets, BiT), recomputed from the
+  weights at every forward (:mod:`perfseer.graph.extract`).
 
 What cannot be undone is not guessed: the legacy exporter's constant folding (on by default) fuses
 each eval-mode BatchNorm into the convolution before it, so a graph exported that way has no
@@ -38,6 +44,7 @@ def canonicalize(graph: Graph) -> Graph:
     nodes = list(graph.nodes)
     tensors = dict(graph.tensors)
     changed = _fuse_erf_gelu(nodes, tensors, graph.outputs)
+    changed |= _fuse_batch_stat_bn(nodes, graph.outputs)
     for i, node in enumerate(nodes):
         if node.domain not in ("", "ai.onnx"):
             continue
@@ -59,7 +66,10 @@ def canonicalize(graph: Graph) -> Graph:
     if not changed:
         return graph
     used = {n for node in nodes for n in (*node.inputs, *node.outputs) if n} | set(graph.inputs) | set(graph.outputs)
-    return dataclasses.replace(graph, nodes=tuple(nodes), tensors={k: v for k, v in tensors.items() if k in used})
+    # Only the tensors of rewritten operators go; the weights that folded operators read stay.
+    was_used = {n for node in graph.nodes for n in (*node.inputs, *node.outputs) if n}
+    return dataclasses.replace(graph, nodes=tuple(nodes),
+                               tensors={k: v for k, v in tensors.items() if k in used or k not in was_used})
 
 
 def _constant(tensors: dict, name: str, value: np.ndarray) -> str:
@@ -75,14 +85,60 @@ def _scalar(tensors: dict, name: str) -> float | None:
     return float(np.asarray(t.value).ravel()[0])
 
 
-def _fuse_erf_gelu(nodes: list[Node], tensors: dict, outputs) -> bool:
-    """Replace each erf-form GELU chain by one ``Gelu`` node (in place); whether any was found."""
-    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+def _readers(nodes: list[Node]) -> dict[str, list[int]]:
     readers: dict[str, list[int]] = {}
     for i, n in enumerate(nodes):
         for name in n.inputs:
             if name:
                 readers.setdefault(name, []).append(i)
+    return readers
+
+
+def _fuse_batch_stat_bn(nodes: list[Node], outputs) -> bool:
+    """Replace each BatchNorm fed with its input's own statistics by one training-mode
+    ``BatchNormalization`` (in place); whether any was found."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    readers = _readers(nodes)
+    outputs = set(outputs)
+
+    def made_by(name: str, op: str, reader: int) -> int | None:
+        """The node of type ``op`` writing ``name`` if ``reader`` is its output's only reader."""
+        i = producer.get(name)
+        if i is None or nodes[i].op_type != op or nodes[i].domain not in ("", "ai.onnx"):
+            return None
+        return i if readers.get(name) == [reader] and name not in outputs else None
+
+    drop: set[int] = set()
+    for b, bn in enumerate(nodes):
+        if (bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") or len(bn.inputs) < 5
+                or bn.attrs.get("training_mode", 0)):
+            continue
+        x = bn.inputs[0]
+        mean = made_by(bn.inputs[3], "ReduceMean", b)
+        var = made_by(bn.inputs[4], "ReduceMean", b)
+        if mean is None or var is None or nodes[mean].inputs[0] != x:
+            continue
+        sq = made_by(nodes[var].inputs[0], "Mul", var)
+        if sq is None or nodes[sq].inputs[0] != nodes[sq].inputs[1]:
+            continue
+        sub = producer.get(nodes[sq].inputs[0])
+        if (sub is None or nodes[sub].op_type != "Sub" or nodes[sub].inputs[0] != x
+                or readers.get(nodes[sub].outputs[0]) != [sq, sq]):
+            continue
+        centre = made_by(nodes[sub].inputs[1], "ReduceMean", sub)
+        if centre is None or nodes[centre].inputs[0] != x:
+            continue
+        nodes[b] = dataclasses.replace(bn, inputs=bn.inputs[:3], attrs={**bn.attrs, "training_mode": 1})
+        drop.update((mean, var, sq, sub, centre))
+    if drop:
+        nodes[:] = [n for i, n in enumerate(nodes) if i not in drop]
+    return bool(drop)
+
+
+def _fuse_erf_gelu(nodes: list[Node], tensors: dict, outputs) -> bool:
+    """Replace each erf-form GELU chain by one ``Gelu`` node (in place); whether any was found."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    readers = _readers(nodes)
     outputs = set(outputs)
 
     def only_reader(name: str) -> int | None:

@@ -8,7 +8,10 @@ The steps, in order:
 3. infer every tensor's shape with ONNX's shape inference (with data propagation);
 4. walk the operators in order: an operator whose inputs are all static (weights, constants,
    shapes) is folded, and small folded values are computed, because later shapes may need them;
-   when they do, the computed values go back into shape inference;
+   when they do, the computed values go back into shape inference.  With
+   ``PERFSEER_WEIGHT_WORK=1`` (:func:`weight_work_enabled`), work on weights that is more than a
+   view (weight standardisation, a bias-table gather) is not folded: frameworks like PyTorch
+   repeat it at every forward, so it stays a device operator;
 5. build the IR, with each dimension's multiple of the batch recorded for re-binding.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from typing import Any
 
@@ -48,6 +52,16 @@ _NONDETERMINISTIC = frozenset({"RandomNormalLike", "RandomUniformLike", "Multino
 # Folded values handed to ONNX shape inference: shape vectors, axes and indices are small, and
 # larger ones (an arange over the batch) only slow its data propagation down.
 _MAX_INJECTED = 256
+# Operators that only re-view a tensor (PyTorch runs them without a kernel, ONNX Runtime without a
+# copy) or convert its representation: applied to weights they stay folded.  Any other operator
+# on a weight-derived tensor is work the framework repeats at every forward (timm's weight-
+# standardised convolutions, a relative-position-bias gather): a device operator.
+_VIEW_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Slice",
+                       "Split", "Constant", "QuantizeLinear", "DequantizeLinear"})
+# Whether that work is kept (see :func:`weight_work_enabled`).
+WEIGHT_WORK_ENV = "PERFSEER_WEIGHT_WORK"
+_FLOAT_ELEM = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                         onnx.TensorProto.BFLOAT16})
 # Operators whose first output has the shape and type of their first input.
 SAME_SHAPE_OPS = frozenset({
     "BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
@@ -460,8 +474,26 @@ class _Extraction:
             raise ShapeError(f"{where}: {str(e).splitlines()[0][:400]}",
                              "check --input-shape and --batch, or fix the model") from e
 
+    def _is_view(self, node: onnx.NodeProto, types) -> bool:
+        op = node.op_type
+        if op in _VIEW_OPS:
+            return True
+        if op in ("Cast", "CastLike"):  # a cast to the type it already has
+            return types.get(node.input[0], (0, None))[0] == types.get(node.output[0], (-1, None))[0]
+        if op == "Gather":  # a scalar index selects a slice (a view in PyTorch)
+            idx = types.get(node.input[1], (0, None))[1] if len(node.input) > 1 else None
+            return idx is not None and len(idx) == 0
+        return False
+
     def classify(self, types, init_values):
         static: set[str] = set(self.init_names) | {""}
+        # Tensors computed from floating-point weights: an operator on them that is more than a
+        # view runs at every forward of a framework like PyTorch, so it is device work.
+        # (Scalars and small tensors whose values are stored are constants, not weights.)
+        weight_derived = {t.name for t in self.g.initializer
+                          if t.data_type in _FLOAT_ELEM and t.name not in self.injected
+                          and (t.name not in init_values or math.prod(t.dims) > _MAX_INJECTED)
+                          } if weight_work_enabled() else set()
         values: dict[str, np.ndarray] = dict(init_values)
         folded: list[onnx.NodeProto] = []
         device: list[onnx.NodeProto] = []
@@ -487,6 +519,11 @@ class _Extraction:
                 and op not in _NONDETERMINISTIC and op not in _SOURCE_OPS
                 and all(i in static for i in data_inputs)
             )
+            if is_static and any(i in weight_derived for i in data_inputs):
+                if self._is_view(node, types):
+                    weight_derived.update(node.output)
+                else:
+                    is_static = False
             if not is_static:
                 device.append(node)
                 continue
@@ -709,10 +746,16 @@ class _Extraction:
         alias.update(self.dequantized)
         quant_weights = set(self.dequantized.values()) | {n.input[i] for n in (*device, *folded) for i in _QUANT_WEIGHT_INPUTS.get(n.op_type, ())
                          if i < len(n.input) and n.input[i] in self.init_names}
+        # A stored weight that device operators read only through its aliases is counted once, as
+        # the alias.
+        device_reads = {i for n in device for i in n.input}
+        only_aliased = set(alias.values()) - device_reads
         for name in used:
             elem, shape = types.get(name, (1, None))
             if shape is None:
                 continue  # only folded values can lack a shape here; no device node reads them
+            if name in only_aliased:
+                continue
             stored = alias.get(name, name)
             if stored != name and stored in types:
                 elem = types[stored][0]
@@ -802,6 +845,18 @@ class _Extraction:
     def _static_batch(self) -> int:
         dims = self.real_inputs[0].type.tensor_type.shape.dim
         return dims[0].dim_value if dims and dims[0].dim_value > 0 else 1
+
+
+def weight_work_enabled() -> bool:
+    """Whether the extractor keeps work on weights as device operators (module docstring, step 4).
+
+    Off by default while the bundled predictors are the ones trained on graphs where that work was
+    folded: a graph extracted the new way is not what they learned from (what that costs them:
+    docs/models.md).  ``PERFSEER_WEIGHT_WORK=1`` switches it on (dataset builds, physics estimates,
+    predictors retrained on such graphs); it is read at every extraction, so worker processes
+    follow it.
+    """
+    return os.environ.get(WEIGHT_WORK_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None,
