@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     report = json.loads(open(args.report).read())
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
         table.add_column(c)
     for r in results:
         for g, v in r["groups"].items():
-            table.add_row(r["method"], g, str(v["rows"]), f"{v['mape']:.2f}", f"{v['mean_log_ratio']:+.3f}")
+            table.add_row(escape(r["method"]), g, str(v["rows"]), f"{v['mape']:.2f}", f"{v['mean_log_ratio']:+.3f}")
     Console().print(table)
     if args.json:
         with open(args.json, "w") as f:
