@@ -20,6 +20,12 @@ import numpy as np
 GROUPS = ("weight-standardised", "other weight work", "no weight work")
 
 
+def flagged(screen: dict) -> set[str]:
+    """The screen's ``MODEL|SHAPE`` keys with work on weights (or whose screen failed): the pairs
+    ``scripts/refresh_graphs.py`` rebuilds."""
+    return {k for k, e in screen.items() if e.get("ops") or "error" in e}
+
+
 def group_of(entry: dict | None) -> str | None:
     if entry is None:
         return None
@@ -31,6 +37,9 @@ def group_of(entry: dict | None) -> str | None:
 
 def score(report: dict, setting: str, method: str, screen: dict) -> dict:
     s = report["settings"][setting]
+    by_model = {}  # reports without input shapes: any size of the model (the screen is per model)
+    for key, e in screen.items():
+        by_model.setdefault(key.split("|")[0], e)
     by: dict[str, list[tuple[float, float]]] = {g: [] for g in GROUPS}
     unscreened = 0
     for fold in s["folds"]:
@@ -40,12 +49,7 @@ def score(report: dict, setting: str, method: str, screen: dict) -> dict:
         rows = fold["test_rows"]
         shapes = rows.get("input_shape")
         for i, (m, y, p) in enumerate(zip(rows["model"], rows["y"], res[method]["pred_test"])):
-            entry = None
-            if shapes is not None:
-                entry = screen.get(f"{m}|{shapes[i]}")
-            else:  # reports without input shapes: any size of the model (the screen is per model)
-                entry = next((e for k, e in screen.items() if k.split("|")[0] == m), None)
-            g = group_of(entry)
+            g = group_of(screen.get(f"{m}|{shapes[i]}") if shapes is not None else by_model.get(m))
             if g is None:
                 unscreened += 1
                 continue

@@ -3,7 +3,8 @@
 The bundled RTX 3090 and i9 inference cards were trained on graphs where the work a model does on
 its own weights (weight standardisation, bias-table gathers) was folded away.  This scores them,
 on the timm rows whose graphs ``scripts/refresh_graphs.py`` rebuilt with that work kept, once with
-the graphs they were trained on and once with the rebuilt ones: the in-sample error a card shows
+the graphs they were trained on and once with the rebuilt ones (weight-standardised: the screen
+saw ``aten.native_batch_norm`` on weights, :func:`lfo_weight_work.group_of`): the in-sample error a card shows
 when fed the new graphs, i.e. why the new extraction stays opt-in (``PERFSEER_WEIGHT_WORK=1``)
 until the cards are retrained on the refreshed dataset.
 
@@ -20,10 +21,10 @@ import json
 
 import numpy as np
 
+from lfo_weight_work import GROUPS, flagged, group_of
+
 CARDS = (("i9_10940x-fp32-nchw-pt240-dynamo.infer", "i9_10940x/fp32-nchw-pt240-dynamo"),
          ("rtx3090-amp-nchw-pt240.infer", "rtx3090/amp-nchw-pt240"))
-# timm names of the models with weight-standardised convolutions (NFNets, BiT, ViT hybrids)
-STANDARDISED = r"nf_|nfnet|_bit|resnetv2|_r26_|_r50_"
 
 
 def main(argv=None) -> int:
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
 
     old, new = load_dataset(args.dataset), load_dataset(args.refreshed)
     screen = json.loads(open(args.screen).read())
-    flagged = {k for k, e in screen.items() if e.get("ops") or "error" in e}
+    rebuilt = flagged(screen)
     table = Table(title="bundled cards on the rows whose graphs the refresh rebuilt (in-sample)")
     for c in ("card", "rows", "n", "MAPE %, graphs trained on", "MAPE %, rebuilt graphs",
               "mean log ratio, trained on", "mean log ratio, rebuilt"):
@@ -51,9 +52,11 @@ def main(argv=None) -> int:
         p = load_predictor(card)
         labels = old.labels
         rows = labels[(labels.device == device) & (labels.phase == "infer")]
-        rows = rows[[f"{m}|{s}" in flagged for m, s in zip(rows.model, rows.input_shape)]]
+        keys = [f"{m}|{s}" for m, s in zip(rows.model, rows.input_shape)]
+        rows = rows[[k in rebuilt for k in keys]]
+        standardised = [group_of(screen[f"{m}|{s}"]) == GROUPS[0] for m, s in zip(rows.model, rows.input_shape)]
         out[card] = {}
-        for name, sel in (("all rebuilt", rows), ("weight-standardised", rows[rows.model.str.contains(STANDARDISED)])):
+        for name, sel in (("all rebuilt", rows), ("weight-standardised", rows[standardised])):
             y = sel.latency_ms.to_numpy()
             po = p.predict_graphs([old.graphs[int(g)] for g in sel.graph])[:, 0]
             pn = p.predict_graphs([new.graphs[int(g)] for g in sel.graph])[:, 0]

@@ -18,7 +18,6 @@ manifest records what was refreshed, why, and with which versions.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -30,8 +29,9 @@ import numpy as np
 
 
 def _key_file(work: Path, model: str, shape: str) -> Path:
-    h = hashlib.sha256(f"{model}|{shape}".encode()).hexdigest()[:20]
-    return work / f"{h}.npz"
+    from perfseer.data.dataset import SkeletonCache
+
+    return work / f"{SkeletonCache.key(model, shape)}.npz"
 
 
 def _save(path: Path, graphs) -> None:

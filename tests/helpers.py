@@ -141,3 +141,15 @@ def nb201_arch(rng) -> str:
     """A random NAS-Bench-201 cell reference (``nb201:|...|``) drawn from ``rng`` (a ``random.Random``)."""
     o = [rng.choice(NB201_OPS) for _ in range(6)]
     return f"nb201:|{o[0]}~0|+|{o[1]}~0|{o[2]}~1|+|{o[3]}~0|{o[4]}~1|{o[5]}~2|"
+
+
+def load_script(name: str):
+    """``scripts/NAME.py`` imported as a module (the scripts are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

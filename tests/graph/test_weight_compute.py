@@ -7,7 +7,7 @@ import torch
 from onnx import helper
 
 import perfseer
-from tests.helpers import make_model
+from helpers import load_script, make_model
 
 W_BIG = np.ones((32, 3, 3, 3), np.float32)  # 864 elements: a weight even when its values are stored
 
@@ -90,19 +90,8 @@ def test_weight_standardisation_is_one_batch_statistics_batchnorm():
     assert a.memory_access_bytes > b.memory_access_bytes + 2 * 4 * weight  # it reads and writes the weight
 
 
-def _script(name: str):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"{name}_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_screen_finds_weight_standardisation_and_nothing_in_a_plain_net():
-    screen = _script("screen_weight_compute")
+    screen = load_script("screen_weight_compute")
     with torch.device("meta"):
         std = torch.nn.Sequential(_StdConv(3, 16, 3, padding=1), torch.nn.ReLU())
         plain = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16).eval())
@@ -111,7 +100,7 @@ def test_screen_finds_weight_standardisation_and_nothing_in_a_plain_net():
 
 
 def test_refresh_stores_rebuilt_graphs_exactly(tmp_path):
-    refresh = _script("refresh_graphs")
+    refresh = load_script("refresh_graphs")
     arrays = {"x": np.arange(6, dtype=np.float32).reshape(2, 3), "op_type": np.array([1, 2], np.int64)}
     path = refresh._key_file(tmp_path, "timm:x", "3x8x8")
     refresh._save(path, [(1, arrays), (4, {k: v * 2 for k, v in arrays.items()})])

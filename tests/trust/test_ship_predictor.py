@@ -3,20 +3,15 @@ card's test score and the fields training does not write (role, basis), and refu
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ship_predictor.py"
+from helpers import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("ship_predictor_script", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("ship_predictor")
 
 
 def _card(mape: float, fit: list[str], **extra) -> dict:

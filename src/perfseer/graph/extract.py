@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 
 from perfseer.errors import ShapeError, UnsupportedModelError
 from perfseer.graph import fold, safe_infer
-from perfseer.graph.ir import DropoutSite, Graph, Node, Tensor, TensorKind
+from perfseer.graph.ir import FLOAT_DTYPES, DropoutSite, Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
 from perfseer.graph.legacy import upgrade_legacy
 from perfseer.graph.sequences import SEQUENCE_OPS, expand_sequences, unsupported_sequence
@@ -60,8 +60,6 @@ _VIEW_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
                        "Split", "Constant", "QuantizeLinear", "DequantizeLinear"})
 # Whether that work is kept (see :func:`weight_work_enabled`).
 WEIGHT_WORK_ENV = "PERFSEER_WEIGHT_WORK"
-_FLOAT_ELEM = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-                         onnx.TensorProto.BFLOAT16})
 # Operators whose first output has the shape and type of their first input.
 SAME_SHAPE_OPS = frozenset({
     "BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
@@ -491,7 +489,7 @@ class _Extraction:
         # view runs at every forward of a framework like PyTorch, so it is device work.
         # (Scalars and small tensors whose values are stored are constants, not weights.)
         weight_derived = {t.name for t in self.g.initializer
-                          if t.data_type in _FLOAT_ELEM and t.name not in self.injected
+                          if DTYPE_NAMES.get(t.data_type) in FLOAT_DTYPES and t.name not in self.injected
                           and (t.name not in init_values or math.prod(t.dims) > _MAX_INJECTED)
                           } if weight_work_enabled() else set()
         values: dict[str, np.ndarray] = dict(init_values)
