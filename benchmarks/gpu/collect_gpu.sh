@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# GPU labels with the collection kit, in one call of a lent GPU machine (about 8 minutes).
+#   bash benchmarks/gpu/collect_gpu.sh OUTDIR [BACKEND]
+# Runs the image's python3 on src/ (no install).  Three grids, each bounded in time so that a
+# slow step cannot starve the next; the store is resumable (run again to finish a cut-off grid):
+#   A. the calibration set (datasets/calibration/calibration-set-20.txt): infer, amp_fp16, batch 256
+#   B. memory models (benchmarks/gpu/memory-models.txt): infer and AdamW train, fp32, batch 32
+#   C. one timm model per family (benchmarks/gpu/heldout-families.txt): infer, amp_fp16, batch 256
+# Writes OUTDIR/gpu.sqlite (checkpointed), gpu.csv, gpu-failures.csv, env.txt, log.txt, worker.log.
+set -u
+OUT=${1:?usage: collect_gpu.sh OUTDIR [BACKEND]}
+BACKEND=${2:-torch-cuda}
+A_S=${A_S:-110}; B_S=${B_S:-110}; C_S=${C_S:-240}; SHAPE=${SHAPE:-3x224x224}
+BIG=${BIG:-256}; SMALL=${SMALL:-32}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+ps() { "$PY" -m perfseer.cli.main "$@"; }
+DB="$OUT/gpu.sqlite"
+{
+  date -u; nvidia-smi 2>&1 | head -20
+  "$PY" -c "import torch, timm, torchvision; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'timm', timm.__version__, 'tv', torchvision.__version__, 'gpu', torch.cuda.is_available() and torch.cuda.get_device_name())"
+  "$PY" -c "import pynvml; pynvml.nvmlInit(); print('nvml ok')" 2>&1
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+common=(--db "$DB" --backend "$BACKEND" --input-shape "$SHAPE" --time-cap 2 --min-reps 10 --timeout 90
+        --worker-log "$OUT/worker.log" --quiet)
+step() {  # seconds, then collect run arguments
+  local secs=$1; shift
+  echo "== $(date -u +%T) step ($secs s): $*"
+  timeout --kill-after=10 "$secs" "$PY" -m perfseer.cli.main collect run "${common[@]}" "$@"
+  local rc=$?
+  echo "== $(date -u +%T) rc $rc"
+  pkill -f "perfseer" 2>/dev/null; sleep 1
+}
+{
+  step "$A_S" --models datasets/calibration/calibration-set-20.txt --phases infer --precisions amp_fp16 --batches "$BIG"
+  step "$B_S" --models benchmarks/gpu/memory-models.txt --phases infer,train --precisions fp32 --optimizer adamw --batches "$SMALL"
+  step "$C_S" --models benchmarks/gpu/heldout-families.txt --phases infer --precisions amp_fp16 --batches "$BIG"
+  "$PY" -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('pragma wal_checkpoint(TRUNCATE)'); c.close()" "$DB"
+  ps collect status --db "$DB"
+  ps collect export --db "$DB" --out "$OUT/gpu.csv" --failures "$OUT/gpu-failures.csv"
+} 2>&1 | tee "$OUT/log.txt"
