@@ -235,17 +235,35 @@ def _c_at(cov_grid: np.ndarray, weights: np.ndarray, level: float) -> float:
     return float(GRID[hit[0]] if len(hit) else GRID[-1])
 
 
-def candidates(spaces, with_floor: bool = False, stats=("rms",)) -> list[dict]:
+def candidates(spaces, with_floor: bool = False, stats=("rms",), tables=None) -> list[dict]:
     """The rules ``learn`` compares: the width's growth with distance (none, or ``beta`` in each
-    space), one ``c(K)`` table or one per selection, pooled per calibration or per setting; with
+    space), the ``c(K)`` tables (:data:`TABLES`), pooled per calibration or per setting; with
     ``with_floor`` also a floor at ``gamma`` times the source's own interval (tried, not kept:
     docs/calibration.md)."""
+    tables = TABLES[:2] if tables is None else tables
     base = {"space": "none", "beta": 0.0, "form": "linear"}
     shapes = [base] + [{"space": sp, "beta": b, "form": "linear"} for sp in spaces for b in (0.5, 1.0, 2.0)]
     floors = [{"gamma": 0.0, "combine": "max"}] + ([{"gamma": g, "combine": cb} for g in (0.25, 0.5, 1.0)
                                                     for cb in ("max", "rss")] if with_floor else [])
     return [{**sh, **fl, "tables": t, "pool": p, **({"stat": st} if st != "rms" else {})}
-            for sh in shapes for fl in floors for t in ("per-selection", "one") for p in POOLS for st in stats]
+            for sh in shapes for fl in floors for t in tables for p in POOLS for st in stats]
+
+
+# the c(K) tables a rule may have: one per way of choosing the K models, one for all, one per kind of
+# source predictor (NAS-Bench-201 or timm: calibrate.source_kind), or one per (source kind, selection)
+TABLES = ("per-selection", "one", "per-source", "per-source-selection")
+
+
+def table_groups(meta, tables: str) -> np.ndarray:
+    """Per calibration, the key of the ``c(K)`` table it reads under ``tables`` (None: none)."""
+    sel = meta["group"].to_numpy()
+    known = meta["group"].notna().to_numpy()
+    kind = np.where(meta["setting"].str.startswith("timm").to_numpy(), "timm", "nas-bench-201")
+    if tables not in TABLES:
+        raise SystemExit(f"unknown tables {tables!r}: choose among {', '.join(TABLES)}")
+    key = {"per-selection": sel, "one": np.full(len(meta), "one", dtype=object), "per-source": kind,
+           "per-source-selection": np.char.add(np.char.add(kind.astype(str), "/"), sel.astype(str))}[tables]
+    return np.where(known, key, None)
 
 
 # how c(K) pools the simulated calibrations: each weighs the same, or each setting (NAS-Bench-201,
@@ -272,7 +290,7 @@ def evaluate_rule(sims: Sims, rule: dict, level: float, roles=("sim", "val"), lo
     meta = sims.meta
     parts = sims.parts(rule)
     covg = _cover_grid(parts)
-    group = meta["group"].to_numpy() if rule["tables"] == "per-selection" else np.where(meta["group"].notna(), "one", None)
+    group = table_groups(meta, rule["tables"])
     ks = meta["k"].to_numpy()
     val = meta["role"].isin(("sim", "val")).to_numpy() & (group != None)  # noqa: E711
     by_setting = rule.get("pool", "calibration") == "setting"
@@ -327,7 +345,7 @@ def learn(args, console) -> None:
     sims = Sims(args.paths)
     base = _summary(sims.meta, evaluate_rule(sims, BEFORE, args.level), ("sim", "val"))
     ranking = []
-    for rule in candidates(sims.spaces, args.with_floor, args.stats.split(",")):
+    for rule in candidates(sims.spaces, args.with_floor, args.stats.split(","), tb.parse_list(args.tables)):
         ev = evaluate_rule(sims, rule, args.level)
         s = _summary(sims.meta, ev, ("sim", "val"))
         dev = _per_device(sims.meta, ev, ("sim", "val"))
@@ -384,6 +402,7 @@ def report(args) -> str:
     # sharpest with each other residual spread
     refs = [next((r for r in learned["ranking"] if r["gamma"]), None)]
     refs += [next((r for r in learned["ranking"] if r.get("stat") == st), None) for st in C.SCALE_STATS[1:]]
+    refs += [next((r for r in learned["ranking"] if r["tables"] == t), None) for t in TABLES[2:]]
     for ref in refs:
         if ref is not None:
             rules.append(("reference, not chosen: " + _name(ref), {k: ref[k] for k in (*BEFORE, "stat") if k in ref}))
@@ -494,6 +513,9 @@ def main(argv=None) -> int:
     le.add_argument("--stats", default="rms",
                     help="the residual spread(s) c(K) multiplies, comma-separated: rms (the RMS), conformal (the "
                          "split-conformal rank of |r|), median (the median |r|)")
+    le.add_argument("--tables", default="per-selection,one",
+                    help=f"the c(K) tables a rule may have, comma-separated among {', '.join(TABLES)} (default: "
+                         "per-selection,one)")
     rp = sub.add_parser("report")
     rp.add_argument("paths", nargs="+")
     rp.add_argument("--learned", required=True)
