@@ -5,6 +5,15 @@ NOT YET RUN: no GPU was lent to the session that wrote it.  Run it where ``torch
     python benchmarks/memory_gpu_truth.py run --device-name h100-sxm [--models timm:resnet50,...]
     python benchmarks/memory_gpu_truth.py report
 
+or compare the simulator with what the collection kit stored (``perfseer collect run --backend
+torch-cuda``, e.g. ``benchmarks/gpu/collect_gpu.sh``), here, without a GPU:
+
+    python benchmarks/memory_gpu_truth.py from-store OUT/gpu.sqlite --device-name h200 --json mem.json
+
+(the kit's ``memory_mb`` is ``max_memory_allocated`` less what was allocated before the model was
+built, its ``extra`` holds ``memory_reserved_mb``, ``memory_base_mb`` and NVML's peak
+``nvml_used_mb``; the simulator runs the same step: model, batch, phase, precision, optimizer).
+
 For each model x batch x {infer, train AdamW}, fp32, a fresh process-level measurement:
 ``torch.cuda.reset_peak_memory_stats()``, the model built on the GPU, two steps as
 :mod:`perfseer.memory.step` runs them (``zero_grad(set_to_none=True)``, foreach AdamW), then
@@ -121,6 +130,96 @@ def cmd_report(args) -> None:
         print(f"sim_total vs NVML used: MAPE {100 * sum(errs) / len(errs):.2f} % over {len(errs)} configurations")
 
 
+# the collection kit's precision names -> perfseer.memory's
+KIT_PRECISION = {"fp32": "fp32", "amp_fp16": "amp-fp16", "amp_bf16": "amp-bf16"}
+
+
+def store_rows(db: str):
+    """The ``ok`` CUDA results of a collection store, with their memory extras, as a DataFrame."""
+    import sqlite3
+
+    import pandas as pd
+
+    if not Path(db).is_file():
+        raise SystemExit(f"no collection store at {db}: pass the gpu.sqlite that perfseer collect wrote")
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        df = pd.read_sql_query(
+            "SELECT j.model, j.input_shape, j.batch_size, j.phase, j.precision, j.device, j.optimizer, r.memory_mb, "
+            "r.extra FROM jobs j JOIN results r ON r.job_id = j.id WHERE r.status = 'ok' ORDER BY j.id", con)
+    finally:
+        con.close()
+    extra = [json.loads(e) if e else {} for e in df.pop("extra")]
+    for key in ("memory_reserved_mb", "memory_base_mb", "nvml_used_mb", "weights_mb", "memory_method"):
+        df[key] = [e.get(key) for e in extra]
+    return df[df["memory_method"] == "torch-max-allocated"].reset_index(drop=True)
+
+
+def compare_store(db: str, device_name: str | None, limit: int | None = None) -> list[dict]:
+    """Per CUDA measurement of the store: measured and simulated peak allocated / reserved / device
+    memory (MiB), or the simulator's error."""
+    import perfseer
+
+    out = []
+    rows = store_rows(db)
+    for r in rows.head(limit).itertuples() if limit else rows.itertuples():
+        rec = {"model": r.model, "input_shape": r.input_shape, "batch": int(r.batch_size), "phase": r.phase,
+               "precision": r.precision, "optimizer": r.optimizer, "device": r.device,
+               "allocated_mib": r.memory_mb + (r.memory_base_mb or 0.0), "reserved_mib": r.memory_reserved_mb,
+               "nvml_used_mib": r.nvml_used_mb}
+        try:
+            est = perfseer.memory(r.model, batch=int(r.batch_size), phase=r.phase,
+                                  optimizer=(r.optimizer or "sgd-momentum") if r.phase == "train" else None,
+                                  precision=KIT_PRECISION.get(r.precision, r.precision), device=device_name,
+                                  input_shape=tuple(int(d) for d in r.input_shape.split("x")))
+            rec.update(sim_allocated_mib=est.peak_allocated / 2**20, sim_reserved_mib=est.peak_reserved / 2**20,
+                       sim_total_mib=est.total / 2**20, sim_method=est.method)
+        except perfseer.PerfseerError as e:
+            rec["sim_error"] = str(e)
+        out.append(rec)
+    return out
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """MAPE and mean signed error (%) of each simulated quantity, per phase and precision."""
+    import numpy as np
+
+    pairs = (("allocated", "sim_allocated_mib", "allocated_mib"), ("reserved", "sim_reserved_mib", "reserved_mib"),
+             ("device (NVML)", "sim_total_mib", "nvml_used_mib"))
+    out = []
+    for key in sorted({(r["phase"], r["precision"]) for r in rows}):
+        sel = [r for r in rows if (r["phase"], r["precision"]) == key]
+        for name, sim, real in pairs:
+            e = np.array([r[sim] / r[real] - 1 for r in sel if r.get(sim) and r.get(real)])
+            if len(e):
+                out.append({"phase": key[0], "precision": key[1], "quantity": name, "n": int(len(e)),
+                            "mape": float(100 * np.abs(e).mean()), "bias": float(100 * e.mean())})
+    return out
+
+
+def cmd_from_store(args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = compare_store(args.store, args.device_name, args.limit)
+    summary = summarise(rows)
+    t = Table(title=f"simulator vs measured peak memory ({args.store})")
+    for c in ("phase", "precision", "quantity", "n", "MAPE %", "mean error %"):
+        t.add_column(c)
+    for s in summary:
+        t.add_row(s["phase"], s["precision"], s["quantity"], str(s["n"]), f"{s['mape']:.2f}", f"{s['bias']:+.2f}")
+    Console().print(t)
+    failed = [r for r in rows if "sim_error" in r]
+    if failed:
+        print(f"{len(failed)} of {len(rows)} measurements could not be simulated, e.g. {failed[0]['model']}: "
+              f"{failed[0]['sim_error'][:200]}")
+    if args.json:
+        tmp = Path(args.json).with_suffix(".tmp")
+        tmp.write_text(json.dumps({"benchmark": "memory-gpu-truth", "store": str(args.store),
+                                   "device_name": args.device_name, "summary": summary, "rows": rows}, indent=1))
+        tmp.replace(args.json)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_child":
         _child(sys.argv[2], int(sys.argv[3]), sys.argv[4])
@@ -131,8 +230,13 @@ def main() -> None:
     r.add_argument("--device-name", required=True, help="the GPU's registry name (perfseer devices)")
     r.add_argument("--models", default=None, help="comma-separated references (default: ten timm models)")
     sub.add_parser("report")
+    f = sub.add_parser("from-store", help="the simulator against a collection store's CUDA measurements")
+    f.add_argument("store", help="the SQLite store perfseer collect wrote (--backend torch-cuda)")
+    f.add_argument("--device-name", default=None, help="the GPU's registry name (its cuBLAS workspace; default none)")
+    f.add_argument("--limit", type=int, default=None, help="only the first N measurements")
+    f.add_argument("--json", default=None, help="write every row and the summary here")
     args = ap.parse_args()
-    cmd_run(args) if args.cmd == "run" else cmd_report(args)
+    {"run": cmd_run, "report": cmd_report, "from-store": cmd_from_store}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@
 #   B. memory models (benchmarks/gpu/memory-models.txt): infer and AdamW train, fp32, batch 32
 #   C. one timm model per family (benchmarks/gpu/heldout-families.txt): infer, amp_fp16, batch 256
 # Writes OUTDIR/gpu.sqlite (checkpointed), gpu.csv, gpu-failures.csv, env.txt, log.txt, worker.log.
+# Afterwards, here (no GPU needed):
+#   python benchmarks/gpu/new_device.py --measurements OUTDIR/gpu.csv --predictor rtx4090-amp-nchw-pt291.infer \
+#       --device DEVICE_OF_THE_AMP_ROWS --out .cache/gpu-card      # calibrate on A, score on C
+#   python benchmarks/memory_gpu_truth.py from-store OUTDIR/gpu.sqlite --device-name h200   # simulator vs B
 set -u
 OUT=${1:?usage: collect_gpu.sh OUTDIR [BACKEND]}
 BACKEND=${2:-torch-cuda}

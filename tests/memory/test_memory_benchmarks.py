@@ -78,3 +78,38 @@ def test_recheck_counts_recorded_peaks_the_simulator_still_gives(tmp_path, monke
     out = capsys.readouterr().out
     assert "1 models, 2 configurations simulated again: 1 give the recorded simulated peak to the byte, 1 do not" in out
     assert "timm:test_resnet b3 infer : recorded 1 B (rev abc), now" in out
+
+
+def test_gpu_truth_from_store_compares_the_kits_cuda_rows(tmp_path):
+    """``memory_gpu_truth.py from-store``: a CUDA result the collection kit stored is simulated with
+    the same step; a CPU result (no allocator peak) is skipped; the summary is per phase."""
+    import memory_gpu_truth as mgt
+
+    import perfseer
+    from perfseer.profiling.jobs import Job, Measurement
+    from perfseer.profiling.store import Store
+
+    ref = "timm:resnet18"
+    sim = perfseer.memory(ref, batch=2, phase="infer", optimizer=None, input_shape=(3, 64, 64))
+    store = Store(tmp_path / "gpu.sqlite")
+    gpu = Job(ref, "3x64x64", 2, "infer", "fp32", "h200/torch-cuda")
+    cpu = Job(ref, "3x64x64", 2, "infer", "fp32", "epyc/torch-t1")
+    store.add_jobs([gpu, cpu])
+    ids = dict((j.device, i) for i, j in store.job_ids([gpu, cpu]))
+    mib = 2 ** 20
+    store.record(ids["h200/torch-cuda"], Measurement(
+        status="ok", latency_ms=1.0, memory_mb=1.1 * sim.peak_allocated / mib,
+        extra={"memory_method": "torch-max-allocated", "memory_base_mb": 0.0,
+               "memory_reserved_mb": sim.peak_reserved / mib, "nvml_used_mb": None}))
+    store.record(ids["epyc/torch-t1"], Measurement(status="ok", latency_ms=5.0, memory_mb=300.0,
+                                                   extra={"memory_method": "rss"}))
+    store.db.close()
+    rows = mgt.compare_store(str(tmp_path / "gpu.sqlite"), None)
+    assert len(rows) == 1 and rows[0]["device"] == "h200/torch-cuda"
+    summary = {s["quantity"]: s for s in mgt.summarise(rows)}
+    assert summary["allocated"]["n"] == 1
+    assert summary["allocated"]["bias"] == pytest.approx(100 * (1 / 1.1 - 1), abs=0.01)
+    assert summary["reserved"]["mape"] == pytest.approx(0.0, abs=1e-6)
+    assert "device (NVML)" not in summary  # no NVML reading: nothing to compare
+    with pytest.raises(SystemExit, match="no collection store"):
+        mgt.store_rows(str(tmp_path / "missing.sqlite"))

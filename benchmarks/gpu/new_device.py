@@ -1,0 +1,142 @@
+"""A measured new device, end to end: calibrate a bundled predictor on its calibration-set rows and
+score the card on the device's other rows.
+
+What `benchmarks/gpu/collect_gpu.sh` measures is exactly this: the calibration set
+(`datasets/calibration/calibration-set-20.txt`) and one held-out timm model per family, on a GPU
+no bundled predictor was trained on.  This script splits the measurement table in two by the
+calibration list, runs `perfseer calibrate` on the first part (the card lands in ``--out``), then
+predicts every held-out row with the calibrated card and with the source predictor as it is, and
+prints MAPE, Spearman's rho, the 90 % interval's coverage and the share of rows in domain::
+
+    python benchmarks/gpu/new_device.py --measurements OUT/gpu.csv \\
+        --predictor rtx4090-amp-nchw-pt291.infer --out .cache/h200-card --json h200_calibration.json
+
+The held-out rows are other models than the calibration rows (the calibration list names whole
+models), so the scores are those of models the card never saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+CALIBRATION_SET = ROOT / "datasets" / "calibration" / "calibration-set-20.txt"
+
+
+def read_list(path: str | Path) -> list[str]:
+    return [ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def split_rows(table, calibration: list[str], device: str | None, metric: str):
+    """``(device, calibration rows, held-out rows)`` of one device's positive ``metric`` rows."""
+    t = table[table[metric].notna() & (table[metric] > 0)]
+    if device is None:  # the device with the most calibration rows
+        counts = t[t["model"].isin(calibration)]["device"].value_counts()
+        if counts.empty:
+            raise SystemExit("no row of the table is a calibration model: measure the calibration set "
+                             f"({CALIBRATION_SET.relative_to(ROOT)}) first, or pass --calibration")
+        device = str(counts.index[0])
+    t = t[t["device"] == device]
+    cal = t[t["model"].isin(calibration)].reset_index(drop=True)
+    held = t[~t["model"].isin(calibration)].reset_index(drop=True)
+    return device, cal, held
+
+
+def spearman(a, b) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic) if len(a) > 2 else float("nan")
+
+
+def score(y, pred, rows=None) -> dict:
+    y, pred = np.asarray(y, float), np.asarray(pred, float)
+    out = {"rows": int(len(y)), "mape": float(100 * np.mean(np.abs(pred / y - 1))),
+           "spearman": spearman(y, pred), "mean_log_ratio": float(np.mean(np.log(pred / y)))}
+    if rows is not None:
+        lo = np.array([r["interval"][0] if r.get("interval") else np.nan for r in rows])
+        hi = np.array([r["interval"][1] if r.get("interval") else np.nan for r in rows])
+        ok = ~np.isnan(lo)
+        out["coverage"] = float(np.mean((lo[ok] <= y[ok]) & (y[ok] <= hi[ok]))) if ok.any() else None
+        out["in_domain"] = float(np.mean([bool(r.get("in_domain")) for r in rows]))
+    return out
+
+
+def held_out_graphs(held) -> list:
+    """One PerfGraph per held-out row (each (model, input shape) extracted once)."""
+    from perfseer.api import extract
+
+    cache, out = {}, []
+    for r in held.itertuples():
+        key = (r.model, str(r.input_shape))
+        if key not in cache:
+            cache[key] = extract(r.model, batch=1, input_shape=tuple(int(d) for d in key[1].split("x")))
+        out.append(cache[key])
+    return out
+
+
+def predict_rows(predictor, held, graphs, metric: str) -> list[dict]:
+    return [next(p for p in predictor.predict(g, batch=int(b)) if p["metric"] == metric)
+            for g, b in zip(graphs, held["batch_size"])]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--measurements", required=True, help="the measurement table (perfseer collect export)")
+    ap.add_argument("--predictor", required=True, help="the source predictor (perfseer predictors)")
+    ap.add_argument("--calibration", default=str(CALIBRATION_SET), help="the calibration models, one per line")
+    ap.add_argument("--device", default=None, help="the table's device (default: the one with most calibration rows)")
+    ap.add_argument("--metric", default="latency_ms")
+    ap.add_argument("--out", required=True, help="folder for the calibrated card")
+    ap.add_argument("--json", default=None, help="write the scores and every held-out prediction here")
+    args = ap.parse_args(argv)
+
+    from perfseer.cli.main import main as cli
+    from perfseer.data.table import read_table
+    from perfseer.predictor import load_predictor
+
+    table = read_table(args.measurements)
+    device, cal, held = split_rows(table, read_list(args.calibration), args.device, args.metric)
+    if held.empty:
+        raise SystemExit(f"no held-out rows of {device}: measure models outside the calibration list too")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cal_csv = out / "calibration_rows.csv"
+    cal.to_csv(cal_csv, index=False)
+    print(f"{device}: {len(cal)} calibration rows ({cal['model'].nunique()} models), {len(held)} held-out rows "
+          f"({held['model'].nunique()} models)")
+    rc = cli(["calibrate", "--predictor", args.predictor, "--measurements", str(cal_csv), "--out", str(out),
+              "--metric", args.metric])
+    if rc:
+        return rc
+    card = next(p for p in out.glob("*.json") if p.name != "calibration_rows.json")
+    calibrated, source = load_predictor(card), load_predictor(args.predictor)
+    y = held[args.metric].to_numpy(float)
+    graphs = held_out_graphs(held)
+    rows_cal = predict_rows(calibrated, held, graphs, args.metric)
+    rows_src = predict_rows(source, held, graphs, args.metric)
+    result = {"device": device, "source": args.predictor, "card": str(card),
+              "calibration": {"rows": int(len(cal)), "models": int(cal["model"].nunique())},
+              "held_out": {"calibrated": score(y, [r["value"] for r in rows_cal], rows_cal),
+                           "source as is": score(y, [r["value"] for r in rows_src], rows_src)},
+              "rows": [{"model": m, "batch_size": int(b), "y": float(v), "calibrated": rc_["value"],
+                        "interval": rc_.get("interval"), "in_domain": rc_.get("in_domain"), "source": rs["value"]}
+                       for m, b, v, rc_, rs in zip(held["model"], held["batch_size"], y, rows_cal, rows_src)]}
+    for name, s in result["held_out"].items():
+        cov = f", 90 % interval holds {100 * s['coverage']:.1f} %" if s.get("coverage") is not None else ""
+        print(f"{name}: MAPE {s['mape']:.2f} %, Spearman {s['spearman']:.3f}, mean log ratio "
+              f"{s['mean_log_ratio']:+.3f}{cov}, in domain {100 * s.get('in_domain', 0):.0f} % ({s['rows']} rows)")
+    if args.json:
+        tmp = Path(args.json).with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        tmp.replace(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

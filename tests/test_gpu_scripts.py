@@ -1,0 +1,62 @@
+"""The GPU-session scripts (benchmarks/gpu/): what can be checked without a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+nd = _load(ROOT / "benchmarks" / "gpu" / "new_device.py")
+
+
+def table():
+    rows = [("timm:a", "gpu_x", 1.0), ("timm:b", "gpu_x", 2.0), ("timm:c", "gpu_x", 4.0),
+            ("timm:a", "gpu_y", 3.0), ("timm:c", "gpu_y", None), ("timm:d", "gpu_y", 0.0)]
+    return pd.DataFrame([{"model": m, "input_shape": "3x224x224", "batch_size": 8, "phase": "infer",
+                          "device": d, "latency_ms": v} for m, d, v in rows])
+
+
+def test_split_picks_the_device_with_most_calibration_rows_and_holds_out_other_models():
+    device, cal, held = nd.split_rows(table(), ["timm:a", "timm:b"], None, "latency_ms")
+    assert device == "gpu_x"
+    assert cal["model"].tolist() == ["timm:a", "timm:b"] and held["model"].tolist() == ["timm:c"]
+    device, cal, held = nd.split_rows(table(), ["timm:a"], "gpu_y", "latency_ms")
+    assert cal["model"].tolist() == ["timm:a"] and held.empty  # missing and zero latencies dropped
+    with pytest.raises(SystemExit, match="no row of the table is a calibration model"):
+        nd.split_rows(table(), ["timm:z"], None, "latency_ms")
+
+
+def test_the_calibration_list_reads_like_collects_models_file(tmp_path):
+    f = tmp_path / "set.txt"
+    f.write_text("# a comment\ntimm:a\n\n  # another\ntimm:b\n")
+    assert nd.read_list(f) == ["timm:a", "timm:b"]
+    assert len(nd.read_list(nd.CALIBRATION_SET)) == 20
+
+
+def test_scores_count_interval_hits_and_domain():
+    y = np.array([1.0, 2.0, 4.0, 8.0])
+    rows = [{"interval": [0.5, 1.5], "in_domain": True}, {"interval": [2.5, 3.0], "in_domain": True},
+            {"interval": [3.0, 5.0], "in_domain": False}, {"interval": None, "in_domain": True}]
+    s = nd.score(y, [1.1, 2.0, 3.6, 8.0], rows)
+    assert s["mape"] == pytest.approx(100 * (0.1 + 0 + 0.1 + 0) / 4)
+    assert s["coverage"] == pytest.approx(2 / 3) and s["in_domain"] == pytest.approx(0.75)
+    assert s["spearman"] == pytest.approx(1.0)
+
+
+def test_collect_script_refuses_without_an_output_folder():
+    out = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "collect_gpu.sh")], capture_output=True, text=True)
+    assert out.returncode != 0 and "usage: collect_gpu.sh OUTDIR" in out.stderr
