@@ -2,7 +2,7 @@
 # Round 7 completed: the merges and blends of docs/generalisation.md ("Round 7, completed"), from the
 # per-run files in benchmarks/results/r7 (their commands: that section). Run from the repository root.
 set -e
-R=benchmarks/results/r7; D=benchmarks/data; PY=.venv/bin/python
+R=benchmarks/results/r7; D=benchmarks/data; PY=${PY:-python}
 LFO="$PY benchmarks/leave_families_out.py"
 A='seernet[readout=sum]'; P=pmgns@200ep; Q=pmgns-phys@200ep; J=pmgns-4090@200ep
 # --- i9 ---
