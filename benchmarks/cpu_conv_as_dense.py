@@ -11,7 +11,8 @@ that makes the difference (single thread by default)::
 from __future__ import annotations
 
 import argparse
-import time
+import statistics
+import timeit
 
 CASES = [  # (in channels, out channels, kernel, input size)
     (512, 4096, 7, 7), (512, 1024, 7, 7), (512, 512, 3, 3), (2048, 2048, 1, 1), (512, 512, 3, 14),
@@ -22,14 +23,8 @@ def median_ms(fn, reps: int) -> float:
     import torch
 
     with torch.inference_mode():
-        fn()
-        fn()
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-    return 1e3 * sorted(times)[reps // 2]
+        fn()  # warm-up: weight reorders, allocator
+        return 1e3 * statistics.median(timeit.repeat(fn, number=1, repeat=reps))
 
 
 def main(argv=None) -> int:
