@@ -17,12 +17,10 @@ $LFO --merge $D/lfo_timm-i9.json $D/lfo_phys_timm-i9.json $D/lfo_r6_gbmops_timm-
   --seed-mean $P,$Q,$P-r7,$Q-r7,$A@200ep-r7 --shift --stack "$ST" --json $R/r7b_merged_i9.json > $R/m_i9.log
 # --- RTX 3090 ---
 $LFO --merge $R/lfo_3090_f?_phys_s?.json $R/lfo_3090_f?_joint_s?.json $R/lfo_3090_f?_seer_*.json \
-  $(ls $R/lfo_3090_f?_seer200_*.json 2>/dev/null) --json $D/lfo_r7_nets_timm-3090-infer.json > $R/m_nets_3090.log
+  $R/lfo_3090_f?_seer200_*.json --json $D/lfo_r7_nets_timm-3090-infer.json > $R/m_nets_3090.log
 S3="$A+seernet+$J-seedmean+$Q-seedmean,$A-r7+seernet-r7+$J-r7-seedmean+$Q-r7-seedmean,$J-r7-seedmean+$Q-r7-seedmean"
-if ls $R/lfo_3090_f3_seer200_plain.json > /dev/null 2>&1; then
-  S3+=",$A@200ep-r7+seernet@200ep-r7+$J-r7-seedmean+$Q-r7-seedmean,$A@200ep-r7+$J-r7-seedmean+$Q-r7-seedmean"
-  S3+=",seernet@200ep-r7+$J-r7-seedmean+$Q-r7-seedmean"
-fi
+S3+=",$A@200ep-r7+seernet@200ep-r7+$J-r7-seedmean+$Q-r7-seedmean,$A@200ep-r7+$J-r7-seedmean+$Q-r7-seedmean,seernet@200ep-r7+$J-r7-seedmean+$Q-r7-seedmean"
+S3+=",$A-r7+$J-r7-seedmean+$Q-r7-seedmean,$A@200ep-r7+$Q-r7-seedmean,$A-r7+seernet-r7+$Q-r7-seedmean,$A@200ep-r7+seernet@200ep-r7+$Q-r7-seedmean"
 $LFO --merge $D/lfo_timm-3090-infer.json $D/lfo_phys_timm-3090-infer.json $D/lfo_r5_timm-3090-infer.json \
   $D/lfo_r6_gbmops_timm-3090-infer.json $D/lfo_r7_fast_timm-3090-infer.json $D/lfo_r7_nets_timm-3090-infer.json \
   --seed-mean $P,$Q,$J,$Q-r7,$J-r7 --shift --stack "$S3" --json $R/r7b_merged_3090.json > $R/m_3090.log
