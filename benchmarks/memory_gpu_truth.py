@@ -136,19 +136,15 @@ KIT_PRECISION = {"fp32": "fp32", "amp_fp16": "amp-fp16", "amp_bf16": "amp-bf16"}
 
 def store_rows(db: str):
     """The ``ok`` CUDA results of a collection store, with their memory extras, as a DataFrame."""
-    import sqlite3
-
-    import pandas as pd
+    from perfseer.profiling.store import Store
 
     if not Path(db).is_file():
         raise SystemExit(f"no collection store at {db}: pass the gpu.sqlite that perfseer collect wrote")
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    store = Store(db, create=False)
     try:
-        df = pd.read_sql_query(
-            "SELECT j.model, j.input_shape, j.batch_size, j.phase, j.precision, j.device, j.optimizer, r.memory_mb, "
-            "r.extra FROM jobs j JOIN results r ON r.job_id = j.id WHERE r.status = 'ok' ORDER BY j.id", con)
+        df = store.rows(["ok"])
     finally:
-        con.close()
+        store.db.close()
     extra = [json.loads(e) if e else {} for e in df.pop("extra")]
     for key in ("memory_reserved_mb", "memory_base_mb", "nvml_used_mb", "weights_mb", "memory_method"):
         df[key] = [e.get(key) for e in extra]
@@ -162,7 +158,7 @@ def compare_store(db: str, device_name: str | None, limit: int | None = None) ->
 
     out = []
     rows = store_rows(db)
-    for r in rows.head(limit).itertuples() if limit else rows.itertuples():
+    for r in (rows.head(limit) if limit else rows).itertuples():
         rec = {"model": r.model, "input_shape": r.input_shape, "batch": int(r.batch_size), "phase": r.phase,
                "precision": r.precision, "optimizer": r.optimizer, "device": r.device,
                "allocated_mib": r.memory_mb + (r.memory_base_mb or 0.0), "reserved_mib": r.memory_reserved_mb,
@@ -214,10 +210,11 @@ def cmd_from_store(args) -> None:
         print(f"{len(failed)} of {len(rows)} measurements could not be simulated, e.g. {failed[0]['model']}: "
               f"{failed[0]['sim_error'][:200]}")
     if args.json:
-        tmp = Path(args.json).with_suffix(".tmp")
-        tmp.write_text(json.dumps({"benchmark": "memory-gpu-truth", "store": str(args.store),
-                                   "device_name": args.device_name, "summary": summary, "rows": rows}, indent=1))
-        tmp.replace(args.json)
+        from perfseer.atomic import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps({"benchmark": "memory-gpu-truth", "store": str(args.store),
+                                                 "device_name": args.device_name, "summary": summary, "rows": rows},
+                                                indent=1))
 
 
 def main() -> None:

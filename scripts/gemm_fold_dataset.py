@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfseer.atomic import atomic_write_text
 from perfseer.data.compact import COMPACT_FILE
 
 
@@ -83,9 +84,7 @@ def fold_dataset(src: str | os.PathLike, dst: str | os.PathLike) -> int:
     manifest = json.loads((src / "manifest.json").read_text())
     manifest["gemm_fold"] = {"from": str(src), "matmul_nodes_changed": changed,
                              "rule": "PERFSEER_GEMM_FOLD=1 (perfseer.features.ops.linear.matmul)"}
-    tmp = dst / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, dst / "manifest.json")
+    atomic_write_text(dst / "manifest.json", json.dumps(manifest, indent=1))
     return changed
 
 

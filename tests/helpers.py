@@ -143,12 +143,12 @@ def nb201_arch(rng) -> str:
     return f"nb201:|{o[0]}~0|+|{o[1]}~0|{o[2]}~1|+|{o[3]}~0|{o[4]}~1|{o[5]}~2|"
 
 
-def load_script(name: str):
-    """``scripts/NAME.py`` imported as a module (the scripts are not a package)."""
+def load_script(name: str, folder: str = "scripts"):
+    """``FOLDER/NAME.py`` of the repository imported as a module (the scripts are not a package)."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    path = Path(__file__).resolve().parents[1] / folder / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"{name}_script", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

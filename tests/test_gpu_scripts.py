@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
@@ -10,17 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-nd = _load(ROOT / "benchmarks" / "gpu" / "new_device.py")
+nd = load_script("new_device", "benchmarks/gpu")
 
 
 def table():
@@ -40,11 +32,10 @@ def test_split_picks_the_device_with_most_calibration_rows_and_holds_out_other_m
         nd.split_rows(table(), ["timm:z"], None, "latency_ms")
 
 
-def test_the_calibration_list_reads_like_collects_models_file(tmp_path):
-    f = tmp_path / "set.txt"
-    f.write_text("# a comment\ntimm:a\n\n  # another\ntimm:b\n")
-    assert nd.read_list(f) == ["timm:a", "timm:b"]
-    assert len(nd.read_list(nd.CALIBRATION_SET)) == 20
+def test_the_calibration_list_is_a_collect_models_file():
+    from perfseer.cli.collect import read_model_file
+
+    assert len(read_model_file(str(nd.CALIBRATION_SET))) == 20
 
 
 def test_scores_count_interval_hits_and_domain():

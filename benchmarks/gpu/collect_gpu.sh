@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU labels with the collection kit, in one call of a lent GPU machine (about 8 minutes).
+# GPU labels with the collection kit, in one call of a lent GPU machine (the grids' time bounds,
+# A_S + B_S + C_S = 460 s by default, plus set-up and export).
 #   bash benchmarks/gpu/collect_gpu.sh OUTDIR [BACKEND]
 # Runs the image's python3 on src/ (no install).  Three grids, each bounded in time so that a
 # slow step cannot starve the next; the store is resumable (run again to finish a cut-off grid):

@@ -28,10 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CALIBRATION_SET = ROOT / "datasets" / "calibration" / "calibration-set-20.txt"
 
 
-def read_list(path: str | Path) -> list[str]:
-    return [ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-
-
 def split_rows(table, calibration: list[str], device: str | None, metric: str):
     """``(device, calibration rows, held-out rows)`` of one device's positive ``metric`` rows."""
     t = table[table[metric].notna() & (table[metric] > 0)]
@@ -47,16 +43,15 @@ def split_rows(table, calibration: list[str], device: str | None, metric: str):
     return device, cal, held
 
 
-def spearman(a, b) -> float:
-    from scipy.stats import spearmanr
-
-    return float(spearmanr(a, b).statistic) if len(a) > 2 else float("nan")
-
-
 def score(y, pred, rows=None) -> dict:
+    """The project's metrics (:func:`perfseer.training.metrics.evaluate`), the mean log ratio, and
+    for predictions with intervals their coverage and the share in domain."""
+    from perfseer.training.metrics import evaluate
+
     y, pred = np.asarray(y, float), np.asarray(pred, float)
-    out = {"rows": int(len(y)), "mape": float(100 * np.mean(np.abs(pred / y - 1))),
-           "spearman": spearman(y, pred), "mean_log_ratio": float(np.mean(np.log(pred / y)))}
+    m = evaluate(y, pred)
+    out = {"rows": m["n"], "mape": m["mape"], "spearman": m["spearman"],
+           "mean_log_ratio": float(np.mean(np.log(pred / y)))}
     if rows is not None:
         lo = np.array([r["interval"][0] if r.get("interval") else np.nan for r in rows])
         hi = np.array([r["interval"][1] if r.get("interval") else np.nan for r in rows])
@@ -96,12 +91,13 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the scores and every held-out prediction here")
     args = ap.parse_args(argv)
 
+    from perfseer.cli.collect import read_model_file
     from perfseer.cli.main import main as cli
     from perfseer.data.table import read_table
     from perfseer.predictor import load_predictor
 
     table = read_table(args.measurements)
-    device, cal, held = split_rows(table, read_list(args.calibration), args.device, args.metric)
+    device, cal, held = split_rows(table, read_model_file(args.calibration), args.device, args.metric)
     if held.empty:
         raise SystemExit(f"no held-out rows of {device}: measure models outside the calibration list too")
     out = Path(args.out)
@@ -132,9 +128,9 @@ def main(argv=None) -> int:
         print(f"{name}: MAPE {s['mape']:.2f} %, Spearman {s['spearman']:.3f}, mean log ratio "
               f"{s['mean_log_ratio']:+.3f}{cov}, in domain {100 * s.get('in_domain', 0):.0f} % ({s['rows']} rows)")
     if args.json:
-        tmp = Path(args.json).with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        tmp.replace(args.json)
+        from perfseer.atomic import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(result, indent=1))
     return 0
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import Counter
 from typing import Any
 
@@ -34,6 +33,7 @@ from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
 from perfseer.graph.legacy import upgrade_legacy
 from perfseer.graph.sequences import SEQUENCE_OPS, expand_sequences, unsupported_sequence
 from perfseer.graph.validate import validate_model
+from perfseer.switches import env_flag
 from perfseer.graph.torch_export import (
     BATCH_SENTINEL,
     META_BUFFERS,
@@ -854,7 +854,7 @@ def weight_work_enabled() -> bool:
     predictors retrained on such graphs); it is read at every extraction, so worker processes
     follow it.
     """
-    return os.environ.get(WEIGHT_WORK_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+    return env_flag(WEIGHT_WORK_ENV)
 
 
 def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None,

@@ -295,13 +295,14 @@ class Store:
         return out
 
     def rows(self, statuses: Iterable[str] | None = None):
-        """The joined job/result rows as a DataFrame (``statuses``: only these)."""
+        """The joined job/result rows as a DataFrame (``statuses``: only these); ``extra`` is the
+        backend's JSON text of what else it measured (e.g. ``memory_reserved_mb`` on CUDA)."""
         import pandas as pd
 
         q = ("SELECT j.id AS job_id, j.model, j.input_shape, j.batch_size, j.phase, j.precision, j.device, "
              "j.optimizer, r.status, r.latency_ms, r.memory_mb, r.util_pct, r.energy_j, r.latency_q1_ms, "
              "r.latency_q3_ms, r.latency_iqr_ms, r.latency_mad_ms, r.latency_cv, r.latency_ci_rel, r.reps, "
-             "r.converged, r.error, r.seconds, r.attempts, r.finished, e.fingerprint AS env "
+             "r.converged, r.error, r.seconds, r.attempts, r.finished, r.extra, e.fingerprint AS env "
              "FROM jobs j JOIN results r ON r.job_id = j.id LEFT JOIN environments e ON e.id = r.env_id")
         args: list = []
         if statuses is not None:

@@ -4,8 +4,8 @@
 plus M N for adding C and M N for an alpha other than 1.
 ``MatMul``: numpy semantics, batch dims broadcast: MACs = batch * M * N * K; FLOPs = 2 * MACs.
 With ``PERFSEER_GEMM_FOLD=1`` (:func:`gemm_fold_enabled`), a product of an N-D activation and a 2-D
-weight (a static floating-point tensor) (``nn.Linear`` on a ``[B, N, C]`` or ``[B, H, W, C]`` tensor) is described as the
-one GEMM PyTorch runs: ``mm_m`` = the product of the activation's leading dimensions, ``mm_batch``
+weight (:func:`~perfseer.features.ops.registry.is_weight`; ``nn.Linear`` on a ``[B, N, C]`` or
+``[B, H, W, C]`` tensor) is described as the one GEMM PyTorch runs: ``mm_m`` = the product of the activation's leading dimensions, ``mm_batch``
 = 1 (the FLOPs are the same).  Off by default: the bundled predictors learned the layout-dependent
 description (``mm_batch`` = the leading dimensions but the last two); ``scripts/gemm_fold_dataset.py``
 rewrites a stored dataset the same way.
@@ -17,16 +17,17 @@ rewrites a stored dataset the same way.
 from __future__ import annotations
 
 import math
-import os
 
-from perfseer.features.ops.registry import NodeView, OpCost, register
-from perfseer.graph.ir import FLOAT_DTYPES, TensorKind
+from perfseer.features.ops.registry import NodeView, OpCost, is_weight, register
+from perfseer.switches import env_flag
+
+GEMM_FOLD_ENV = "PERFSEER_GEMM_FOLD"
 
 
 def gemm_fold_enabled() -> bool:
-    """Whether ``MatMul`` with a 2-D trainable weight is described as one folded GEMM (module
+    """Whether a ``MatMul`` with a 2-D weight is described as one folded GEMM (module
     docstring); ``PERFSEER_GEMM_FOLD=1``, read at every extraction."""
-    return os.environ.get("PERFSEER_GEMM_FOLD", "").strip().lower() in ("1", "true", "yes", "on")
+    return env_flag(GEMM_FOLD_ENV)
 
 
 @register("Gemm")
@@ -41,11 +42,6 @@ def gemm(view: NodeView) -> OpCost:
                   hp={"in_features": k, "out_features": n, "mm_m": m, "mm_batch": 1, "has_bias": float(bias)})
 
 
-def _is_weight(t) -> bool:
-    """A static floating-point tensor (a parameter, buffer or constant): what ``weight_bytes`` counts."""
-    return t.kind not in (TensorKind.ACTIVATION, TensorKind.INPUT) and t.dtype in FLOAT_DTYPES
-
-
 @register("MatMul")
 def matmul(view: NodeView) -> OpCost:
     a, b = view.inp(0).shape, view.inp(1).shape
@@ -58,7 +54,7 @@ def matmul(view: NodeView) -> OpCost:
     batch_b = (1,) * (rank - len(batch_b)) + tuple(batch_b)
     batch = math.prod(max(p, q) for p, q in zip(batch_a, batch_b))
     macs = float(batch) * m * n * k
-    if len(b) == 2 and _is_weight(view.inp(1)) and not _is_weight(view.inp(0)) and gemm_fold_enabled():
+    if len(b) == 2 and is_weight(view.inp(1)) and not is_weight(view.inp(0)) and gemm_fold_enabled():
         m, batch = m * batch, 1  # at::matmul folds the activation's leading dimensions into M
     return OpCost(flops=2 * macs, macs=macs,
                   hp={"in_features": k, "out_features": n, "mm_m": m, "mm_batch": batch})

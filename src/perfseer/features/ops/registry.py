@@ -93,6 +93,13 @@ def generic_cost(view: NodeView) -> OpCost:
     return OpCost(flops=float(view.out_numel))
 
 
+def is_weight(t: Tensor) -> bool:
+    """What ``weight_bytes`` counts: a trainable parameter, or any other static floating-point
+    tensor (buffer, constant)."""
+    return t.kind is TensorKind.PARAMETER or (t.kind not in (TensorKind.ACTIVATION, TensorKind.INPUT)
+                                              and t.dtype in FLOAT_DTYPES)
+
+
 def memory_of(view: NodeView, cost: OpCost) -> tuple[float, float, float, float, int]:
     """``(input_bytes, weight_bytes, output_bytes, weights_read_bytes, params)`` of a node.
 
@@ -107,15 +114,11 @@ def memory_of(view: NodeView, cost: OpCost) -> tuple[float, float, float, float,
         if t is None or t.name in seen:
             continue
         seen.add(t.name)
-        kind = t.kind
-        if kind is TensorKind.ACTIVATION or kind is TensorKind.INPUT:
+        if t.kind is TensorKind.ACTIVATION or t.kind is TensorKind.INPUT:
             act += t.nbytes
-        elif kind is TensorKind.PARAMETER:
-            numel = t.numel
-            weights += numel * t.itemsize
-            params += numel
-        elif t.dtype in FLOAT_DTYPES:
+        elif is_weight(t):
             weights += t.nbytes
+            params += t.numel if t.kind is TensorKind.PARAMETER else 0
         else:
             other_static += t.nbytes
     out = sum(t.nbytes for t in view.outputs if t is not None)
