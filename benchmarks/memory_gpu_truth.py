@@ -1,6 +1,7 @@
 """Simulator vs a real CUDA GPU: peak allocated, peak reserved and NVML used memory.
 
-NOT YET RUN: no GPU was lent to the session that wrote it.  Run it where ``torch.cuda`` works:
+``run`` needs ``torch.cuda``; ``from-store`` was run on the H200 table ``datasets/h200/`` (see
+docs/memory.md, "Measured on a GPU").  Where ``torch.cuda`` works:
 
     python benchmarks/memory_gpu_truth.py run --device-name h100-sxm [--models timm:resnet50,...]
     python benchmarks/memory_gpu_truth.py report
@@ -134,30 +135,42 @@ def cmd_report(args) -> None:
 KIT_PRECISION = {"fp32": "fp32", "amp_fp16": "amp-fp16", "amp_bf16": "amp-bf16"}
 
 
-def store_rows(db: str):
-    """The ``ok`` CUDA results of a collection store, with their memory extras, as a DataFrame."""
-    from perfseer.profiling.store import Store
+def store_rows(path: str):
+    """The ``ok`` CUDA results of a collection store (``.sqlite``) or of the table ``perfseer collect
+    export`` wrote from one (``.csv`` / ``.parquet``, with its memory columns), as a DataFrame."""
+    from perfseer.profiling.store import Store, expand_extras
 
-    if not Path(db).is_file():
-        raise SystemExit(f"no collection store at {db}: pass the gpu.sqlite that perfseer collect wrote")
-    store = Store(db, create=False)
-    try:
-        df = store.rows(["ok"])
-    finally:
-        store.db.close()
-    extra = [json.loads(e) if e else {} for e in df.pop("extra")]
-    for key in ("memory_reserved_mb", "memory_base_mb", "nvml_used_mb", "weights_mb", "memory_method"):
-        df[key] = [e.get(key) for e in extra]
+    if not Path(path).is_file():
+        raise SystemExit(f"no file at {path}: pass the gpu.sqlite that perfseer collect wrote, or its export")
+    if Path(path).suffix in (".csv", ".parquet"):
+        from perfseer.data.table import read_table
+
+        df = read_table(path)
+        if "memory_method" not in df:
+            raise SystemExit(f"{path} has no memory_method column: export it from a torch-cuda store with "
+                             "perfseer collect export (which writes the CUDA memory columns)")
+    else:
+        store = Store(path, create=False)
+        try:
+            df = expand_extras(store.rows(["ok"]))
+        finally:
+            store.db.close()
+        if "memory_method" not in df:
+            return df.iloc[:0]
     return df[df["memory_method"] == "torch-max-allocated"].reset_index(drop=True)
 
 
-def compare_store(db: str, device_name: str | None, limit: int | None = None) -> list[dict]:
+def compare_store(db: str, device_name: str | None, limit: int | None = None,
+                  context_mib: float | None = None, exclude: tuple[str, ...] = ()) -> list[dict]:
     """Per CUDA measurement of the store: measured and simulated peak allocated / reserved / device
-    memory (MiB), or the simulator's error."""
+    memory (MiB), or the simulator's error (``exclude``: leave these models' inference rows out,
+    e.g. the rows a constant was fitted on)."""
     import perfseer
 
     out = []
     rows = store_rows(db)
+    if exclude:
+        rows = rows[~(rows["model"].isin(exclude) & (rows["phase"] == "infer"))]
     for r in (rows.head(limit) if limit else rows).itertuples():
         rec = {"model": r.model, "input_shape": r.input_shape, "batch": int(r.batch_size), "phase": r.phase,
                "precision": r.precision, "optimizer": r.optimizer, "device": r.device,
@@ -167,7 +180,8 @@ def compare_store(db: str, device_name: str | None, limit: int | None = None) ->
             est = perfseer.memory(r.model, batch=int(r.batch_size), phase=r.phase,
                                   optimizer=(r.optimizer or "sgd-momentum") if r.phase == "train" else None,
                                   precision=KIT_PRECISION.get(r.precision, r.precision), device=device_name,
-                                  input_shape=tuple(int(d) for d in r.input_shape.split("x")))
+                                  input_shape=tuple(int(d) for d in r.input_shape.split("x")),
+                                  context_mib=context_mib)
             rec.update(sim_allocated_mib=est.peak_allocated / 2**20, sim_reserved_mib=est.peak_reserved / 2**20,
                        sim_total_mib=est.total / 2**20, sim_method=est.method)
         except perfseer.PerfseerError as e:
@@ -193,18 +207,41 @@ def summarise(rows: list[dict]) -> list[dict]:
     return out
 
 
+def context_measured(rows: list[dict]) -> dict:
+    """Per phase and precision: NVML's used memory less the allocator's peak reservation (MiB), the
+    CUDA context and whatever else the process holds outside the caching allocator."""
+    import numpy as np
+
+    out = {}
+    for key in sorted({(r["phase"], r["precision"]) for r in rows}):
+        v = np.array([r["nvml_used_mib"] - r["reserved_mib"] for r in rows if (r["phase"], r["precision"]) == key
+                      and r.get("nvml_used_mib") is not None and r.get("reserved_mib") is not None])
+        if len(v):
+            out[f"{key[0]} {key[1]}"] = {"n": int(len(v)), "median": float(np.median(v)), "min": float(v.min()),
+                                         "max": float(v.max())}
+    return out
+
+
 def cmd_from_store(args) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    rows = compare_store(args.store, args.device_name, args.limit)
+    from perfseer.cli.collect import read_model_file
+
+    exclude = tuple(read_model_file(args.exclude)) if args.exclude else ()
+    rows = compare_store(args.store, args.device_name, args.limit, args.context_mib, exclude)
     summary = summarise(rows)
+    ctx = context_measured(rows)
     t = Table(title=f"simulator vs measured peak memory ({args.store})")
     for c in ("phase", "precision", "quantity", "n", "MAPE %", "mean error %"):
         t.add_column(c)
     for s in summary:
         t.add_row(s["phase"], s["precision"], s["quantity"], str(s["n"]), f"{s['mape']:.2f}", f"{s['bias']:+.2f}")
     Console().print(t)
+    if ctx:
+        print("measured CUDA context (NVML used - peak reserved), MiB: "
+              + "; ".join(f"{k}: median {v['median']:.0f} ({v['min']:.0f}-{v['max']:.0f}, n {v['n']})"
+                          for k, v in ctx.items()))
     failed = [r for r in rows if "sim_error" in r]
     if failed:
         print(f"{len(failed)} of {len(rows)} measurements could not be simulated, e.g. {failed[0]['model']}: "
@@ -213,7 +250,9 @@ def cmd_from_store(args) -> None:
         from perfseer.atomic import atomic_write_text
 
         atomic_write_text(args.json, json.dumps({"benchmark": "memory-gpu-truth", "store": str(args.store),
-                                                 "device_name": args.device_name, "summary": summary, "rows": rows},
+                                                 "device_name": args.device_name, "context_mib": args.context_mib,
+                                                 "exclude": args.exclude,
+                                                 "summary": summary, "context_measured": ctx, "rows": rows},
                                                 indent=1))
 
 
@@ -228,9 +267,13 @@ def main() -> None:
     r.add_argument("--models", default=None, help="comma-separated references (default: ten timm models)")
     sub.add_parser("report")
     f = sub.add_parser("from-store", help="the simulator against a collection store's CUDA measurements")
-    f.add_argument("store", help="the SQLite store perfseer collect wrote (--backend torch-cuda)")
+    f.add_argument("store", help="the SQLite store perfseer collect wrote (--backend torch-cuda), or its export")
     f.add_argument("--device-name", default=None, help="the GPU's registry name (its cuBLAS workspace; default none)")
     f.add_argument("--limit", type=int, default=None, help="only the first N measurements")
+    f.add_argument("--context-mib", type=float, default=None,
+                   help="the CUDA context the simulator adds for NVML's figure (default: perfseer's)")
+    f.add_argument("--exclude", default=None, metavar="FILE",
+                   help="leave out the inference rows of the models in this list (e.g. those a constant was fitted on)")
     f.add_argument("--json", default=None, help="write every row and the summary here")
     args = ap.parse_args()
     {"run": cmd_run, "report": cmd_report, "from-store": cmd_from_store}[args.cmd](args)

@@ -32,6 +32,26 @@ def test_split_picks_the_device_with_most_calibration_rows_and_holds_out_other_m
         nd.split_rows(table(), ["timm:z"], None, "latency_ms")
 
 
+def test_split_holds_out_only_rows_of_the_calibration_rows_precision():
+    t = table().assign(precision="amp_fp16")
+    fp32 = t.iloc[[2]].assign(model="timm:e", precision="fp32", batch_size=32)  # a memory row, same device
+    device, cal, held = nd.split_rows(pd.concat([t, fp32]), ["timm:a", "timm:b"], None, "latency_ms")
+    assert held["model"].tolist() == ["timm:c"]
+
+
+def test_zero_shot_rows_answer_amp_rows_by_the_spec_transfer_and_fp32_rows_by_the_spec_model():
+    from perfseer.api import extract
+
+    g = extract("example:resnet18", batch=1)
+    held = pd.DataFrame({"batch_size": [64, 8], "phase": ["infer", "infer"], "precision": ["amp_fp16", "fp32"]})
+    auto = nd.zero_shot_rows(held, [g, g], "h200", "auto")
+    spec = nd.zero_shot_rows(held, [g, g], "h200", "spec")
+    assert auto[0]["basis"].startswith("transfer") and auto[1]["basis"].startswith("spec model")
+    assert all(r["basis"].startswith("spec model") for r in spec)
+    assert all(np.isfinite(r["value"]) and r["value"] > 0 and r["interval"][0] < r["value"] < r["interval"][1]
+               for r in auto + spec)
+
+
 def test_the_calibration_list_is_a_collect_models_file():
     from perfseer.cli.collect import read_model_file
 

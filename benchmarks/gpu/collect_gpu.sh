@@ -33,10 +33,14 @@ common=(--db "$DB" --backend "$BACKEND" --input-shape "$SHAPE" --time-cap 2 --mi
 step() {  # seconds, then collect run arguments
   local secs=$1; shift
   echo "== $(date -u +%T) step ($secs s): $*"
-  timeout --kill-after=10 "$secs" "$PY" -m perfseer.cli.main collect run "${common[@]}" "$@"
+  # its own process group, so that what a cut-off step leaves behind (its workers) can be killed
+  # without matching command lines (a pattern also matches the shell that called this script)
+  setsid timeout --kill-after=10 "$secs" "$PY" -m perfseer.cli.main collect run "${common[@]}" "$@" &
+  local pid=$!
+  wait "$pid"
   local rc=$?
   echo "== $(date -u +%T) rc $rc"
-  pkill -f "perfseer" 2>/dev/null; sleep 1
+  kill -KILL -- "-$pid" 2>/dev/null; sleep 1
 }
 {
   step "$A_S" --models datasets/calibration/calibration-set-20.txt --phases infer --precisions amp_fp16 --batches "$BIG"

@@ -29,7 +29,9 @@ CALIBRATION_SET = ROOT / "datasets" / "calibration" / "calibration-set-20.txt"
 
 
 def split_rows(table, calibration: list[str], device: str | None, metric: str):
-    """``(device, calibration rows, held-out rows)`` of one device's positive ``metric`` rows."""
+    """``(device, calibration rows, held-out rows)`` of one device's positive ``metric`` rows; the
+    held-out rows are those of the calibration rows' phase and precision (a table may also hold,
+    say, fp32 memory measurements of the same device, which an AMP card is not calibrated for)."""
     t = table[table[metric].notna() & (table[metric] > 0)]
     if device is None:  # the device with the most calibration rows
         counts = t[t["model"].isin(calibration)]["device"].value_counts()
@@ -39,7 +41,9 @@ def split_rows(table, calibration: list[str], device: str | None, metric: str):
         device = str(counts.index[0])
     t = t[t["device"] == device]
     cal = t[t["model"].isin(calibration)].reset_index(drop=True)
-    held = t[~t["model"].isin(calibration)].reset_index(drop=True)
+    keys = [c for c in ("phase", "precision") if c in t]
+    same = t.set_index(keys).index.isin(cal.set_index(keys).index) if keys and len(cal) else np.ones(len(t), bool)
+    held = t[~t["model"].isin(calibration) & same].reset_index(drop=True)
     return device, cal, held
 
 
@@ -79,6 +83,23 @@ def predict_rows(predictor, held, graphs, metric: str) -> list[dict]:
             for g, b in zip(graphs, held["batch_size"])]
 
 
+#: the table's precision -> the one ``perfseer.specmodel.route.predict_on_device`` takes
+ROUTE_PRECISION = {"amp_fp16": "fp16", "amp_bf16": "bf16", "fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
+
+
+def zero_shot_rows(held, graphs, registry_device: str, prefer: str) -> list[dict]:
+    """What perfseer answers for the held-out rows on ``registry_device`` with no measurement of
+    it: ``prefer`` ``auto`` (the spec transfer for AMP inference) or ``spec`` (the spec model)."""
+    from perfseer.specmodel.route import predict_on_device
+
+    out = []
+    for g, b, phase, prec in zip(graphs, held["batch_size"], held["phase"], held["precision"]):
+        rows = predict_on_device(g, registry_device, batch=int(b), phase=phase,
+                                 precision=ROUTE_PRECISION.get(prec, prec), prefer=prefer)
+        out.append(next(r for r in rows if r["metric"] == "latency_ms"))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,6 +110,9 @@ def main(argv=None) -> int:
     ap.add_argument("--metric", default="latency_ms")
     ap.add_argument("--out", required=True, help="folder for the calibrated card")
     ap.add_argument("--json", default=None, help="write the scores and every held-out prediction here")
+    ap.add_argument("--zero-shot", default=None, metavar="DEVICE",
+                    help="also score what perfseer answers with no measurement of the device: the spec transfer "
+                         "and the spec model for this registry name (perfseer devices), latency only")
     args = ap.parse_args(argv)
 
     from perfseer.cli.collect import read_model_file
@@ -123,6 +147,13 @@ def main(argv=None) -> int:
               "rows": [{"model": m, "batch_size": int(b), "y": float(v), "calibrated": rc_["value"],
                         "interval": rc_.get("interval"), "in_domain": rc_.get("in_domain"), "source": rs["value"]}
                        for m, b, v, rc_, rs in zip(held["model"], held["batch_size"], y, rows_cal, rows_src)]}
+    if args.zero_shot and args.metric == "latency_ms":
+        for prefer in ("auto", "spec"):
+            zs = zero_shot_rows(held, graphs, args.zero_shot, prefer)
+            basis = sorted({str(r.get("basis")) for r in zs})
+            result["held_out"][f"zero-shot ({'/'.join(basis)})"] = score(y, [r["value"] for r in zs], zs)
+            for row, r in zip(result["rows"], zs):
+                row[f"zero_shot_{prefer}"] = r["value"]
     for name, s in result["held_out"].items():
         cov = f", 90 % interval holds {100 * s['coverage']:.1f} %" if s.get("coverage") is not None else ""
         print(f"{name}: MAPE {s['mape']:.2f} %, Spearman {s['spearman']:.3f}, mean log ratio "

@@ -3,6 +3,7 @@
 import json
 
 from perfseer.cli.main import main
+from perfseer.memory.overheads import DEFAULT_CONTEXT_MIB
 
 
 def test_cli_json_for_an_onnx_example(tmp_path, capsys):
@@ -34,7 +35,7 @@ def test_memory_rows_beside_predictions():
     extra, warns = memory_rows("example:resnet18", rows)
     assert [(r["device"], r["metric"], r["unit"], r["precision"]) for r in extra] == \
         [("rtx3090/amp-nchw-pt240", "memory_sim", "MiB", "amp-fp16")]
-    assert extra[0]["value"] > 500 and not warns  # the 500 MiB context at least
+    assert extra[0]["value"] > DEFAULT_CONTEXT_MIB and not warns  # the CUDA context at least
 
 
 def test_table_rows_are_a_valid_measurement_table(tmp_path):

@@ -100,7 +100,7 @@ def test_gpu_truth_from_store_compares_the_kits_cuda_rows(tmp_path):
     store.record(ids["h200/torch-cuda"], Measurement(
         status="ok", latency_ms=1.0, memory_mb=1.1 * sim.peak_allocated / mib,
         extra={"memory_method": "torch-max-allocated", "memory_base_mb": 0.0,
-               "memory_reserved_mb": sim.peak_reserved / mib, "nvml_used_mb": None}))
+               "memory_reserved_mb": sim.peak_reserved / mib, "nvml_used_mb": sim.peak_reserved / mib + 1300.0}))
     store.record(ids["epyc/torch-t1"], Measurement(status="ok", latency_ms=5.0, memory_mb=300.0,
                                                    extra={"memory_method": "rss"}))
     store.db.close()
@@ -110,6 +110,14 @@ def test_gpu_truth_from_store_compares_the_kits_cuda_rows(tmp_path):
     assert summary["allocated"]["n"] == 1
     assert summary["allocated"]["bias"] == pytest.approx(100 * (1 / 1.1 - 1), abs=0.01)
     assert summary["reserved"]["mape"] == pytest.approx(0.0, abs=1e-6)
-    assert "device (NVML)" not in summary  # no NVML reading: nothing to compare
-    with pytest.raises(SystemExit, match="no collection store"):
+    assert mgt.context_measured(rows) == {"infer fp32": {"n": 1, "median": pytest.approx(1300.0),
+                                                         "min": pytest.approx(1300.0), "max": pytest.approx(1300.0)}}
+    # the exported table gives the same rows; a given context moves only the device total
+    Store(tmp_path / "gpu.sqlite", create=False).export(tmp_path / "gpu.csv")
+    again = mgt.compare_store(str(tmp_path / "gpu.csv"), None, context_mib=1300.0)
+    assert [r["allocated_mib"] for r in again] == pytest.approx([r["allocated_mib"] for r in rows])
+    assert again[0]["sim_reserved_mib"] == pytest.approx(rows[0]["sim_reserved_mib"])
+    assert again[0]["sim_total_mib"] == pytest.approx(sim.peak_reserved / mib + 1300.0)
+    assert {s["quantity"]: s for s in mgt.summarise(again)}["device (NVML)"]["mape"] == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(SystemExit, match="no file at"):
         mgt.store_rows(str(tmp_path / "missing.sqlite"))

@@ -55,6 +55,28 @@ def test_ort_exports_a_space_model_once(tmp_path):
     assert b.measure("example:resnet18", (3, 32, 32), 1, "infer").status == "error"  # a graph without weights
 
 
+def test_an_export_that_fixes_the_batch_axis_is_refused_with_both_exporters_named(tmp_path, monkeypatch):
+    """If the TorchScript exporter fails and the dynamo fallback fixes the batch axis, the export
+    fails at once, naming both, instead of ORT refusing other batch sizes later."""
+    import torch
+
+    from perfseer.errors import ModelLoadError
+    from perfseer.profiling.models import export_onnx
+
+    real = torch.onnx.export
+
+    def fake(module, args, f=None, *, dynamo=True, dynamic_shapes=None, **kw):
+        if not dynamo:
+            raise RuntimeError("tracer refused")
+        return real(module, args, dynamo=True, verbose=False)  # static shapes
+
+    monkeypatch.setattr(torch.onnx, "export", fake)
+    with pytest.raises(ModelLoadError, match="fixed the batch axis at 2") as e:
+        export_onnx(space_ref(TINY), (3, 32, 32), str(tmp_path / "m.onnx"))
+    assert "fixed the batch axis at 2" in str(e.value) and "RuntimeError: tracer refused" in str(e.value)
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
 def test_torch_cpu_in_a_worker():
     with Worker("torch-cpu", {"threads": 1, "protocol": FAST}) as w:
         info = w.start()

@@ -69,6 +69,22 @@ def test_export_keeps_ok_rows_and_reports_the_rest(tmp_path):
     assert back.loc[0, "latency_iqr_ms"] == pytest.approx(0.2) and back.loc[0, "reps"] == 12
     assert back.loc[0, "source"] == "perfseer-collect:runs.sqlite"
     assert failures.read_text().count("\n") == 3 and "no result within 5 s" in failures.read_text()
+    assert "memory_reserved_mb" not in back.columns  # no backend extra measured: no empty columns
+
+
+def test_export_writes_the_cuda_memory_extras_as_columns(tmp_path):
+    with Store(tmp_path / "runs.sqlite") as store:
+        jobs = [job(batch=1), job(batch=2)]
+        store.add_jobs(jobs)
+        ids = store.job_ids(jobs)
+        store.record(ids[0][0], Measurement("ok", latency_ms=1.0, memory_mb=100.0,
+                                            extra={"memory_reserved_mb": 128.0, "nvml_used_mb": 700.5,
+                                                   "memory_base_mb": 2.0, "weights_mb": 10.0}))
+        store.record(ids[1][0], Measurement("ok", latency_ms=2.0, memory_mb=50.0))  # no extra: empty cells
+        store.export(tmp_path / "t.csv")
+    back = read_table(tmp_path / "t.csv")
+    assert back.loc[0, "memory_reserved_mb"] == 128.0 and back.loc[0, "nvml_used_mb"] == 700.5
+    assert back.loc[0, "weights_mb"] == 10.0 and back["memory_reserved_mb"].isna().tolist() == [False, True]
 
 
 def test_a_crashing_hanging_or_failing_model_is_recorded_and_collection_goes_on(tmp_path):

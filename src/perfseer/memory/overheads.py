@@ -4,11 +4,13 @@ Device capacities and MIG profiles come from the device registry (:mod:`perfseer
 this module holds only what the memory model adds on top of the allocator's own accounting.
 
 * **CUDA context** (not in ``memory_reserved``; visible in NVML's used memory): the driver's
-  per-process state plus the kernels of CUDA, cuBLAS and cuDNN that get loaded.  With lazy
-  module loading (``CUDA_MODULE_LOADING=LAZY``, PyTorch's default since 1.13 / CUDA 11.7) it is
-  commonly reported at 300-600 MiB on A100/H100-class GPUs.  perfseer assumes
-  :data:`DEFAULT_CONTEXT_MIB` = 500 MiB; no GPU was available to measure it for this release,
-  so it is an assumption, overridable per call (``context_mib=`` / ``--context-mib``).
+  per-process state plus the kernels of CUDA, cuBLAS and cuDNN that get loaded.
+  :data:`DEFAULT_CONTEXT_MIB` = 1,314 MiB is *measured*: NVML's used memory less the caching
+  allocator's peak reservation, median of the 20 calibration-set inference rows of
+  ``datasets/h200/`` (NVIDIA H200, driver 580.159, CUDA 13.0, cuDNN 9.19, PyTorch 2.11; range
+  1,310-1,318).  On the other 130 rows of that table (training steps, fp32 and AMP) it was
+  1,310-1,398 MiB, median 1,322.  Other drivers, CUDA versions and libraries load different
+  kernels: overridable per call (``context_mib=`` / ``--context-mib``).
 * **cuBLAS workspace** (allocated through the caching allocator at the first matmul, kept for
   the life of the handle, so it is counted in ``memory_allocated``): PyTorch's default size is
   ``4096 * 1024 * 2 + 16 * 1024 * 8`` B (8 MiB + 128 KiB) and ``4096 * 8 * 1024`` B (32 MiB) on
@@ -24,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MIB = 1 << 20
-DEFAULT_CONTEXT_MIB = 500
+DEFAULT_CONTEXT_MIB = 1314
 CUBLAS_WORKSPACE_DEFAULT = 4096 * 1024 * 2 + 16 * 1024 * 8
 CUBLAS_WORKSPACE_SM90 = 4096 * 8 * 1024
 

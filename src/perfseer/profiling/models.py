@@ -72,13 +72,18 @@ def export_onnx(model, input_shape, path: str) -> None:
     """Export a PyTorch-buildable reference to an ONNX file with weights and a dynamic batch axis.
 
     Uses the TorchScript exporter first (a fraction of a second for the model space), then the
-    dynamo exporter for models it cannot trace.  Written atomically (a temporary file, renamed).
+    dynamo exporter for models it cannot trace.  The file's input must keep a symbolic batch axis
+    (every batch size is run on the one file); an export that fixed it raises
+    :class:`~perfseer.errors.ModelLoadError` naming both exporters' outcomes.  Written atomically
+    (a temporary file, renamed).
     """
+    import onnx
     import torch
 
     module = build_module(model).eval()
     x = torch.randn(2, *input_shape)
     tmp = f"{path}.{os.getpid()}.tmp"
+    first_error = None
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         try:
@@ -86,10 +91,18 @@ def export_onnx(model, input_shape, path: str) -> None:
             torch.onnx.export(module, (x,), buf, dynamo=False, input_names=["x"], output_names=["y"],
                               dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=17)
             data = buf.getvalue()
-        except Exception:  # noqa: BLE001 - fall back to the other exporter, whatever went wrong
+        except Exception as e:  # noqa: BLE001 - fall back to the other exporter, whatever went wrong
+            first_error = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             program = torch.onnx.export(module, (x,), dynamo=True, verbose=False,
                                         dynamic_shapes=({0: torch.export.Dim("batch")},))
             data = program.model_proto.SerializeToString()
+    batch_dim = onnx.load_model_from_string(data).graph.input[0].type.tensor_type.shape.dim[0]
+    if not batch_dim.dim_param:
+        exporter = f"the dynamo exporter (the TorchScript exporter failed: {first_error})" if first_error \
+            else "the TorchScript exporter"
+        raise ModelLoadError(f"{model}: {exporter} fixed the batch axis at {batch_dim.dim_value} instead of "
+                             "keeping it symbolic", "measure it with a PyTorch backend (torch-cpu / torch-cuda), "
+                             "or export it yourself with a dynamic batch axis and measure the .onnx file")
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)

@@ -94,6 +94,21 @@ CREATE TABLE IF NOT EXISTS leases (
 
 EXPORT_EXTRAS = ("optimizer", "latency_q1_ms", "latency_q3_ms", "latency_iqr_ms", "latency_mad_ms",
                  "latency_cv", "latency_ci_rel", "reps", "converged", "env")
+# What a backend measured beside the table's metrics (its ``extra`` JSON), exported as columns when
+# any row has them: the CUDA backend's caching-allocator reservation, the device's used memory
+# (NVML), the allocator's baseline before the step and the weights' size.
+EXPORT_MEASURED_EXTRAS = ("memory_reserved_mb", "nvml_used_mb", "memory_base_mb", "weights_mb", "memory_method")
+
+
+def expand_extras(df):
+    """``df`` (:meth:`Store.rows`) with its ``extra`` JSON replaced by one column per
+    :data:`EXPORT_MEASURED_EXTRAS` key that any row has (missing cells are None)."""
+    extras = [json.loads(e) if isinstance(e, str) and e else {} for e in df["extra"]]
+    df = df.drop(columns="extra")
+    for c in EXPORT_MEASURED_EXTRAS:
+        if any(c in e for e in extras):
+            df[c] = [e.get(c) for e in extras]
+    return df
 
 
 def _alive(pid: int) -> bool:
@@ -325,13 +340,16 @@ class Store:
         from perfseer.data.table import table_format, write_table
 
         table_format(out)
-        ok = self.rows(["ok"])
+        ok = expand_extras(self.rows(["ok"]))
         table = ok[["model", "input_shape", "batch_size", "phase", "device", "latency_ms", "memory_mb", "util_pct",
                     "energy_j", "precision"]].copy()
         table["source"] = source or f"perfseer-collect:{self.path.name}"
         for c in EXPORT_EXTRAS:
             table[c] = ok[c]
         table.loc[table["phase"] != "train", "optimizer"] = None
+        for c in EXPORT_MEASURED_EXTRAS:
+            if c in ok:
+                table[c] = ok[c]
         table["converged"] = ok["converged"].map({1: True, 0: False})
         others = self.rows([s for s in STATUSES if s != "ok"])
         excluded = Counter(others["status"]) if len(others) else Counter()
