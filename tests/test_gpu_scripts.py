@@ -44,8 +44,8 @@ def test_zero_shot_rows_answer_amp_rows_by_the_spec_transfer_and_fp32_rows_by_th
 
     g = extract("example:resnet18", batch=1)
     held = pd.DataFrame({"batch_size": [64, 8], "phase": ["infer", "infer"], "precision": ["amp_fp16", "fp32"]})
-    auto = nd.zero_shot_rows(held, [g, g], "h200", "auto")
-    spec = nd.zero_shot_rows(held, [g, g], "h200", "spec")
+    auto = nd.zero_shot_rows(held, [g, g], "h100-sxm", "auto")
+    spec = nd.zero_shot_rows(held, [g, g], "h100-sxm", "spec")
     assert auto[0]["basis"].startswith("transfer") and auto[1]["basis"].startswith("spec model")
     assert all(r["basis"].startswith("spec model") for r in spec)
     assert all(np.isfinite(r["value"]) and r["value"] > 0 and r["interval"][0] < r["value"] < r["interval"][1]

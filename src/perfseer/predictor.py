@@ -353,7 +353,7 @@ class Predictor:
                 "targets": [Target(**{k: t[k] for k in ("metric", "device", "phase")}).key for t in c["targets"]],
                 "devices": c["devices"], "phases": c["phases"],
                 "training": {k: c["training"].get(k) for k in ("dataset", "split_column", "rows", "batch_sizes",
-                                                                "fit_splits", "kfold")},
+                                                                "fit_splits", "kfold", "calibrated_from")},
                 "scores": c.get("scores", {}),
                 "domain": _domain_summary(c.get("domain")),
                 "intervals": {k: v["q"] for k, v in ((c.get("intervals") or {}).get("targets") or {}).items()}}

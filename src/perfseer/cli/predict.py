@@ -238,6 +238,10 @@ def _predictor_block(it: dict) -> str:
     lines = [f"[bold]{escape(it['name'])}[/bold]  {escape(str(it['model']))}"]
     batches = d.get("batch_sizes") or tr.get("batch_sizes")
     data = [f"{rows:,} graphs" + (f" of {tr['dataset']}" if tr.get("dataset") else "")] if isinstance(rows, int) else []
+    cal_rows = (tr.get("rows") or {}).get("calibration")
+    if not data and isinstance(cal_rows, int):  # a calibrated card: its rows and its source
+        data = [f"{cal_rows:,} calibration rows" + (f", from {tr['calibrated_from']}" if tr.get("calibrated_from")
+                                                      else "")]
     if batches:
         data.append(f"batch {batches[0]}" + (f"-{batches[1]}" if batches[1] != batches[0] else ""))
     inputs, shape = d.get("inputs") or {}, []
@@ -252,11 +256,14 @@ def _predictor_block(it: dict) -> str:
     if shape:
         lines.append("  inputs  " + "; ".join(shape))
     test, prev, kf = sc.get("test") or {}, sc.get("previous_test") or {}, sc.get("kfold") or {}
+    lomo = sc.get("calibration_leave_one_model_out") or {}
     intervals = it.get("intervals") or {}
     for key in it.get("targets") or []:
         metric, _, rest = key.partition("@")
         m, mark = (test.get(key), "") if key in test else (prev.get(key), "†")
-        parts = [f"test {m['mape']:.2f} %{mark} (Spearman {m['spearman']:.3f})" if m else "no test score"]
+        parts = [f"test {m['mape']:.2f} %{mark} (Spearman {m['spearman']:.3f})" if m
+                 else f"leave-one-model-out {lomo[key]['mape']:.2f} % (Spearman {lomo[key]['spearman']:.3f})"
+                 if lomo.get(key) else "no test score"]
         folds = (tr.get("kfold") or {}).get("folds") or []
         if kf.get(key):
             parts.append(f"k-fold\u00a0{kf[key]['mape']:.2f}\u00a0%")
