@@ -76,6 +76,14 @@ def test_routing_prefers_a_measured_predictor():
     assert spec_rows[0]["value"] == pytest.approx(rows[0]["value"], rel=1.0)  # same order of magnitude
 
 
+def test_the_h200_is_answered_by_its_calibrated_card_for_amp_inference_only():
+    assert measured_predictors("h200", precision="fp16") == [("h200-amp-nchw-pt211.infer", "h200/amp-nchw-pt211")]
+    rows = predict_on_device("example:resnet18", "h200", batch=256, precision="fp16")
+    assert rows[0]["basis"].startswith("calibrated from rtx4090-amp-nchw-pt291.infer")
+    assert rows[0]["interval"][0] < rows[0]["value"] < rows[0]["interval"][1]
+    assert predict_on_device("example:resnet18", "h200", batch=256, precision="fp32")[0]["basis"].startswith("spec")
+
+
 def test_cli_device_alone(capsys):
     code, out, err = run_cli(capsys, "predict", "example:resnet50", "--device", "l4", "--batch", "1,32",
                              "--precision", "fp32")
