@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # GPU labels with the collection kit, in one call of a lent GPU machine (the grids' time bounds,
-# A_S + B_S + C_S = 460 s by default, plus set-up and export).
+# A_S + B_S + C_S + D_S = 520 s by default, plus set-up and export).
 #   bash benchmarks/gpu/collect_gpu.sh OUTDIR [BACKEND]
 # Runs the image's python3 on src/ (no install).  Three grids, each bounded in time so that a
 # slow step cannot starve the next; the store is resumable (run again to finish a cut-off grid):
 #   A. the calibration set (datasets/calibration/calibration-set-20.txt): infer, amp_fp16, batch 256
 #   B. memory models (benchmarks/gpu/memory-models.txt): infer and AdamW train, fp32, batch 32
 #   C. one timm model per family (benchmarks/gpu/heldout-families.txt): infer, amp_fp16, batch 256
+#   D. the calibration set again: an AdamW training step, amp_fp16, batch 64
+# (on an H200, 2026-11-27: A 83 s, B 52 s, C 338 s in two calls, D 17 of 20 in 100 s; datasets/h200/)
 # Writes OUTDIR/gpu.sqlite (checkpointed), gpu.csv, gpu-failures.csv, env.txt, log.txt, worker.log.
 # Afterwards, here (no GPU needed):
 #   python benchmarks/gpu/new_device.py --measurements OUTDIR/gpu.csv --predictor rtx4090-amp-nchw-pt291.infer \
@@ -15,8 +17,8 @@
 set -u
 OUT=${1:?usage: collect_gpu.sh OUTDIR [BACKEND]}
 BACKEND=${2:-torch-cuda}
-A_S=${A_S:-110}; B_S=${B_S:-110}; C_S=${C_S:-240}; SHAPE=${SHAPE:-3x224x224}
-BIG=${BIG:-256}; SMALL=${SMALL:-32}
+A_S=${A_S:-110}; B_S=${B_S:-80}; C_S=${C_S:-240}; D_S=${D_S:-90}; SHAPE=${SHAPE:-3x224x224}
+BIG=${BIG:-256}; SMALL=${SMALL:-32}; TRAIN=${TRAIN:-64}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PY:-python3}
@@ -46,6 +48,7 @@ step() {  # seconds, then collect run arguments
   step "$A_S" --models datasets/calibration/calibration-set-20.txt --phases infer --precisions amp_fp16 --batches "$BIG"
   step "$B_S" --models benchmarks/gpu/memory-models.txt --phases infer,train --precisions fp32 --optimizer adamw --batches "$SMALL"
   step "$C_S" --models benchmarks/gpu/heldout-families.txt --phases infer --precisions amp_fp16 --batches "$BIG"
+  step "$D_S" --models datasets/calibration/calibration-set-20.txt --phases train --precisions amp_fp16 --optimizer adamw --batches "$TRAIN"
   "$PY" -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('pragma wal_checkpoint(TRUNCATE)'); c.close()" "$DB"
   ps collect status --db "$DB"
   ps collect export --db "$DB" --out "$OUT/gpu.csv" --failures "$OUT/gpu-failures.csv"
