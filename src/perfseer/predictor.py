@@ -187,6 +187,9 @@ class Predictor:
         Pass them on to :meth:`assess`."""
         graphs = list(graphs)
         if not self._embedding_checked():
+            if hasattr(self.net, "annotate") and hasattr(self.net, "predict_with_embeddings"):
+                # a calibrated card's interval reads the source's embeddings: one pass for both
+                return self.net.predict_with_embeddings(graphs)[0], None
             return self.predict_graphs(graphs), None
         both = getattr(self.net, "predict_with_embeddings", None)
         values, emb = both(graphs) if both is not None else (self.predict_graphs(graphs), None)

@@ -49,3 +49,7 @@ def test_predictors_fit_in_80_columns(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert P in out and "covers" in out and "test" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+    # a calibrated card shows its rows, its source and its leave-one-model-out score, not "no test score"
+    block = out[out.index("h200-amp-nchw-pt211.infer"):].split("\n\n")[0]
+    assert "117 calibration rows, from rtx4090-amp-nchw-pt291.infer" in block
+    assert "leave-one-model-out 23.34 %" in block and "no test score" not in block

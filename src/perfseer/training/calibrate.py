@@ -862,17 +862,26 @@ class CorrectedNet:
         self.source_net, self.columns, self.correction = source_net, columns, correction
 
     def predict(self, graphs: Sequence) -> np.ndarray:
+        return self.predict_with_embeddings(graphs)[0]
+
+    def predict_with_embeddings(self, graphs: Sequence) -> tuple[np.ndarray, np.ndarray | None]:
+        """The corrected predictions and the source trunk's embeddings ``[N, D]`` (float64; ``None``
+        for a source without them), from one pass through the source network."""
         graphs = list(graphs)
         if not graphs:
-            return np.zeros((0, 1))
+            return np.zeros((0, 1)), None
         if self.correction.embedding:
             e = embed(self.source_net, graphs)
             logp = np.log(np.maximum(heads_output(self.source_net, e)[:, self.columns], 1e-12))
             e = e.double().numpy()
         else:
-            logp, e = np.log(np.maximum(self.source_net.predict(graphs)[:, self.columns], 1e-12)), None
+            both = getattr(self.source_net, "predict_with_embeddings", None)
+            out, e = both(graphs) if both is not None else (self.source_net.predict(graphs), None)
+            logp = np.log(np.maximum(out[:, self.columns], 1e-12))
+            e = None if e is None else np.asarray(e, dtype=np.float64)
         glob = global_design(graphs, tuple(self.correction.live_features))
-        return np.exp(self.correction.predict_log(logp, glob, e)).reshape(-1, 1)
+        emb_feature = e if self.correction.embedding else None
+        return np.exp(self.correction.predict_log(logp, glob, emb_feature)).reshape(-1, 1), e
 
 
 # -- choosing what to measure ----------------------------------------------------------------------
@@ -1071,16 +1080,35 @@ class CalibratedNet:
     def __init__(self, card: dict, net):
         self.card, self.net = card, net
         self.model = getattr(net, "model", None) or getattr(getattr(net, "source_net", None), "model", None)
+        self._last: tuple[list, np.ndarray] | None = None  # the last prediction's graphs and embeddings
 
     def predict(self, graphs: Sequence) -> np.ndarray:
         return self.net.predict(list(graphs))
 
+    def predict_with_embeddings(self, graphs: Sequence) -> tuple[np.ndarray, np.ndarray | None]:
+        """Predictions and the source trunk's embeddings from one pass; :meth:`annotate` of the same
+        graphs then reuses the embeddings instead of running the source network again."""
+        graphs = list(graphs)
+        both = getattr(self.net, "predict_with_embeddings", None)
+        if both is None or not self._seernet_source():
+            return self.predict(graphs), None
+        values, emb = both(graphs)
+        self._last = (graphs, emb) if emb is not None else None
+        return values, emb
+
+    def _seernet_source(self) -> bool:
+        net = getattr(self.net, "source_net", self.net)
+        return getattr(getattr(net, "model", None), "name", None) in ("seernet", "seernet-multi")
+
     def embeddings(self, graphs: Sequence) -> np.ndarray | None:
         """The source trunk's embeddings of ``graphs`` (what the ``distance`` interval measures in)."""
-        net = getattr(self.net, "source_net", self.net)
-        if getattr(getattr(net, "model", None), "name", None) not in ("seernet", "seernet-multi"):
+        graphs = list(graphs)
+        if not self._seernet_source():
             return None
-        return embed(net, list(graphs)).double().numpy()
+        last = self._last
+        if last is not None and len(last[0]) == len(graphs) and all(a is b for a, b in zip(last[0], graphs)):
+            return last[1]
+        return embed(getattr(self.net, "source_net", self.net), graphs).double().numpy()
 
     def annotate(self, rows: list[dict], graphs: Sequence) -> None:
         cal = self.card["calibration"]
