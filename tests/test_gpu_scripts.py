@@ -39,17 +39,21 @@ def test_split_holds_out_only_rows_of_the_calibration_rows_precision():
     assert held["model"].tolist() == ["timm:c"]
 
 
-def test_zero_shot_rows_answer_amp_rows_by_the_spec_transfer_and_fp32_rows_by_the_spec_model():
+def test_zero_shot_rows_are_the_spec_transfer_or_the_spec_model_even_for_a_bundled_device():
     from perfseer.api import extract
+    from perfseer.errors import PerfseerError
 
     g = extract("example:resnet18", batch=1)
-    held = pd.DataFrame({"batch_size": [64, 8], "phase": ["infer", "infer"], "precision": ["amp_fp16", "fp32"]})
-    auto = nd.zero_shot_rows(held, [g, g], "h100-sxm", "auto")
-    spec = nd.zero_shot_rows(held, [g, g], "h100-sxm", "spec")
-    assert auto[0]["basis"].startswith("transfer") and auto[1]["basis"].startswith("spec model")
+    amp = pd.DataFrame({"batch_size": [64], "phase": ["infer"], "precision": ["amp_fp16"]})
+    both = pd.DataFrame({"batch_size": [64, 8], "phase": ["infer", "infer"], "precision": ["amp_fp16", "fp32"]})
+    transfer = nd.zero_shot_rows(amp, [g], "h200", "transfer")  # the H200 has a bundled card: not used
+    spec = nd.zero_shot_rows(both, [g, g], "h200", "spec")
+    assert transfer[0]["basis"].startswith("transfer")
     assert all(r["basis"].startswith("spec model") for r in spec)
     assert all(np.isfinite(r["value"]) and r["value"] > 0 and r["interval"][0] < r["value"] < r["interval"][1]
-               for r in auto + spec)
+               for r in transfer + spec)
+    with pytest.raises(PerfseerError, match="AMP"):  # the transfer answers AMP inference only
+        nd.zero_shot_rows(both, [g, g], "h200", "transfer")
 
 
 def test_the_calibration_list_is_a_collect_models_file():

@@ -89,7 +89,9 @@ ROUTE_PRECISION = {"amp_fp16": "fp16", "amp_bf16": "bf16", "fp32": "fp32", "fp16
 
 def zero_shot_rows(held, graphs, registry_device: str, prefer: str) -> list[dict]:
     """What perfseer answers for the held-out rows on ``registry_device`` with no measurement of
-    it: ``prefer`` ``auto`` (the spec transfer for AMP inference) or ``spec`` (the spec model)."""
+    it: ``prefer`` ``transfer`` (the spec transfer; AMP inference only, else a PerfseerError) or
+    ``spec`` (the spec model).  Named, not ``auto``: once a card of the device is bundled (as the
+    H200's is), ``auto`` would answer from it."""
     from perfseer.specmodel.route import predict_on_device
 
     out = []
@@ -148,8 +150,14 @@ def main(argv=None) -> int:
                         "interval": rc_.get("interval"), "in_domain": rc_.get("in_domain"), "source": rs["value"]}
                        for m, b, v, rc_, rs in zip(held["model"], held["batch_size"], y, rows_cal, rows_src)]}
     if args.zero_shot and args.metric == "latency_ms":
-        for prefer in ("auto", "spec"):
-            zs = zero_shot_rows(held, graphs, args.zero_shot, prefer)
+        from perfseer.errors import PerfseerError
+
+        for prefer in ("transfer", "spec"):
+            try:
+                zs = zero_shot_rows(held, graphs, args.zero_shot, prefer)
+            except PerfseerError as e:
+                print(f"zero-shot {prefer}: not scored ({e})")
+                continue
             basis = sorted({str(r.get("basis")) for r in zs})
             result["held_out"][f"zero-shot ({'/'.join(basis)})"] = score(y, [r["value"] for r in zs], zs)
             for row, r in zip(result["rows"], zs):
