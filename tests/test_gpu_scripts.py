@@ -56,6 +56,20 @@ def test_zero_shot_rows_are_the_spec_transfer_or_the_spec_model_even_for_a_bundl
         nd.zero_shot_rows(both, [g, g], "h200", "transfer")
 
 
+def test_the_spec_transfer_calibrated_on_rows_that_it_over_predicts_twofold_comes_down():
+    from perfseer.api import extract
+
+    refs = ["example:resnet18", "example:resnet50", "example:mobilenet_v3_small", "example:vit_b_16"]
+    graphs = [extract(r, batch=1) for r in refs]
+    held = pd.DataFrame({"model": refs, "batch_size": [64] * 4, "phase": ["infer"] * 4,
+                         "precision": ["amp_fp16"] * 4})
+    zero = np.array([r["value"] for r in nd.zero_shot_rows(held, graphs, "h200", "transfer")])
+    cal = held.assign(latency_ms=zero / 2)  # the device runs everything twice as fast as the transfer says
+    values, factor, variant = nd.calibrated_transfer(cal, graphs, held, graphs, "h200", "latency_ms")
+    assert variant and values.shape == (4,) and np.all(values < zero)
+    assert np.median(values / (zero / 2)) == pytest.approx(1.0, abs=0.15)
+
+
 def test_the_calibration_list_is_a_collect_models_file():
     from perfseer.cli.collect import read_model_file
 

@@ -61,7 +61,8 @@ def score(y, pred, rows=None) -> dict:
         hi = np.array([r["interval"][1] if r.get("interval") else np.nan for r in rows])
         ok = ~np.isnan(lo)
         out["coverage"] = float(np.mean((lo[ok] <= y[ok]) & (y[ok] <= hi[ok]))) if ok.any() else None
-        out["in_domain"] = float(np.mean([bool(r.get("in_domain")) for r in rows]))
+        if any("in_domain" in r for r in rows):
+            out["in_domain"] = float(np.mean([bool(r.get("in_domain")) for r in rows]))
     return out
 
 
@@ -102,6 +103,33 @@ def zero_shot_rows(held, graphs, registry_device: str, prefer: str) -> list[dict
     return out
 
 
+def calibrated_transfer(cal, cal_graphs, held, held_graphs, registry_device: str, metric: str):
+    """The spec transfer corrected by ``perfseer.training.calibrate.calibrate`` (``loglinear``, the
+    default configuration) on the calibration rows, applied to the held-out rows: what calibrating
+    the transfer, instead of one source card, would give.  Benchmark only: ``perfseer calibrate``
+    takes predictor cards, and the transfer is not one.  Returns the held-out predictions and the
+    calibration's constant 90 % factor (``None`` if its interval has none)."""
+    from perfseer.predictor import Target
+    from perfseer.training.calibrate import CalibrationConfig, calibrate, global_design
+
+    class _Transfer:  # the little of a Predictor that the loglinear fit reads, with its outputs given
+        name, net = "spec-transfer", None
+        targets = [Target(metric, registry_device, "infer")]
+
+    def pyg(df, graphs):
+        return [g.with_batch(int(b)).to_pyg() for g, b in zip(graphs, df["batch_size"])]
+
+    src_cal = np.array([r["value"] for r in zero_shot_rows(cal, cal_graphs, registry_device, "transfer")])
+    src_held = np.array([r["value"] for r in zero_shot_rows(held, held_graphs, registry_device, "transfer")])
+    c = calibrate(_Transfer, pyg(cal, cal_graphs), cal[metric].to_numpy(float), list(cal["model"]), metric,
+                  CalibrationConfig(), source_outputs=src_cal[:, None])
+    ll = c.correction
+    glob = global_design(pyg(held, held_graphs), tuple(ll.live_features))
+    values = np.exp(ll.predict_log(np.log(np.maximum(src_held, 1e-12))[:, None], glob, None))
+    factor = c.interval.get("factor")
+    return values, (float(factor) if factor else None), c.extra.get("variant")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,6 +143,8 @@ def main(argv=None) -> int:
     ap.add_argument("--zero-shot", default=None, metavar="DEVICE",
                     help="also score what perfseer answers with no measurement of the device: the spec transfer "
                          "and the spec model for this registry name (perfseer devices), latency only")
+    ap.add_argument("--calibrate-transfer", action="store_true",
+                    help="with --zero-shot: also score the spec transfer calibrated on the calibration rows")
     args = ap.parse_args(argv)
 
     from perfseer.cli.collect import read_model_file
@@ -162,10 +192,20 @@ def main(argv=None) -> int:
             result["held_out"][f"zero-shot ({'/'.join(basis)})"] = score(y, [r["value"] for r in zs], zs)
             for row, r in zip(result["rows"], zs):
                 row[f"zero_shot_{prefer}"] = r["value"]
+        if args.calibrate_transfer:
+            vals, factor, variant = calibrated_transfer(cal, held_out_graphs(cal), held, graphs, args.zero_shot,
+                                                        args.metric)
+            rows_ct = [{"value": float(v), "interval": [v / factor, v * factor] if factor else None}
+                       for v in vals]
+            result["held_out"][f"spec transfer calibrated on the {len(cal)} rows (loglinear, {variant})"] = \
+                score(y, vals, rows_ct)
+            for row, v in zip(result["rows"], vals):
+                row["transfer_calibrated"] = float(v)
     for name, s in result["held_out"].items():
         cov = f", 90 % interval holds {100 * s['coverage']:.1f} %" if s.get("coverage") is not None else ""
         print(f"{name}: MAPE {s['mape']:.2f} %, Spearman {s['spearman']:.3f}, mean log ratio "
-              f"{s['mean_log_ratio']:+.3f}{cov}, in domain {100 * s.get('in_domain', 0):.0f} % ({s['rows']} rows)")
+              f"{s['mean_log_ratio']:+.3f}{cov}"
+              + (f", in domain {100 * s['in_domain']:.0f} %" if "in_domain" in s else "") + f" ({s['rows']} rows)")
     if args.json:
         from perfseer.atomic import atomic_write_text
 
