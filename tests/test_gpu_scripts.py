@@ -65,7 +65,7 @@ def test_the_spec_transfer_calibrated_on_rows_that_it_over_predicts_twofold_come
                          "precision": ["amp_fp16"] * 4})
     zero = np.array([r["value"] for r in nd.zero_shot_rows(held, graphs, "h200", "transfer")])
     cal = held.assign(latency_ms=zero / 2)  # the device runs everything twice as fast as the transfer says
-    values, factor, variant = nd.calibrated_transfer(cal, graphs, held, graphs, "h200", "latency_ms")
+    values, factor, variant = nd.calibrated_transfer(cal, graphs, held, graphs, zero, "h200", "latency_ms")
     assert variant and values.shape == (4,) and np.all(values < zero)
     assert np.median(values / (zero / 2)) == pytest.approx(1.0, abs=0.15)
 

@@ -103,12 +103,13 @@ def zero_shot_rows(held, graphs, registry_device: str, prefer: str) -> list[dict
     return out
 
 
-def calibrated_transfer(cal, cal_graphs, held, held_graphs, registry_device: str, metric: str):
+def calibrated_transfer(cal, cal_graphs, held, held_graphs, held_transfer, registry_device: str, metric: str):
     """The spec transfer corrected by ``perfseer.training.calibrate.calibrate`` (``loglinear``, the
     default configuration) on the calibration rows, applied to the held-out rows: what calibrating
     the transfer, instead of one source card, would give.  Benchmark only: ``perfseer calibrate``
     takes predictor cards, and the transfer is not one.  Returns the held-out predictions and the
-    calibration's constant 90 % factor (``None`` if its interval has none)."""
+    calibration's constant 90 % factor (``None`` if its interval has none) and the chosen variant.
+    ``held_transfer``: the transfer's predictions of the held-out rows (:func:`zero_shot_rows`)."""
     from perfseer.predictor import Target
     from perfseer.training.calibrate import CalibrationConfig, calibrate, global_design
 
@@ -120,7 +121,7 @@ def calibrated_transfer(cal, cal_graphs, held, held_graphs, registry_device: str
         return [g.with_batch(int(b)).to_pyg() for g, b in zip(graphs, df["batch_size"])]
 
     src_cal = np.array([r["value"] for r in zero_shot_rows(cal, cal_graphs, registry_device, "transfer")])
-    src_held = np.array([r["value"] for r in zero_shot_rows(held, held_graphs, registry_device, "transfer")])
+    src_held = np.asarray(held_transfer, dtype=float)
     c = calibrate(_Transfer, pyg(cal, cal_graphs), cal[metric].to_numpy(float), list(cal["model"]), metric,
                   CalibrationConfig(), source_outputs=src_cal[:, None])
     ll = c.correction
@@ -182,9 +183,10 @@ def main(argv=None) -> int:
     if args.zero_shot and args.metric == "latency_ms":
         from perfseer.errors import PerfseerError
 
+        zero = {}
         for prefer in ("transfer", "spec"):
             try:
-                zs = zero_shot_rows(held, graphs, args.zero_shot, prefer)
+                zs = zero[prefer] = zero_shot_rows(held, graphs, args.zero_shot, prefer)
             except PerfseerError as e:
                 print(f"zero-shot {prefer}: not scored ({e})")
                 continue
@@ -192,8 +194,9 @@ def main(argv=None) -> int:
             result["held_out"][f"zero-shot ({'/'.join(basis)})"] = score(y, [r["value"] for r in zs], zs)
             for row, r in zip(result["rows"], zs):
                 row[f"zero_shot_{prefer}"] = r["value"]
-        if args.calibrate_transfer:
-            vals, factor, variant = calibrated_transfer(cal, held_out_graphs(cal), held, graphs, args.zero_shot,
+        if args.calibrate_transfer and "transfer" in zero:
+            vals, factor, variant = calibrated_transfer(cal, held_out_graphs(cal), held, graphs,
+                                                        [r["value"] for r in zero["transfer"]], args.zero_shot,
                                                         args.metric)
             rows_ct = [{"value": float(v), "interval": [v / factor, v * factor] if factor else None}
                        for v in vals]

@@ -181,15 +181,15 @@ class Predictor:
         return self.net.predict(list(graphs))
 
     def predict_with_embeddings(self, graphs: Sequence) -> tuple[np.ndarray, np.ndarray | None]:
-        """:meth:`predict_graphs` and, when the card's domain check measures the embedding distance,
-        the graphs' encoder embeddings ``[N, D]`` (else ``None``), the network run once for both
-        where it can (:meth:`perfseer.training.trainer.NeuralPredictor.predict_with_embeddings`).
-        Pass them on to :meth:`assess`."""
+        """:meth:`predict_graphs` and, when the card's domain check or a calibrated card's interval
+        measures the embedding distance, the graphs' encoder embeddings ``[N, D]`` (else ``None``),
+        the network run once for both where it can
+        (:meth:`perfseer.training.trainer.NeuralPredictor.predict_with_embeddings`).  Pass them on to
+        :meth:`assess` (and a calibrated card's ``annotate``)."""
         graphs = list(graphs)
         if not self._embedding_checked():
             if hasattr(self.net, "annotate") and hasattr(self.net, "predict_with_embeddings"):
-                # a calibrated card's interval reads the source's embeddings: one pass for both
-                return self.net.predict_with_embeddings(graphs)[0], None
+                return self.net.predict_with_embeddings(graphs)  # the calibrated card's interval reads them
             return self.predict_graphs(graphs), None
         both = getattr(self.net, "predict_with_embeddings", None)
         values, emb = both(graphs) if both is not None else (self.predict_graphs(graphs), None)
@@ -273,7 +273,8 @@ class Predictor:
                 for i, b in enumerate(batches) for c in cols]
         annotate = getattr(self.net, "annotate", None)  # calibrated cards: interval and domain per row
         if annotate is not None:
-            annotate(rows, [graphs[i] for i, _ in enumerate(batches) for _ in cols])
+            at = [i for i, _ in enumerate(batches) for _ in cols]
+            annotate(rows, [graphs[i] for i in at], embeddings=None if emb is None else np.asarray(emb)[at])
         return rows
 
     def assess(self, graphs: Sequence, values: np.ndarray, op_types: Sequence[Sequence[str]],

@@ -1080,21 +1080,19 @@ class CalibratedNet:
     def __init__(self, card: dict, net):
         self.card, self.net = card, net
         self.model = getattr(net, "model", None) or getattr(getattr(net, "source_net", None), "model", None)
-        self._last: tuple[list, np.ndarray] | None = None  # the last prediction's graphs and embeddings
 
     def predict(self, graphs: Sequence) -> np.ndarray:
         return self.net.predict(list(graphs))
 
     def predict_with_embeddings(self, graphs: Sequence) -> tuple[np.ndarray, np.ndarray | None]:
-        """Predictions and the source trunk's embeddings from one pass; :meth:`annotate` of the same
-        graphs then reuses the embeddings instead of running the source network again."""
+        """Predictions and the source trunk's embeddings (float64, for :meth:`annotate`) from one
+        pass through the source network; ``None`` for a source without a trunk."""
         graphs = list(graphs)
         both = getattr(self.net, "predict_with_embeddings", None)
         if both is None or not self._seernet_source():
             return self.predict(graphs), None
         values, emb = both(graphs)
-        self._last = (graphs, emb) if emb is not None else None
-        return values, emb
+        return values, None if emb is None else np.asarray(emb, dtype=np.float64)
 
     def _seernet_source(self) -> bool:
         net = getattr(self.net, "source_net", self.net)
@@ -1102,22 +1100,21 @@ class CalibratedNet:
 
     def embeddings(self, graphs: Sequence) -> np.ndarray | None:
         """The source trunk's embeddings of ``graphs`` (what the ``distance`` interval measures in)."""
-        graphs = list(graphs)
         if not self._seernet_source():
             return None
-        last = self._last
-        if last is not None and len(last[0]) == len(graphs) and all(a is b for a, b in zip(last[0], graphs)):
-            return last[1]
-        return embed(getattr(self.net, "source_net", self.net), graphs).double().numpy()
+        return embed(getattr(self.net, "source_net", self.net), list(graphs)).double().numpy()
 
-    def annotate(self, rows: list[dict], graphs: Sequence) -> None:
+    def annotate(self, rows: list[dict], graphs: Sequence, embeddings: np.ndarray | None = None) -> None:
+        """``embeddings``: the source's embeddings of ``graphs`` when the prediction already has them
+        (:meth:`predict_with_embeddings`); computed here otherwise."""
         cal = self.card["calibration"]
         factor = float(cal["interval"]["factor"])
         reasons = domain_check(cal["domain"], graphs)
         folded = graph_liveness(graphs)[:, 2] > 0 if len(graphs) else np.zeros(0, dtype=bool)
         q_rows, far = (None, None)
         if cal["interval"].get("distance") and len(graphs):
-            q_rows, far = row_halfwidths(cal["interval"], self.embeddings(graphs))
+            q_rows, far = row_halfwidths(cal["interval"],
+                                         self.embeddings(graphs) if embeddings is None else embeddings)
         k = len(cal["rows"])
         for i, (row, why) in enumerate(zip(rows, reasons)):
             # the source network's own checks (perfseer.trust: its domain, physical bounds) stay; the
