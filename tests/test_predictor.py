@@ -194,3 +194,33 @@ def test_a_blend_goes_through_kfold_stages_and_resumes(dataset, tmp_path):
     again, _ = train_predictor(load_dataset(dataset / "ds"), "blend", devices=["gpu-a"], phase="infer",
                                model_config=cfg, train_config=resume, kfold=2, stage_dir=tmp_path)
     assert again.card["scores"]["kfold"] == p.card["scores"]["kfold"]  # finished stages are loaded, not retrained
+
+
+def test_stages_trained_apart_build_the_same_card(dataset, tmp_path):
+    ds = load_dataset(dataset / "ds")
+    kw = dict(devices=["gpu-a"], phase="infer", model_config={"hidden_dim": 8}, kfold=2)
+    whole, _ = train_predictor(ds, "pmgns", train_config=TrainConfig(**CFG | {"max_epochs": 1}),
+                               stage_dir=tmp_path / "whole", **kw)
+    apart = tmp_path / "apart"
+    for stages in (["fold1"], ["final", "fold0"]):  # as two processes would
+        assert train_predictor(ds, "pmgns", train_config=TrainConfig(**CFG | {"max_epochs": 1}), stage_dir=apart,
+                               only_stages=stages, **kw) == (None, None)
+    assert sorted(f.name for f in apart.glob("*.json")) == ["final.json", "fold0.json", "fold1.json"]
+    resume = {"max_epochs": 1, "resume": True, "checkpoint_dir": str(tmp_path / "ck")}
+    built, _ = train_predictor(ds, "pmgns", train_config=TrainConfig(**CFG | resume),
+                               stage_dir=apart, **kw)
+    assert built.card["scores"]["kfold"] == whole.card["scores"]["kfold"]  # same seed, same folds, same networks
+    with pytest.raises(PredictorError, match="fold2"):
+        train_predictor(ds, "pmgns", train_config=TrainConfig(**CFG), stage_dir=apart, only_stages=["fold2"], **kw)
+
+
+def test_train_cli_trains_one_stage(dataset, tmp_path, capsys):
+    args = ["train", "--data", str(dataset / "ds"), "--device", "gpu-a", "--phase", "infer", "--model", "pmgns",
+            "--hidden", "8", "--epochs", "1", "--fit", "train+test", "--kfold", "2", "--name", "p",
+            "--out", str(tmp_path)]
+    code, stdout, _ = run_cli(capsys, *args, "--stage", "fold0")
+    assert code == 0 and "without --stage" in stdout
+    assert [f.name for f in (tmp_path / ".stages" / "p").glob("*.json")] == ["fold0.json"]
+    assert not (tmp_path / "p.json").exists()  # no card until every stage is there
+    code, _, stderr = run_cli(capsys, *args[:-2], "--out", str(tmp_path / "x"), "--stage", "fold5")
+    assert code != 0 and "fold5" in stderr and "Traceback" not in stderr

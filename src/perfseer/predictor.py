@@ -528,7 +528,8 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
                     split_column: str = "split", name: str | None = None, model_config: dict | None = None,
                     train_config=None, max_train_models: int | None = None, fit: Sequence[str] = ("train",),
                     kfold: int | None = None, stage_dir: str | os.PathLike | None = None,
-                    on_stage=None, pretrained: str | None = None) -> tuple[Predictor, object]:
+                    on_stage=None, pretrained: str | None = None,
+                    only_stages: Sequence[str] | None = None) -> tuple[Predictor, object]:
     """Train ``method`` on a graph dataset and wrap it as a :class:`Predictor` with its card.
 
     Args:
@@ -561,6 +562,10 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
             after each fold (the CLI saves it, so a run stopped mid-way still leaves a predictor).
         pretrained: a pre-trained encoder card (``benchmarks/pretraining.py``): SeerNet's trunk starts
             from it (:func:`perfseer.training.pretrain.init_from_pretrained`).
+        only_stages: train only these stages (``final``, ``fold0`` ... ``fold{kfold-1}``) into
+            ``stage_dir`` and return ``(None, None)``: several processes can train the stages of one
+            run side by side, and a later call without it (``train_config.resume``) loads them all
+            and builds the card.
 
     Returns:
         ``(predictor, fitted)``: ``fitted`` is the :class:`~perfseer.training.run.FittedMethod`
@@ -601,6 +606,9 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
         train_config = replace(train_config, batch_size=auto_batch_size(len(sel.train)))
     keys = dict(zip(sel.targets, (t.key for t in targets)))
     stages = Path(stage_dir) if stage_dir is not None else None
+    if only_stages:
+        _train_only(only_stages, method, sel, model_config, train_config, kfold, targets, stages, pretrained)
+        return None, None
     fitted = _train_stage(method, sel.train, sel.val, model_config, train_config, sel, targets, stages, "final",
                           pretrained)
     scores = {}
@@ -675,6 +683,24 @@ def _train_stage(method, train_set, val_set, model_config, train_config, sel, ta
     return fitted
 
 
+def _train_only(names, method, sel, model_config, train_config, kfold, targets, stages, pretrained) -> None:
+    """Train the named stages of a (k-fold) run into ``stages`` (:func:`train_predictor`'s ``only_stages``)."""
+    valid = ["final"] + [f"fold{j}" for j in range(kfold or 0)]
+    bad = [n for n in names if n not in valid]
+    if stages is None or bad:
+        raise PredictorError(f"cannot train stage(s) {bad or list(names)} alone" + ("" if stages is not None else
+                             ": there is no stage folder"),
+                             f"name stages of a staged run (--fit train+test or --kfold K): {', '.join(valid)}")
+    fold = _fold_index(sel, kfold, train_config.seed) if kfold else None
+    for name in dict.fromkeys(names):
+        if name == "final":
+            _train_stage(method, sel.train, sel.val, model_config, train_config, sel, targets, stages, "final", pretrained)
+            continue
+        j = int(name[len("fold"):])
+        train = [g for g, f in zip(sel.train, fold) if f != j]
+        _train_stage(method, train, sel.val, model_config, train_config, sel, targets, stages, name, pretrained)
+
+
 class _Done:
     """What a finished stage loaded from disk needs to look like to :func:`train_predictor`."""
 
@@ -693,16 +719,23 @@ def kfold_of(models, k: int, seed: int) -> np.ndarray:
                      for m in models], dtype=np.int64)
 
 
+def _fold_index(sel, k: int, seed: int) -> np.ndarray:
+    """The k-fold fold of each of ``sel.train``'s graphs (by its model's name); no fold may be empty."""
+    models = sel.labels["model"].astype(str).to_numpy()
+    fold = kfold_of([models[int(g.row)] for g in sel.train], k, seed)
+    if any(not (fold == j).any() for j in range(k)):
+        raise PredictorError(f"{k}-fold cross-validation over {len(set(models))} models leaves a fold empty",
+                             "use fewer folds")
+    return fold
+
+
 def _kfold(predictor, method, sel, model_config, train_config, k, targets, stages, on_stage, pretrained=None) -> None:
     """Cross-validate the recipe by architecture over ``sel.train``; scores into ``predictor.card``."""
     from perfseer.training.data import targets_of
     from perfseer.training.metrics import evaluate
 
     models = sel.labels["model"].astype(str).to_numpy()
-    fold = kfold_of([models[int(g.row)] for g in sel.train], k, train_config.seed)
-    if any(not (fold == j).any() for j in range(k)):
-        raise PredictorError(f"{k}-fold cross-validation over {len(set(models))} models leaves a fold empty",
-                             "use fewer folds")
+    fold = _fold_index(sel, k, train_config.seed)
     keys = dict(zip(sel.targets, (t.key for t in targets)))
     y = targets_of(sel.train)
     oof = np.full_like(y, np.nan)

@@ -196,7 +196,7 @@ def test_a_repeated_request_is_answered_from_the_row_cache(client):
 def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypatch):
     from perfseer.features.perfgraph import PerfGraph
     from perfseer.models.seernet import SeerNetTrunk
-    from perfseer.predictor import Predictor
+    from perfseer.predictor import Predictor, load_predictor
 
     binds, forwards, trunks = [], [], []
     with_batch, predict = PerfGraph.with_batch, Predictor.predict_with_embeddings
@@ -211,7 +211,9 @@ def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypat
     assert sorted(binds) == [9, 10, 11]  # once per batch size for every predictor
     assert sorted(forwards) == sorted((n, 3) for n in names)  # one call per predictor, all its devices and phases
     # and one pass through each network's trunk for the predictions and the domain embeddings together
-    assert trunks == [3] * len(names)
+    # (a blend card, the RTX 3090's, has one trunk per SeerNet member)
+    per_card = [sum(isinstance(m, SeerNetTrunk) for m in load_predictor(n).net.model.modules()) for n in names]
+    assert min(per_card) >= 1 and trunks == [3] * sum(per_card)
     assert {x["predictor"] for x in r["predictions"]} == set(names)
     nb201 = [x for x in r["predictions"] if x["predictor"] == "nb201-gpus.infer"]
     assert len(nb201) == 5 * 3 and len({x["device"] for x in nb201}) == 5

@@ -141,6 +141,35 @@ def test_calibrated_card_round_trip_with_interval_and_domain(source, tmp_path):
                                                                       for r in out[1]["domain_reasons"])
 
 
+def test_a_blend_source_lends_its_seernet_embeddings(tmp_path):
+    """A blend with a SeerNet member (the bundled RTX 3090 card) calibrates like a SeerNet: the
+    ``emb`` variant is a candidate and the interval grows with the distance in its embedding."""
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    model = build_model("blend", members="seernet+pmgns", hidden_dim=8, num_targets=1)
+    ts = TargetScaler(["latency_ms"])
+    ts.mean_, ts.std_ = np.zeros(1), np.ones(1)
+    net = NeuralPredictor(model, FeatureScaler().fit([chain_graph(rng) for _ in range(30)]), ts)
+    Predictor.from_training("bl", "blend", net, [Target("latency_ms", "gpu_a", "infer")], ["Conv", "Relu"], {},
+                            {}).save(tmp_path)
+    src = load_predictor(tmp_path / "bl.json")
+    graphs = [chain_graph(rng) for _ in range(12)]
+    y = 3.0 * src.predict_graphs(graphs)[:, 0] * np.exp(rng.normal(0, 0.02, 12))
+    models = [f"m{i}" for i in range(12)]
+    assert set(C.calibrate(src, graphs, y, models).extra["variant_rms"]) == set(C.AUTO_VARIANTS)
+    cfg = C.CalibrationConfig(variant="emb")
+    cal = C.calibrate(src, graphs, y, models, config=cfg)
+    assert cal.correction.embedding and cal.interval["basis"].startswith("distance")
+    rows = [{"model": m, "input_shape": "3x32x32", "batch_size": 1, "latency_ms": float(v)} for m, v in zip(models, y)]
+    path = C.calibrated_predictor(src, str(tmp_path / "bl.json"), cal, Target("latency_ms", "gpu_new", "infer"),
+                                  rows, cfg).save(tmp_path / "cal")
+    loaded = load_predictor(path)
+    np.testing.assert_allclose(loaded.predict_graphs(graphs)[:, 0], cal.predict(graphs), rtol=1e-5)
+    values, emb = loaded.predict_with_embeddings(graphs)
+    np.testing.assert_allclose(emb, C.embed(src.net, graphs).double().numpy(), rtol=1e-5, atol=1e-7)
+    assert np.mean(np.abs(values[:, 0] / y - 1)) < 0.1
+
+
 def test_cli_errors(tmp_path):
     from perfseer.cli.main import main
 

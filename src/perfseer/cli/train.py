@@ -79,6 +79,10 @@ def add_parser(sub) -> None:
     p.add_argument("--kfold", type=positive(int), default=None, metavar="K",
                    help="also score the recipe by K-fold cross-validation by architecture over the fitted rows "
                         "(K more trainings; each stage is saved in OUT/.stages/NAME, so --resume continues)")
+    p.add_argument("--stage", action="append", default=None, metavar="NAME",
+                   help="train only this stage of a --fit train+test / --kfold run (final, fold0, fold1, ...; "
+                        "repeatable) into OUT/.stages: run stages in parallel processes, then the same command "
+                        "without --stage and with --resume builds the card from them")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=positive(int), default=None, help="torch CPU threads while training")
     p.add_argument("--no-pcgrad", action="store_true", help="SeerNet-Multi: plain summed losses")
@@ -133,7 +137,12 @@ def run_train(args: argparse.Namespace) -> int:
                                         model_config=model_config or None, train_config=cfg,
                                         max_train_models=args.max_train_models, pretrained=args.pretrained,
                                         fit=args.fit.split("+"), kfold=args.kfold, stage_dir=stage_dir,
-                                        on_stage=lambda p: p.save(out))
+                                        on_stage=lambda p: p.save(out), only_stages=args.stage)
+    if args.stage:
+        print(f"trained stage(s) {', '.join(dict.fromkeys(args.stage))} into {stage_dir} in "
+              f"{time.perf_counter() - start:.0f} s; when every stage is done, run the same command without "
+              "--stage and with --resume to build the card")
+        return 0
     card = predictor.save(out)
     import shutil
 

@@ -173,10 +173,18 @@ def _parts(net):
                         "use --method loglinear with this predictor, or a SeerNet source")
 
 
+def has_embedding(net) -> bool:
+    """Whether the source network has trunk embeddings: a SeerNet, a SeerNet-Multi, or a blend with
+    SeerNet members (their embeddings side by side, :attr:`perfseer.models.blend.Blend.embed`)."""
+    return hasattr(getattr(net, "model", None), "embed")
+
+
 def embed(net, graphs: Sequence) -> torch.Tensor:
     """The trunk's output (what the head reads) for raw graphs: ``[N, H]``, no gradient
-    (:meth:`perfseer.training.trainer.NeuralPredictor.embeddings` of a SeerNet source)."""
-    _parts(net)  # a SeerNet or SeerNet-Multi source, else the error saying what to use instead
+    (:meth:`perfseer.training.trainer.NeuralPredictor.embeddings` of a SeerNet source; a blend's
+    SeerNet members' side by side)."""
+    if not has_embedding(net):
+        _parts(net)  # the error saying what to use instead
     e = net.embeddings(list(graphs))
     return torch.zeros(0, 1) if e is None else torch.from_numpy(e).float()
 
@@ -740,7 +748,7 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
 
     if cfg.method == "loglinear":
         extra = {"selection": selection}
-        neural = getattr(getattr(source.net, "model", None), "name", None) in ("seernet", "seernet-multi")
+        neural = has_embedding(source.net)
         candidates = [v for v in AUTO_VARIANTS if neural or "embedding" not in VARIANTS[v]] \
             if cfg.variant == "auto" else [cfg.variant]
         if not neural and "embedding" in VARIANTS[candidates[0]]:  # no trunk embedding: the same without it
@@ -870,15 +878,13 @@ class CorrectedNet:
         graphs = list(graphs)
         if not graphs:
             return np.zeros((0, 1)), None
-        if self.correction.embedding:
-            e = embed(self.source_net, graphs)
-            logp = np.log(np.maximum(heads_output(self.source_net, e)[:, self.columns], 1e-12))
-            e = e.double().numpy()
-        else:
-            both = getattr(self.source_net, "predict_with_embeddings", None)
-            out, e = both(graphs) if both is not None else (self.source_net.predict(graphs), None)
-            logp = np.log(np.maximum(out[:, self.columns], 1e-12))
-            e = None if e is None else np.asarray(e, dtype=np.float64)
+        both = getattr(self.source_net, "predict_with_embeddings", None)
+        out, e = both(graphs) if both is not None else (self.source_net.predict(graphs), None)
+        logp = np.log(np.maximum(np.asarray(out)[:, self.columns], 1e-12))
+        e = None if e is None else np.asarray(e, dtype=np.float64)
+        if self.correction.embedding and e is None:
+            raise PerfseerError("this calibrated card's correction reads the source's trunk embeddings, and the "
+                                "source network has none", "calibrate again from the source it was made with")
         glob = global_design(graphs, tuple(self.correction.live_features))
         emb_feature = e if self.correction.embedding else None
         return np.exp(self.correction.predict_log(logp, glob, emb_feature)).reshape(-1, 1), e
@@ -1089,18 +1095,17 @@ class CalibratedNet:
         pass through the source network; ``None`` for a source without a trunk."""
         graphs = list(graphs)
         both = getattr(self.net, "predict_with_embeddings", None)
-        if both is None or not self._seernet_source():
+        if both is None or not self._source_has_embedding():
             return self.predict(graphs), None
         values, emb = both(graphs)
         return values, None if emb is None else np.asarray(emb, dtype=np.float64)
 
-    def _seernet_source(self) -> bool:
-        net = getattr(self.net, "source_net", self.net)
-        return getattr(getattr(net, "model", None), "name", None) in ("seernet", "seernet-multi")
+    def _source_has_embedding(self) -> bool:
+        return has_embedding(getattr(self.net, "source_net", self.net))
 
     def embeddings(self, graphs: Sequence) -> np.ndarray | None:
         """The source trunk's embeddings of ``graphs`` (what the ``distance`` interval measures in)."""
-        if not self._seernet_source():
+        if not self._source_has_embedding():
             return None
         return embed(getattr(self.net, "source_net", self.net), list(graphs)).double().numpy()
 
