@@ -35,6 +35,8 @@ fi
 timm=(--data timm --model seernet --hidden 64 --epochs 500)
 R='pmgns[baseline=roofline;baseline_device=rtx3090;baseline_precision=fp16]'
 BLEND3090="seernet[readout=sum]+seernet+pmgns+pmgns+pmgns+$R+$R+$R"
+R9='pmgns[baseline=roofline;baseline_device=i9-10940x;baseline_precision=fp32]'
+BLEND_I9="seernet[readout=sum]+seernet+pmgns+pmgns+pmgns+$R9+$R9+$R9"
 # recipe of the epyc-torch-t1 cards (their training dict): SeerNet-Multi, 3 heads, PCGrad, 128 per step
 cpu=(--data cpu --device epyc/torch-t1 --model seernet-multi --metric latency_ms --metric memory_mb
      --metric util_pct --hidden 64 --epochs 300 --batch-size 128 --seed 0)
@@ -48,6 +50,10 @@ case "${1:-}" in
                        --name rtx3090-amp-nchw-pt112.train) ;;
   i9-infer) args=("${timm[@]}" --device i9_10940x/fp32-nchw-pt240-dynamo --phase infer --seed 1 --batch-size 32
                   --set head_globals=true --name i9_10940x-fp32-nchw-pt240-dynamo.infer) ;;
+  # the candidate replacing i9-infer (not shipped yet): round 4's blend for the i9, the roofline offset on its spec
+  i9-infer-blend) args=("${timm[@]}" --device i9_10940x/fp32-nchw-pt240-dynamo --phase infer --seed 1 --batch-size 32
+                        --model blend --set head_hidden_dim=64 --set "members=$BLEND_I9" --set seeds=1,1,0,1,2,0,1,2
+                        --set tie_seeds=true --set fit_shift=true --name i9_10940x-fp32-nchw-pt240-dynamo.infer) ;;
   rtx4090-infer) args=("${timm[@]}" --device rtx4090/amp-nchw-pt291 --phase infer --seed 0 --batch-size 32
                        --name rtx4090-amp-nchw-pt291.infer) ;;
   rtx5090-infer) args=("${timm[@]}" --device rtx5090/amp-nchw-pt291 --phase infer --seed 0 --batch-size 32
@@ -71,7 +77,7 @@ case "${1:-}" in
                       --name memory-sim.train) ;;
   rtx3090-infer-family) args=("${timm[@]}" --device rtx3090/amp-nchw-pt240 --phase infer --seed 0
                               --split family_split --name rtx3090-amp-nchw-pt240.infer.family) ;;
-  *) echo "unknown NAME '${1:-}'; use one of: all ${ORDER[*]} rtx3090-infer-family" >&2; exit 2 ;;
+  *) echo "unknown NAME '${1:-}'; use one of: all ${ORDER[*]} rtx3090-infer-family i9-infer-blend" >&2; exit 2 ;;
 esac
 fit=(--fit train+test --kfold 3)
 [[ "$1" == *-family ]] && fit=(--fit train)
