@@ -200,11 +200,11 @@ def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypat
 
     binds, forwards, trunks = [], [], []
     with_batch, predict = PerfGraph.with_batch, Predictor.predict_with_embeddings
-    trunk = SeerNetTrunk.forward
+    trunk = SeerNetTrunk.states  # every pass through a trunk (forward, or a sum readout's states)
     monkeypatch.setattr(PerfGraph, "with_batch", lambda self, b: binds.append(b) or with_batch(self, b))
     monkeypatch.setattr(Predictor, "predict_with_embeddings",
                         lambda self, graphs: forwards.append((self.name, len(graphs))) or predict(self, graphs))
-    monkeypatch.setattr(SeerNetTrunk, "forward", lambda self, data, *a, **k: trunks.append(data.num_graphs)
+    monkeypatch.setattr(SeerNetTrunk, "states", lambda self, data, *a, **k: trunks.append(data.num_graphs)
                         or trunk(self, data, *a, **k))
     r = client.post("/v1/predict", json={"model": "example:mobilenet_v3_small", "batch": [9, 10, 11]}).json()
     names = client.app.state.service.predictor_names()
