@@ -184,7 +184,9 @@ def embed(net, graphs: Sequence) -> torch.Tensor:
     (:meth:`perfseer.training.trainer.NeuralPredictor.embeddings` of a SeerNet source; a blend's
     SeerNet members' side by side)."""
     if not has_embedding(net):
-        _parts(net)  # the error saying what to use instead
+        raise PerfseerError(f"the source network ({getattr(getattr(net, 'model', None), 'name', type(net).__name__)}) "
+                            "has no trunk embeddings", "use a SeerNet, SeerNet-Multi or blend-with-SeerNet source, "
+                            "or a loglinear variant without the embedding (full, cols)")
     e = net.embeddings(list(graphs))
     return torch.zeros(0, 1) if e is None else torch.from_numpy(e).float()
 
@@ -1095,9 +1097,9 @@ class CalibratedNet:
         pass through the source network; ``None`` for a source without a trunk."""
         graphs = list(graphs)
         both = getattr(self.net, "predict_with_embeddings", None)
-        if both is None or not self._source_has_embedding():
+        if both is None:
             return self.predict(graphs), None
-        values, emb = both(graphs)
+        values, emb = both(graphs)  # emb is None for a source without embeddings
         return values, None if emb is None else np.asarray(emb, dtype=np.float64)
 
     def _source_has_embedding(self) -> bool:
