@@ -48,12 +48,11 @@ case "${1:-}" in
                        --set tie_seeds=true --set fit_shift=true --name rtx3090-amp-nchw-pt240.infer) ;;
   rtx3090-train) args=("${timm[@]}" --device rtx3090/amp-nchw-pt112 --phase train --seed 1 --batch-size 16
                        --name rtx3090-amp-nchw-pt112.train) ;;
+  # the same blend for the i9 (shipped 2026-11-28), the roofline offset on the i9-10940X's spec; the SeerNet
+  # card it replaced was `--seed 1 --set head_globals=true` with the timm recipe above
   i9-infer) args=("${timm[@]}" --device i9_10940x/fp32-nchw-pt240-dynamo --phase infer --seed 1 --batch-size 32
-                  --set head_globals=true --name i9_10940x-fp32-nchw-pt240-dynamo.infer) ;;
-  # the candidate replacing i9-infer (not shipped yet): round 4's blend for the i9, the roofline offset on its spec
-  i9-infer-blend) args=("${timm[@]}" --device i9_10940x/fp32-nchw-pt240-dynamo --phase infer --seed 1 --batch-size 32
-                        --model blend --set head_hidden_dim=64 --set "members=$BLEND_I9" --set seeds=1,1,0,1,2,0,1,2
-                        --set tie_seeds=true --set fit_shift=true --name i9_10940x-fp32-nchw-pt240-dynamo.infer) ;;
+                  --model blend --set head_hidden_dim=64 --set "members=$BLEND_I9" --set seeds=1,1,0,1,2,0,1,2
+                  --set tie_seeds=true --set fit_shift=true --name i9_10940x-fp32-nchw-pt240-dynamo.infer) ;;
   rtx4090-infer) args=("${timm[@]}" --device rtx4090/amp-nchw-pt291 --phase infer --seed 0 --batch-size 32
                        --name rtx4090-amp-nchw-pt291.infer) ;;
   rtx5090-infer) args=("${timm[@]}" --device rtx5090/amp-nchw-pt291 --phase infer --seed 0 --batch-size 32
@@ -77,7 +76,7 @@ case "${1:-}" in
                       --name memory-sim.train) ;;
   rtx3090-infer-family) args=("${timm[@]}" --device rtx3090/amp-nchw-pt240 --phase infer --seed 0
                               --split family_split --name rtx3090-amp-nchw-pt240.infer.family) ;;
-  *) echo "unknown NAME '${1:-}'; use one of: all ${ORDER[*]} rtx3090-infer-family i9-infer-blend" >&2; exit 2 ;;
+  *) echo "unknown NAME '${1:-}'; use one of: all ${ORDER[*]} rtx3090-infer-family" >&2; exit 2 ;;
 esac
 fit=(--fit train+test --kfold 3)
 [[ "$1" == *-family ]] && fit=(--fit train)
