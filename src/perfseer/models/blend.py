@@ -332,9 +332,15 @@ class Blend(GraphRegressor):
             if callable(hook):
                 hook(mean, std)
 
+    def _weighted(self) -> list[tuple[Tensor, nn.Module, bool]]:
+        """``(weight, member, used)`` per member; a member of weight 0 is not used for the
+        prediction (its output would be multiplied by 0: skipping it gives the same value and costs
+        nothing; an 8-member card whose validation fit zeroed four runs half the networks)."""
+        return [(w, m, float(w) != 0.0) for w, m in zip(self.weights, self.members)]
+
     def forward(self, data) -> Tensor:
         self._inputs(data)
-        return sum(w * m(data) for w, m in zip(self.weights, self.members)) + self.shift
+        return sum(w * m(data) for w, m, used in self._weighted() if used) + self.shift
 
     @property
     def embed(self):
@@ -355,17 +361,18 @@ class Blend(GraphRegressor):
 
         def both(data) -> tuple[Tensor, Tensor]:
             self._inputs(data)
-            outs, embs = [], []
-            for m in self.members:
-                if hasattr(m, "forward_embed"):
+            total, embs = self.shift, []
+            for w, m, used in self._weighted():
+                if used and hasattr(m, "forward_embed"):
                     out, e = m.forward_embed(data)
                     embs.append(e)
-                else:
-                    out = m(data)
+                else:  # a member of weight 0 still lends its embedding to the domain check
+                    out = m(data) if used else None
                     if hasattr(m, "embed"):
                         embs.append(m.embed(data))
-                outs.append(out)
-            return sum(w * o for w, o in zip(self.weights, outs)), torch.cat(embs, dim=-1)
+                if used:
+                    total = total + w * out
+            return total, torch.cat(embs, dim=-1)
 
         return both
 
