@@ -366,12 +366,13 @@ class Blend(GraphRegressor):
                 if used and hasattr(m, "forward_embed"):
                     out, e = m.forward_embed(data)
                     embs.append(e)
-                else:  # a member of weight 0 still lends its embedding to the domain check
-                    out = m(data) if used else None
-                    if hasattr(m, "embed"):
+                else:
+                    if hasattr(m, "embed"):  # a member of weight 0 still lends its embedding to the domain check
                         embs.append(m.embed(data))
-                if used:
-                    total = total + w * out
+                    if not used:
+                        continue
+                    out = m(data)
+                total = total + w * out
             return total, torch.cat(embs, dim=-1)
 
         return both

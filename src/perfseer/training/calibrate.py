@@ -1103,14 +1103,10 @@ class CalibratedNet:
         values, emb = both(graphs)  # emb is None for a source without embeddings
         return values, None if emb is None else np.asarray(emb, dtype=np.float64)
 
-    def _source_has_embedding(self) -> bool:
-        return has_embedding(getattr(self.net, "source_net", self.net))
-
     def embeddings(self, graphs: Sequence) -> np.ndarray | None:
         """The source trunk's embeddings of ``graphs`` (what the ``distance`` interval measures in)."""
-        if not self._source_has_embedding():
-            return None
-        return embed(getattr(self.net, "source_net", self.net), list(graphs)).double().numpy()
+        source = getattr(self.net, "source_net", self.net)
+        return embed(source, list(graphs)).double().numpy() if has_embedding(source) else None
 
     def annotate(self, rows: list[dict], graphs: Sequence, embeddings: np.ndarray | None = None) -> None:
         """``embeddings``: the source's embeddings of ``graphs`` when the prediction already has them
