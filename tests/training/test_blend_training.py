@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from train_helpers import flops_dataset
 
 from perfseer.training.run import train_method
@@ -86,3 +87,29 @@ def test_tie_seeds_gives_a_networks_seeds_one_weight():
     fitted = train_method("blend", tr, va, cfg, train_config=tc, targets=["latency_ms"])
     w = [float(x) for x in fitted.config["weights"].split(",")]
     assert np.isclose(w[0], w[1]) and np.isclose(sum(w), 1)
+
+
+def test_warm_from_reuses_the_members_a_blend_card_already_trained(tmp_path):
+    """A recipe that changes one member retrains that member only; the reused one is the network
+    training would give again, and a card trained on other rows is refused."""
+    from perfseer.errors import PerfseerError
+    from perfseer.predictor import Predictor, Target
+
+    tr, va, te = flops_dataset(16, 0, noise=0.1), flops_dataset(8, 1, noise=0.1), flops_dataset(4, 2)
+    tc = TrainConfig(max_epochs=2, batch_size=8, progress=False)
+    base = {"hidden_dim": 8, "head_hidden_dim": 8, "seeds": "0,1"}
+    old = train_method("blend", tr, va, base | {"members": "gcn+gin"}, train_config=tc, targets=["latency_ms"])
+    Predictor.from_training("old", "blend", old.estimator, [Target("latency_ms", "dev", "infer")], [], {}, {}).save(tmp_path)
+    new_cfg = base | {"members": "gcn+pmgns", "warm_from": str(tmp_path)}     # a folder of cards
+    new = train_method("blend", tr, va, new_cfg, train_config=tc, targets=["latency_ms"])
+    assert new.train_result.epochs_run == 2                                  # pmgns only; gcn reused
+    assert "reused" in new.train_result.stopped
+    scratch = train_method("blend", tr, va, base | {"members": "gcn+pmgns"}, train_config=tc, targets=["latency_ms"])
+    got, want = new.estimator.model.members[0].state_dict(), scratch.estimator.model.members[0].state_dict()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    np.testing.assert_allclose(new.predict(te), scratch.predict(te), rtol=1e-6)
+    with pytest.raises(PerfseerError, match="trained on these rows"):
+        train_method("blend", flops_dataset(16, 5), va, new_cfg, train_config=tc, targets=["latency_ms"])
+    with pytest.raises(PerfseerError, match="no blend card"):
+        train_method("blend", tr, va, new_cfg | {"warm_from": str(tmp_path / "none.json")}, train_config=tc,
+                     targets=["latency_ms"])

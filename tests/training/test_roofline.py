@@ -120,3 +120,97 @@ def test_a_card_with_the_roofline_offset_reloads(tmp_path, model, cfg):
     p.save(tmp_path)
     q = load_predictor(tmp_path / "p.json")
     np.testing.assert_allclose(q.predict_graphs(te), fitted.predict(te), rtol=1e-6)
+
+
+# -- the per-group roofline (fit="groups") ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mixed():
+    """Graphs whose convolutions are spatial, 1x1 or grouped (three operator groups) plus ReLUs."""
+    from perfseer.features.schema import NODE_FEATURES
+
+    kh, kw, grp = (NODE_FEATURES.index(n) for n in ("kernel_h", "kernel_w", "groups"))
+    out = []
+    for split, (n, seed) in enumerate([(60, 0), (15, 1)]):
+        gs = flops_dataset(n, seed, noise=0.05 * (split == 0))
+        for i, g in enumerate(gs):
+            conv = torch.nonzero(g.x[:, kh] == 3).reshape(-1)
+            if i % 3 == 1:
+                g.x[conv[:1], kh] = g.x[conv[:1], kw] = 1.0      # a pointwise convolution
+            if i % 3 == 2:
+                g.x[conv[-1:], grp] = 8.0                        # a grouped one
+        out.append(gs)
+    return out
+
+
+def test_group_baseline_is_the_per_node_roofline_per_group(mixed):
+    from perfseer.models.estimator import OP_GROUP_NAMES, node_groups
+
+    tr, _ = mixed
+    G = len(OP_GROUP_NAMES)
+    theta = np.column_stack([np.geomspace(1e9, 1e10, G), np.geomspace(1e8, 5e8, G), np.geomspace(1e-4, 1e-2, G)])
+    groups = [node_groups(g) for g in tr[:6]]
+    assert {0, 1, 2, OP_GROUP_NAMES.index("activation")} <= set(np.concatenate(groups).tolist())
+    by_hand = [sum(max(f / theta[k, 0], b / theta[k, 1]) + theta[k, 2] if f > 0 else b / theta[k, 1] + theta[k, 2]
+                   for f, b, k in zip(*rl.node_costs(g), gr)) for g, gr in zip(tr[:6], groups)]
+    b = rl._Costs(tr[:6]).group_terms(theta)[:, 4]
+    assert np.allclose(b, by_hand, rtol=1e-9)
+    F = torch.cat([torch.as_tensor(rl.node_costs(g)[0]) for g in tr[:6]])
+    B = torch.cat([torch.as_tensor(rl.node_costs(g)[1]) for g in tr[:6]])
+    batch = torch.cat([torch.full((g.num_nodes,), i) for i, g in enumerate(tr[:6])])
+    lb = rl.log_group_baseline_torch(F, B, torch.as_tensor(np.concatenate(groups)), batch, 6, torch.as_tensor(theta))
+    assert np.allclose(lb.numpy(), np.log(b), atol=1e-9)
+
+
+def test_group_fit_follows_groups_that_differ_from_the_shared_roofline(mixed):
+    tr, _ = mixed
+    shared = rl.RooflineParams(P=5e9, W=3e8, a=1.0, c1=2e-3, c2=1e-3)
+    start = rl.group_start(tr, shared)
+    true = start.copy()
+    true[2, 0] /= 4.0                    # spatial convolutions reach a quarter of the shared peak
+    true[1, 2] *= 5.0                    # pointwise ones pay five times the overhead
+    y = rl._Costs(tr).group_terms(true)[:, 4]
+    shared_err = np.abs(np.log(rl._Costs(tr).group_terms(start)[:, 4] / y)).mean()
+    got = rl.fit_group_params(tr, y, start, penalty=1e-4)
+    err = np.abs(np.log(rl._Costs(tr).group_terms(got)[:, 4] / y)).mean()
+    assert err < 0.1 * shared_err
+    # a strong pull keeps every group at the start
+    held = rl.fit_group_params(tr, y, start, penalty=1e4)
+    assert np.allclose(np.log(held), np.log(start), atol=0.05)
+
+
+def test_group_roofline_estimator_round_trips(mixed):
+    tr, te = mixed
+    est = rl.Roofline(device="i9-10940x", fit="groups", residual="ridge", group_penalties="0.1,1")
+    est.fit(tr, targets_of(tr)[:, 0], eval_set=(te, targets_of(te)[:, 0]))
+    assert est.groups_.shape == (len(rl.group_start(tr, est.params_)), 3) and est.group_penalty_ in (0.1, 1.0)
+    pred = est.predict(te)
+    assert np.isfinite(pred).all()
+    back = rl.Roofline.from_dict(json.loads(json.dumps(est.to_dict())))
+    assert np.allclose(back.predict(te), pred, rtol=1e-12)
+
+
+def test_pmgns_with_the_group_roofline_offsets_by_it_and_reloads(mixed):
+    from torch_geometric.data import Batch
+
+    from perfseer.training.run import train_method
+    from perfseer.training.trainer import TrainConfig, _model_input
+
+    tr, te = mixed
+    cfg = {"hidden_dim": 16, "head_hidden_dim": 16, "baseline": "roofline", "baseline_device": "i9-10940x",
+           "baseline_fit": "groups"}
+    fitted = train_method("pmgns", tr, te, cfg, train_config=TrainConfig(max_epochs=2, progress=False, seed=0))
+    model = fitted.estimator.model.eval()
+    theta = model.baseline_groups[0].numpy()
+    b = Batch.from_data_list([_model_input(fitted.estimator.feature_scaler.transform(g)) for g in te])
+    with torch.no_grad():
+        from perfseer.models.estimator import node_groups
+
+        assert torch.equal(model.node_groups(b), torch.as_tensor(np.concatenate([node_groups(g) for g in te])))
+        logb = model.log_baseline(b)[:, 0].numpy()
+        assert np.allclose(logb, np.log(rl._Costs(te).group_terms(theta)[:, 4]), atol=1e-5)
+        fresh = type(model)(type(model.config).from_dict(model.config.to_dict()))
+        fresh.load_state_dict(model.state_dict())
+        assert torch.allclose(fresh.eval()(b), model(b))
+    with pytest.raises(PerfseerError, match="baseline_penalty"):
+        train_method("pmgns", tr, te, cfg | {"baseline_penalty": 0.0}, train_config=TrainConfig(max_epochs=1, progress=False))

@@ -85,6 +85,12 @@ class BlendConfig(ModelConfig):
     # per target, comma-separated: added to the blend's standardised output, i.e. the fitted log-space
     # shift b divided by the target's std (exp(b) multiplies the prediction in its unit); "": none
     shift: str = ""
+    # a blend card (its .json), or a folder of them (a k-fold run's .stages/NAME), whose members are
+    # reused where this blend has the same member (same name, full config and seed): the card trained
+    # on the same rows (its scalings equal this training set's) is used; "": train every member.
+    # Training is deterministic here, so a reused member is the network training would give again: a
+    # recipe that changes one member retrains that member only
+    warm_from: str = ""
 
     def validate(self) -> None:
         super().validate()
@@ -378,6 +384,64 @@ class Blend(GraphRegressor):
         return both
 
 
+def _member_key(name: str, config: dict, seed: int) -> str:
+    """A member's identity: its name, its full config (normalised through its config class, so a field
+    added since with its default compares equal) and its training seed."""
+    from perfseer.models.registry import config_class
+
+    full = config_class(name).from_dict(dict(config)).to_dict()
+    return json.dumps([name, full, int(seed)], sort_keys=True)
+
+
+def _warm_members(where: str, train_set, targets) -> dict:
+    """``{member key: FittedMethod}`` of the members of the blend cards trained on ``train_set``:
+    ``where`` is a blend card's .json, or a folder of them (e.g. a k-fold run's stages: the cards
+    whose scalings match ``train_set``'s are those trained on these rows; the first card that has a
+    member gives it).  Each member comes
+    back as a :class:`~perfseer.training.trainer.NeuralPredictor` with the card's scalings
+    (``train_result`` records 0 epochs run here; the card keeps its own history)."""
+    from perfseer.predictor import load_predictor
+    from perfseer.training.data import targets_of
+    from perfseer.training.run import FittedMethod
+    from perfseer.training.scaling import FeatureScaler, TargetScaler
+    from perfseer.training.trainer import NeuralPredictor, TrainResult
+
+    path = Path(where)
+    cards = sorted(path.glob("*.json")) if path.is_dir() else [path] if path.is_file() else []
+    if not cards:
+        raise PerfseerError(f"warm_from: no blend card at {path}", "point warm_from at a blend card's .json or a folder of them")
+    ref_f = FeatureScaler().fit(train_set).to_dict()
+    out = {}
+    for card in cards:
+        try:
+            p = load_predictor(card)
+        except PerfseerError:
+            if path.is_dir():  # a folder may hold other JSON files besides cards
+                continue
+            raise
+        model = getattr(p.net, "model", None) if p.net is not None else None
+        if not isinstance(model, Blend):
+            continue
+        ts = p.net.target_scaler
+        if list(ts.targets) != list(targets) or p.net.feature_scaler.to_dict() != ref_f or \
+                ts.to_dict() != TargetScaler(ts.targets, ts.transforms).fit(targets_of(train_set)).to_dict():
+            continue
+        cfg = model.config
+        specs = cfg.member_list()
+        if not cfg.seeds:
+            raise PerfseerError(f"warm_from: the blend card {card} does not record its members' seeds",
+                                "reuse a blend trained with --set seeds=... (one per member), or drop warm_from")
+        for (name, mcfg), seed, member in zip(specs, parse_seeds(cfg.seeds, len(specs)), model.members):
+            net = NeuralPredictor(member, p.net.feature_scaler, p.net.target_scaler, device=p.net.device)
+            result = TrainResult(net, {}, 0, 0, float("nan"), "reused", 0.0, [], None)
+            out.setdefault(_member_key(name, mcfg, seed), FittedMethod(name, list(targets), net, 0.0, result, mcfg))
+    if not out:
+        raise PerfseerError(f"warm_from: no blend card at {path} was trained on these rows and targets (no card's "
+                            "scalings match this training set's)", "drop warm_from, or point it at the blend "
+                            "(or the stages folder) trained on the same data, split and targets")
+    return out
+
+
 def train_blend(train_set, val_set, config: dict, train_config, targets, test_set=None):
     """Train each member with :func:`perfseer.training.run.train_method` (same data and recipe;
     the same seed unless ``seeds`` gives one per member), fit the weights on ``val_set`` unless
@@ -398,8 +462,13 @@ def train_blend(train_set, val_set, config: dict, train_config, targets, test_se
     cfg = BlendConfig.from_dict(config)
     members = cfg.member_list()
     seeds = parse_seeds(cfg.seeds, len(members)) if cfg.seeds else [train_config.seed] * len(members)
+    warm = _warm_members(cfg.warm_from, train_set, targets) if cfg.warm_from else {}
     fitted = []
     for i, (name, member_cfg) in enumerate(members):
+        key = _member_key(name, member_cfg, seeds[i])
+        if key in warm:
+            fitted.append(warm.pop(key))
+            continue
         tc, done = replace(train_config, seed=seeds[i]), None
         if train_config.checkpoint_dir:
             folder = Path(train_config.checkpoint_dir) / f"member{i}"
@@ -445,6 +514,7 @@ def train_blend(train_set, val_set, config: dict, train_config, targets, test_se
     results = [f.train_result for f in fitted]
     history = [dict(h, member=i) for i, r in enumerate(results) for h in r.history]
     result = TrainResult(net, metrics, sum(r.epochs_run for r in results), max(r.best_epoch for r in results),
-                         float(np.mean([r.best_val_loss for r in results])), "+".join(r.stopped for r in results),
+                         float(np.nanmean([r.best_val_loss for r in results])) if any(r.epochs_run for r in results)
+                         else float("nan"), "+".join(r.stopped for r in results),
                          time.perf_counter() - start, history, train_config)
     return FittedMethod("blend", list(targets), net, time.perf_counter() - start, result, model.config.to_dict())

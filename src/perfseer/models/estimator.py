@@ -71,30 +71,46 @@ OP_GROUP_NAMES = ("conv_depthwise", "conv_pointwise", "conv_spatial", *OP_GROUPS
 OP_GROUP_STATS = ("count", "flops", "memory_access_bytes")
 
 
+def _group_lookup():
+    """The group index of every operator type of the vocabulary, and the convolutions' type ids."""
+    from perfseer.features.pyg import OP_VOCAB
+
+    group_of = np.full(len(OP_VOCAB), OP_GROUP_NAMES.index("other"), dtype=np.int64)
+    for g, ops in OP_GROUPS.items():
+        for op in ops:
+            if op in OP_VOCAB:
+                group_of[OP_VOCAB.index(op)] = OP_GROUP_NAMES.index(g)
+    conv = [OP_VOCAB.index(o) for o in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv") if o in OP_VOCAB]
+    return group_of, conv
+
+
+def node_groups(graph, lookup=None) -> np.ndarray:
+    """The operator group (an index into :data:`OP_GROUP_NAMES`) of every node of a raw-featured
+    graph, ``[n]`` int64: the group of its type, convolutions split into grouped / depthwise, 1x1
+    and spatial by their ``groups`` and kernel features."""
+    group_of, conv = lookup or _group_lookup()
+    x_idx = {n: i for i, n in enumerate(schema.NODE_FEATURES)}
+    op = np.asarray(graph.op_type, dtype=np.int64).reshape(-1)
+    x = np.asarray(graph.x, dtype=np.float64).reshape(len(op), -1)
+    is_conv = np.isin(op, conv)
+    k1 = (x[:, x_idx["kernel_h"]] <= 1) & (x[:, x_idx["kernel_w"]] <= 1)
+    return np.where(is_conv & (x[:, x_idx["groups"]] > 1), 0,
+                    np.where(is_conv & k1, 1, np.where(is_conv, 2, group_of[op])))
+
+
 def op_group_features(graphs) -> np.ndarray:
     """Per graph, per operator group (:data:`OP_GROUP_NAMES`: convolutions split into grouped /
     depthwise, 1x1 and spatial; then matrix products, recurrent, norms, activations, softmax,
     arithmetic, pooling, reductions, data movement, the rest): the number of nodes, their summed
     FLOPs and summed memory access, ``[N, 3 * groups]`` float64, raw.  A bag of operator costs:
     what a tree model on whole-graph numbers can not see in :func:`global_features` alone."""
-    from perfseer.features.pyg import OP_VOCAB
-
+    lookup = _group_lookup()
     x_idx = {n: i for i, n in enumerate(schema.NODE_FEATURES)}
-    group_of = np.full(len(OP_VOCAB), OP_GROUP_NAMES.index("other"), dtype=np.int64)
-    for g, ops in OP_GROUPS.items():
-        for op in ops:
-            if op in OP_VOCAB:
-                group_of[OP_VOCAB.index(op)] = OP_GROUP_NAMES.index(g)
-    conv = {OP_VOCAB.index(o) for o in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv") if o in OP_VOCAB}
     G = len(OP_GROUP_NAMES)
     out = np.zeros((len(graphs), 3 * G))
     for i, g in enumerate(graphs):
-        op = np.asarray(g.op_type, dtype=np.int64).reshape(-1)
-        x = np.asarray(g.x, dtype=np.float64).reshape(len(op), -1)
-        grp = group_of[op]
-        is_conv = np.isin(op, list(conv))
-        k1 = (x[:, x_idx["kernel_h"]] <= 1) & (x[:, x_idx["kernel_w"]] <= 1)
-        grp = np.where(is_conv & (x[:, x_idx["groups"]] > 1), 0, np.where(is_conv & k1, 1, np.where(is_conv, 2, grp)))
+        grp = node_groups(g, lookup)
+        x = np.asarray(g.x, dtype=np.float64).reshape(len(grp), -1)
         for j, col in enumerate(("flops", "memory_access_bytes")):
             out[i, G * (j + 1):G * (j + 2)] = np.bincount(grp, weights=x[:, x_idx[col]], minlength=G)
         out[i, :G] = np.bincount(grp, minlength=G)

@@ -12,7 +12,10 @@ from torch_geometric.nn import SAGEConv
 from perfseer.errors import PerfseerError
 from perfseer.models.base import _check_choice
 from perfseer.models.gnn import ConvStack, ConvStackConfig
+from perfseer.features.schema import NODE_FEATURES
 from perfseer.models.roofline import BYTES_COL, FLOPS_COL
+
+SHAPE_COLS = tuple(NODE_FEATURES.index(n) for n in ("kernel_h", "kernel_w", "groups"))
 
 BASELINES = ("none", "roofline")
 
@@ -31,14 +34,19 @@ class PMGNSConfig(ConvStackConfig):
     baseline: str = "none"  # "roofline": predict log y - log b(g), b the roofline time (models/roofline.py)
     baseline_device: str = ""  # spec sheet of the roofline's peak and bandwidth ("" : all five parameters fitted)
     baseline_precision: str = "fp32"  # which peak of the spec (fp16 for AMP)
-    baseline_fit: str = "overheads"  # roofline parameters fitted on the training graphs: none, overheads, all
+    baseline_fit: str = "overheads"  # roofline parameters fitted on the training graphs: none, overheads, all,
+    # or groups (a rate pair and an overhead per operator group: roofline.fit_group_params)
+    baseline_penalty: float = 0.3  # baseline_fit=groups: the pull of each group towards the shared roofline
 
     def validate(self) -> None:
         super().validate()
         _check_choice(self, "aggr", ("mean", "max", "add"))
         _check_choice(self, "baseline", BASELINES)
-        _check_choice(self, "baseline_fit", ("none", "overheads", "all"))
-        if self.baseline == "roofline" and not self.baseline_device and self.baseline_fit != "all":
+        _check_choice(self, "baseline_fit", ("none", "overheads", "all", "groups"))
+        if not self.baseline_penalty > 0:
+            raise PerfseerError(f"PMGNSConfig: baseline_penalty {self.baseline_penalty} is not positive",
+                                "set baseline_penalty > 0 (0.3 by default)")
+        if self.baseline == "roofline" and not self.baseline_device and self.baseline_fit not in ("all", "groups"):
             raise PerfseerError("PMGNSConfig: a roofline baseline without baseline_device needs baseline_fit='all'",
                                 "set baseline_device (a name from 'perfseer devices') or baseline_fit=all")
 
@@ -82,6 +90,15 @@ class PMGNS(ConvStack):
             self.register_buffer("target_mean", torch.zeros(T, dtype=torch.float64))
             self.register_buffer("target_std", torch.ones(T, dtype=torch.float64))
             self.register_buffer("baseline_fitted", torch.zeros((), dtype=torch.bool))
+            if config.baseline_fit == "groups":
+                from perfseer.models.estimator import OP_GROUP_NAMES, _group_lookup
+
+                group_of, conv = _group_lookup()
+                self.register_buffer("baseline_groups", torch.ones(T, len(OP_GROUP_NAMES), 3, dtype=torch.float64))
+                self.register_buffer("group_of", torch.as_tensor(group_of))
+                self.register_buffer("conv_ops", torch.as_tensor(conv, dtype=torch.long))
+                self.register_buffer("shape_mean", torch.zeros(3, dtype=torch.float64))
+                self.register_buffer("shape_std", torch.ones(3, dtype=torch.float64))
 
     def make_conv(self, i, in_dim, out_dim):
         return SAGEConv(in_dim, out_dim, aggr=self.config.aggr)
@@ -106,23 +123,45 @@ class PMGNS(ConvStack):
         c = self.config
         init = rl.spec_params(c.baseline_device, c.baseline_precision) if c.baseline_device else rl.RooflineParams(*rl.GENERIC)
         y = np.asarray(y, dtype=np.float64).reshape(len(graphs), -1)
+        groups = c.baseline_fit == "groups"
+        shared_fit = ("overheads" if c.baseline_device else "all") if groups else c.baseline_fit
         for t in range(y.shape[1]):
-            p = rl.fit_params(graphs, y[:, t], init, rl.FITS[c.baseline_fit])
+            p = rl.fit_params(graphs, y[:, t], init, rl.FITS[shared_fit])
             self.baseline_params[t] = torch.as_tensor(p.as_array())
+            if groups:
+                theta = rl.fit_group_params(graphs, y[:, t], rl.group_start(graphs, p), c.baseline_penalty)
+                self.baseline_groups[t] = torch.as_tensor(theta)
         cols = [rl.FLOPS_COL, rl.BYTES_COL]
         self.cost_mean.copy_(torch.as_tensor(feature_scaler.mean_["x"][cols]))
         self.cost_std.copy_(torch.as_tensor(feature_scaler.std_["x"][cols]))
+        if groups:
+            self.shape_mean.copy_(torch.as_tensor(feature_scaler.mean_["x"][list(SHAPE_COLS)]))
+            self.shape_std.copy_(torch.as_tensor(feature_scaler.std_["x"][list(SHAPE_COLS)]))
         self.baseline_fitted.fill_(True)
 
     def log_baseline(self, data) -> Tensor:
         """``log b(g)`` ``[G, T]`` of a batch of scaled graphs (the trainer's input)."""
-        from perfseer.models.roofline import log_baseline_torch
+        from perfseer.models.roofline import log_baseline_torch, log_group_baseline_torch
 
         batch, _, num_graphs = self._inputs(data)
         v = data.x[:, [FLOPS_COL, BYTES_COL]].double() * self.cost_std + self.cost_mean
         raw = torch.sign(v) * torch.expm1(v.abs())                          # undo signed_log1p
+        if self.config.baseline_fit == "groups":
+            grp = self.node_groups(data)
+            return torch.stack([log_group_baseline_torch(raw[:, 0], raw[:, 1], grp, batch, num_graphs, th)
+                                for th in self.baseline_groups], dim=1)
         return torch.stack([log_baseline_torch(raw[:, 0], raw[:, 1], batch, num_graphs, p)
                             for p in self.baseline_params], dim=1)
+
+    def node_groups(self, data) -> Tensor:
+        """Every node's operator group from its type and its (scaled) kernel and ``groups`` features:
+        :func:`perfseer.models.estimator.node_groups` in torch."""
+        v = data.x[:, list(SHAPE_COLS)].double() * self.shape_std + self.shape_mean
+        kh, kw, g = (torch.sign(v) * torch.expm1(v.abs())).unbind(1)
+        op = data.op_type.reshape(-1)
+        is_conv = torch.isin(op, self.conv_ops)
+        k1 = (kh < 1.5) & (kw < 1.5)                        # integers: <= 1, robust to the round trip
+        return torch.where(is_conv & (g > 1.5), 0, torch.where(is_conv & k1, 1, torch.where(is_conv, 2, self.group_of[op])))
 
     def forward(self, data) -> Tensor:
         out = super().forward(data)

@@ -15,14 +15,25 @@ bandwidth (bytes/ms), ``a`` the share of a data-movement node's bytes that is re
 the overheads are fitted (:func:`fit_params`: least squares of ``log y`` on ``log b(g)`` over the
 training graphs, a robust loss, every parameter in log space, the rates from a grid of starts).
 
+**Per operator group** (``fit="groups"``, :func:`fit_group_params`): one ``P``, ``W`` and overhead
+``c`` per operator group of :data:`perfseer.models.estimator.OP_GROUP_NAMES` (convolutions split
+into depthwise / grouped, 1x1 and spatial; matrix products; norms; activations; ...), about 40
+parameters, each pulled towards the shared roofline by a penalty.  A depthwise convolution, a GEMM
+and a LayerNorm reach very different shares of a device's peak, most of all on a CPU; the
+per-group fit learns each share from the training graphs' total times and still extrapolates
+linearly in FLOPs and bytes.  On the timm leave-families-out folds it alone (times a constant) is at
+15.1 % (RTX 3090) and 18.0 % (i9), against 27.9 / 25.8 % for the shared roofline
+(docs/generalisation.md, "Round 9").
+
 Two uses:
 
 - :class:`Roofline` (``roofline``, a baseline estimator): ``b(g)`` alone (times a fitted
   constant), or with a ridge or LightGBM model of the residual ``log y - log b(g)`` on the global
   features, ``log b`` and the roofline's terms (``residual="ridge"`` / ``"gbm"``);
 - PMGNS's ``baseline="roofline"`` (:mod:`perfseer.models.pmgns`): the network predicts
-  ``log y - log b(g)``; :func:`log_baseline_torch` computes ``log b`` inside the model, and the
-  parameters are buffers of its state, so a card predicts exactly what was trained.
+  ``log y - log b(g)``; :func:`log_baseline_torch` (:func:`log_group_baseline_torch` with
+  ``baseline_fit="groups"``) computes ``log b`` inside the model, and the parameters are buffers of
+  its state, so a card predicts exactly what was trained.
 
 Example::
 
@@ -104,6 +115,29 @@ class _Costs:
         self.B = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
         self.gid = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)]) if parts else np.zeros(0, int)
         self.comp = self.F > 0
+        self._graphs = graphs
+        self._grp = None
+
+    @property
+    def grp(self) -> np.ndarray:
+        """Every node's operator group (:func:`perfseer.models.estimator.node_groups`), computed once."""
+        if self._grp is None:
+            from perfseer.models.estimator import _group_lookup, node_groups
+
+            lookup = _group_lookup()
+            parts = [node_groups(g, lookup) for g in self._graphs]
+            self._grp = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return self._grp
+
+    def group_terms(self, theta: np.ndarray) -> np.ndarray:
+        """:meth:`terms` of the per-group roofline: ``theta`` ``[G, 3]`` holds each operator group's
+        ``P``, ``W`` and overhead ``c`` (a movement node of any group: its bytes at the group's ``W``)."""
+        P, W, c = theta[self.grp, 0], theta[self.grp, 1], theta[self.grp, 2]
+        t_comp = np.where(self.comp, np.maximum(self.F / P, self.B / W), 0.0)
+        t_move = np.where(self.comp, 0.0, self.B / W)
+        s = lambda v: np.bincount(self.gid, weights=v, minlength=self.n)  # noqa: E731
+        tc, tm, nc, nm = s(t_comp), s(t_move), s(self.comp.astype(float)), s((~self.comp).astype(float))
+        return np.stack([tc, tm, nc, nm, tc + tm + s(c)], axis=1)
 
     def terms(self, p: RooflineParams) -> np.ndarray:
         """``[N, 5]`` per graph: the roofline sum over compute nodes, movement bytes / W, compute
@@ -164,6 +198,51 @@ def fit_params(graphs, y, init: RooflineParams, free=("c1", "c2")) -> RooflinePa
     return full(best.x)
 
 
+def group_start(graphs, shared: RooflineParams) -> np.ndarray:
+    """``[G, 3]``: every operator group starts at the shared roofline: ``P``, ``W`` and ``c_1`` for a
+    group whose training nodes mostly compute, ``W / a`` and ``c_2`` for one that mostly moves data."""
+    from perfseer.models.estimator import OP_GROUP_NAMES
+
+    costs = _Costs(graphs)
+    G = len(OP_GROUP_NAMES)
+    comp = np.bincount(costs.grp, weights=costs.comp.astype(float), minlength=G)
+    total = np.bincount(costs.grp, minlength=G)
+    moves = comp < 0.5 * np.maximum(total, 1)
+    theta = np.empty((G, 3))
+    theta[:, 0] = shared.P
+    theta[:, 1] = np.where(moves, shared.W / shared.a, shared.W)
+    theta[:, 2] = np.where(moves, shared.c2, shared.c1)
+    return theta
+
+
+def fit_group_params(graphs, y, start: np.ndarray, penalty: float = 0.3) -> np.ndarray:
+    """Each operator group's ``P``, ``W`` and ``c`` (``[G, 3]``) fitted to ``log y`` by robust least
+    squares (soft-L1, scale 0.3), with ``penalty * |log theta - log start|^2`` pulling every group
+    towards ``start`` (:func:`group_start`): a group with few or no training nodes stays at the
+    shared roofline, one with many moves as far as its nodes' times say.  Per-group rates and
+    overheads are what a single roofline misses on a CPU, where a depthwise convolution, a GEMM
+    and a LayerNorm reach very different shares of the peak."""
+    from scipy.optimize import least_squares
+
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    if len(y) != len(graphs) or len(y) == 0 or not (y > 0).all():
+        raise PerfseerError("fitting a roofline needs one positive time per graph", "pass the training latencies")
+    costs = _Costs(graphs)
+    shape = start.shape
+    th0 = np.log(start).reshape(-1)
+    lo = np.log(np.tile([_BOUNDS["P"][0], _BOUNDS["W"][0], _BOUNDS["c1"][0]], shape[0]))
+    hi = np.log(np.tile([_BOUNDS["P"][1], _BOUNDS["W"][1], _BOUNDS["c1"][1]], shape[0]))
+    root = math.sqrt(penalty)
+
+    def res(p):
+        b = costs.group_terms(np.exp(p).reshape(shape))[:, 4]
+        return np.concatenate([np.log(np.maximum(b, 1e-30)) - np.log(y), root * (p - th0)])
+
+    r = least_squares(res, np.clip(th0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi), loss="soft_l1", f_scale=0.3,
+                      x_scale=1.0)
+    return np.exp(r.x).reshape(shape)
+
+
 def log_baseline_torch(F, B, batch, num_graphs: int, params):
     """``log b(g)`` ``[G]`` from raw node FLOPs ``F`` and bytes ``B`` ``[N]`` (float64 tensors),
     ``batch`` ``[N]`` and ``params`` ``[5]`` (``P, W, a, c1, c2``): what :func:`baseline_ms`
@@ -177,9 +256,20 @@ def log_baseline_torch(F, B, batch, num_graphs: int, params):
     return torch.log(total.clamp_min(1e-30))
 
 
+def log_group_baseline_torch(F, B, grp, batch, num_graphs: int, theta):
+    """``log b(g)`` ``[G]`` of the per-group roofline (:meth:`_Costs.group_terms`) in torch: ``grp``
+    ``[N]`` every node's operator group, ``theta`` ``[groups, 3]`` (``P``, ``W``, ``c`` per group)."""
+    import torch
+
+    P, W, c = theta[grp, 0], theta[grp, 1], theta[grp, 2]
+    t = torch.where(F > 0, torch.maximum(F / P, B / W), B / W) + c
+    total = torch.zeros(num_graphs, dtype=t.dtype, device=t.device).index_add_(0, batch, t)
+    return torch.log(total.clamp_min(1e-30))
+
+
 # -- the baseline estimator ------------------------------------------------------------------------
 
-FITS = {"none": (), "overheads": ("c1", "c2"), "all": PARAM_NAMES}
+FITS = {"none": (), "overheads": ("c1", "c2"), "all": PARAM_NAMES, "groups": ()}
 RESIDUALS = ("none", "ridge", "gbm")
 
 
@@ -189,7 +279,9 @@ class RooflineConfig(EstimatorConfig):
 
     device: str = ""  # registry name for P and W (e.g. rtx3090, i9-10940x); "" starts from generic rates, fit='all'
     precision: str = "fp32"  # which peak of the spec (fp16 for AMP)
-    fit: str = "overheads"  # parameters fitted on the training graphs: none, overheads (c1, c2) or all five
+    fit: str = "overheads"  # parameters fitted on the training graphs: none, overheads (c1, c2), all five, or
+    # groups (P, W and an overhead per operator group, pulled towards the shared roofline: fit_group_params)
+    group_penalties: str = "0.03,0.3,3"  # fit=groups: the pull towards the shared roofline; the validation rows choose
     residual: str = "none"  # model of log y - log b: none (a constant), ridge or gbm, on u, log b and its terms
     ridge_alphas: str = "0.001,0.01,0.1,1,10,100,1000"  # ridge penalties; the validation rows choose (else 1)
     n_estimators: int = 500  # the gbm residual: boosting rounds (early-stopped on validation), as the gbm
@@ -208,7 +300,7 @@ class RooflineConfig(EstimatorConfig):
             raise PerfseerError(f"roofline residual {self.residual!r}", f"use one of {', '.join(RESIDUALS)}")
         if self.target_transform != "log":
             raise PerfseerError("the roofline baseline models log y", "leave target_transform='log'")
-        if not self.device and self.fit != "all":
+        if not self.device and self.fit not in ("all", "groups"):
             raise PerfseerError("a roofline without a device needs its rates fitted",
                                 "set device (a name from 'perfseer devices') or fit='all'")
 
@@ -228,8 +320,12 @@ class Roofline(GraphEstimator):
         """Fit; ``eval_set=(graphs, y)`` picks the ridge penalty and early-stops the gbm."""
         return super().fit(graphs, y, eval_set=eval_set)
 
+    def _terms(self, graphs) -> np.ndarray:
+        costs = _Costs(graphs)
+        return costs.terms(self.params_) if self.groups_ is None else costs.group_terms(self.groups_)
+
     def _features(self, graphs) -> tuple[np.ndarray, np.ndarray]:
-        T = _Costs(graphs).terms(self.params_)
+        T = self._terms(graphs)
         logb = np.log(np.maximum(T[:, 4], 1e-30))
         X = np.column_stack([signed_log1p(global_features(graphs)), logb, np.log(T[:, 0] + 1e-9),
                              np.log(T[:, 1] + 1e-9), np.log1p(T[:, 2]), np.log1p(T[:, 3])])
@@ -241,7 +337,29 @@ class Roofline(GraphEstimator):
         if z.shape[1] != 1:
             raise PerfseerError("the roofline baseline predicts one time", "fit it on latency_ms alone")
         init = spec_params(c.device, c.precision) if c.device else RooflineParams(*GENERIC)
-        self.params_ = fit_params(graphs, np.exp(z[:, 0]), init, FITS[c.fit])
+        y = np.exp(z[:, 0])
+        if c.fit != "groups":
+            self.params_, self.groups_ = fit_params(graphs, y, init, FITS[c.fit]), None
+            self._fit_residual(graphs, z, eval_set)
+            return
+        # per-group rates and overheads from the shared roofline (its overheads fitted; all five
+        # without a spec); the pull towards it chosen on the validation rows
+        self.params_ = fit_params(graphs, y, init, FITS["overheads" if c.device else "all"])
+        start = group_start(graphs, self.params_)
+        penalties = [float(a) for a in c.group_penalties.split(",")] if eval_set is not None else [1.0]
+        best = None
+        for lam in penalties:
+            self.groups_ = fit_group_params(graphs, y, start, lam)
+            err = self._fit_residual(graphs, z, eval_set)
+            if best is None or err < best[0]:
+                best = (err, self.groups_, lam)
+        self.groups_, self.group_penalty_ = best[1], best[2]
+        self._fit_residual(graphs, z, eval_set)
+
+    def _fit_residual(self, graphs, z: np.ndarray, eval_set=None) -> float:
+        """Fit the residual model on top of the fitted roofline; its validation MAPE (0 without
+        ``eval_set``)."""
+        c = self.config
         X, logb = self._features(graphs)
         r = z[:, 0] - logb
         self.shift_ = float(np.median(r))
@@ -266,7 +384,8 @@ class Roofline(GraphEstimator):
                 if best is None or err < best[0]:
                     best = (err, w, alpha)
             self.ridge_ = {"mean": mu, "std": sd, "w": best[1], "alpha": best[2]}
-        elif c.residual == "gbm":
+            return best[0]
+        if c.residual == "gbm":
             from perfseer.models.gbm import _lightgbm
 
             lgb = _lightgbm()
@@ -280,6 +399,10 @@ class Roofline(GraphEstimator):
                       "callbacks": [lgb.early_stopping(c.early_stopping_rounds, verbose=False)]}
             b = lgb.train(params, train, num_boost_round=c.n_estimators, **kw)
             self.booster_ = (b, int(b.best_iteration if b.best_iteration > 0 else b.current_iteration()))
+            if Xv is None:
+                return 0.0
+            return float(np.mean(np.abs(np.exp(b.predict(Xv, num_iteration=self.booster_[1]) - rv) - 1)))
+        return 0.0 if rv is None else float(np.mean(np.abs(np.exp(self.shift_ - rv) - 1)))
 
     def _predict(self, graphs) -> np.ndarray:
         X, logb = self._features(graphs)
@@ -293,6 +416,8 @@ class Roofline(GraphEstimator):
 
     def _state(self) -> dict:
         st = {"params": floats(self.params_.as_array()), "shift": self.shift_}
+        if self.groups_ is not None:
+            st["groups"] = [floats(row) for row in self.groups_]
         if self.ridge_ is not None:
             st["ridge"] = {k: (floats(v) if isinstance(v, np.ndarray) else v) for k, v in self.ridge_.items()}
         if self.booster_ is not None:
@@ -302,6 +427,7 @@ class Roofline(GraphEstimator):
     def _load_state(self, state: dict) -> None:
         self.params_ = RooflineParams.from_array(state["params"])
         self.shift_ = float(state["shift"])
+        self.groups_ = np.asarray(state["groups"], dtype=np.float64) if "groups" in state else None
         self.ridge_ = self.booster_ = None
         if "ridge" in state:
             self.ridge_ = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, list) else v)
