@@ -95,10 +95,17 @@ class PMGNS(ConvStack):
 
                 group_of, conv = _group_lookup()
                 self.register_buffer("baseline_groups", torch.ones(T, len(OP_GROUP_NAMES), 3, dtype=torch.float64))
-                self.register_buffer("group_of", torch.as_tensor(group_of))
-                self.register_buffer("conv_ops", torch.as_tensor(conv, dtype=torch.long))
+                # the operator vocabulary's groups, rebuilt from the code's vocabulary (the one the
+                # inputs' op_type ids come from), so they are not part of the saved state
+                self.register_buffer("group_of", torch.as_tensor(group_of), persistent=False)
+                self.register_buffer("conv_ops", torch.as_tensor(conv, dtype=torch.long), persistent=False)
                 self.register_buffer("shape_mean", torch.zeros(3, dtype=torch.float64))
                 self.register_buffer("shape_std", torch.ones(3, dtype=torch.float64))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for key in ("group_of", "conv_ops"):  # saved by the first version of baseline_fit=groups
+            state_dict.pop(prefix + key, None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def make_conv(self, i, in_dim, out_dim):
         return SAGEConv(in_dim, out_dim, aggr=self.config.aggr)
