@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from typing import Any
-
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -31,6 +29,7 @@ from perfseer.graph import fold, safe_infer
 from perfseer.graph.ir import FLOAT_DTYPES, DropoutSite, Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
 from perfseer.graph.legacy import upgrade_legacy
+from perfseer.graph.node_fields import NodeFields, attribute_values, read_nodes
 from perfseer.graph.sequences import SEQUENCE_OPS, expand_sequences, unsupported_sequence
 from perfseer.graph.validate import validate_model
 from perfseer.switches import env_flag
@@ -121,18 +120,25 @@ for _v in onnx.TensorProto.DataType.values():
         DTYPE_NAMES[_v] = onnx.TensorProto.DataType.Name(_v).lower()
 
 
-def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    out = {}
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.TENSOR:
-            out[a.name] = fold.tensor_value(a.t, SMALL_VALUE_ELEMENTS)
-        elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            out[a.name] = None
-        else:
-            v = helper.get_attribute_value(a)
-            out[a.name] = v.decode() if isinstance(v, bytes) else (
-                [x.decode() if isinstance(x, bytes) else x for x in v] if isinstance(v, list) else v)
-    return out
+def _inferred_type(typ: onnx.TypeProto) -> tuple[int, tuple[int, ...] | None] | None:
+    """``(element type, dims)`` of an inferred tensor type (see :func:`_inferred_shape`);
+    ``None`` for a type that is not a tensor (a sequence, a map)."""
+    if not typ.HasField("tensor_type"):
+        return None
+    tt = typ.tensor_type
+    return tt.elem_type, _inferred_shape(tt)
+
+
+def _inferred_shape(tt: onnx.TypeProto.Tensor) -> tuple[int, ...] | None:
+    """The dims of an inferred tensor type; ``None`` without a shape or with a dimension that is
+    unknown (symbolic) or negative."""
+    if not tt.HasField("shape"):
+        return None
+    dims = tt.shape.dim
+    values = [d.dim_value for d in dims]
+    if 0 in values:  # a 0 is a size only where it is set: unset (symbolic) dims read 0 too
+        values = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
+    return None if any(v < 0 for v in values) else tuple(values)
 
 
 class _Extraction:
@@ -152,6 +158,9 @@ class _Extraction:
         self.opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 0)
         self.bounded: dict[str, onnx.ValueInfoProto] = {}  # stated shapes of data-dependent outputs (NMS)
         self.dequantized: dict[str, str] = {}  # injected DequantizeLinear output -> its integer weight
+        self.nodes: list[NodeFields] = []  # the graph's nodes, read once (:meth:`read_nodes`)
+        self._init_types: dict[str, tuple[int, tuple[int, ...]]] = {}  # :meth:`initializer_types`
+        self._init_read = 0  # how many initializers it has read
 
     # -- 1. what cannot be represented ------------------------------------------------------------
     def check_supported(self) -> None:
@@ -160,18 +169,20 @@ class _Extraction:
 
             self.model = inliner.inline_local_functions(self.model)
             self.g = self.model.graph
-        for node in self.g.node:
+        self.read_nodes()  # shared with validation and the legacy check, which keep them in step
+        for node in self.nodes:
             if node.op_type in CONTROL_FLOW and node.domain in STANDARD_DOMAINS:
                 raise UnsupportedModelError(
                     f"{self.source} contains control flow ({node.op_type} node '{node.name or node.output[0]}'), "
                     "whose cost depends on run-time data",
                     "export with static control flow (trace the model at fixed shapes, unroll loops) and retry",
                 )
-        self.opset = upgrade_legacy(self.model, validate_model(self.model, self.source, self.skel.stripped))
+        opset = validate_model(self.model, self.source, self.skel.stripped, self.nodes)
+        self.opset = upgrade_legacy(self.model, opset, self.nodes)
         declared = {o.domain for o in self.model.opset_import}
-        for domain in sorted({n.domain for n in self.g.node} - declared - {"", "ai.onnx"}):
+        for domain in sorted({n.domain for n in self.nodes} - declared - {"", "ai.onnx"}):
             self.model.opset_import.add(domain=domain, version=1)  # lets shape inference reach the op
-        custom = {o for n in self.g.node if n.domain not in STANDARD_DOMAINS for o in n.output}
+        custom = {o for n in self.nodes if n.domain not in STANDARD_DOMAINS for o in n.output}
         self.declared_custom = [vi for vi in self.g.value_info if vi.name in custom]
         # Exporter annotations (stack traces, FX names) and value infos (re-inferred here) only
         # slow down every serialisation that shape inference does.
@@ -180,7 +191,7 @@ class _Extraction:
             if node.metadata_props:
                 del node.metadata_props[:]
             node.doc_string = ""
-        self.has_range = any(n.op_type == "Range" for n in self.g.node)
+        self.has_range = any(n.op_type == "Range" for n in self.nodes)
         self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
         if not self.real_inputs:
             raise UnsupportedModelError(
@@ -281,16 +292,17 @@ class _Extraction:
         # and normalisations) pass as Identity during inference, so shapes flow through a chain
         # of them in one pass (49 GroupNorms: 1 pass, not 49).
         swapped, retyped = [], {}
-        for n in self.g.node:
-            standard = n.domain in STANDARD_DOMAINS
-            if n.input and n.op_type in SAME_SHAPE_OPS and (not standard or n.op_type in _UNINFERABLE_SAME_SHAPE):
-                swapped.append((n, n.op_type, n.domain, list(n.input), list(n.attribute)))
+        for n, fields in zip(self.g.node, self.nodes):  # the fields to read, the proto to change
+            standard = fields.domain in STANDARD_DOMAINS
+            if fields.input and fields.op_type in SAME_SHAPE_OPS and (
+                    not standard or fields.op_type in _UNINFERABLE_SAME_SHAPE):
+                swapped.append((n, fields.op_type, fields.domain, list(fields.input), list(n.attribute)))
                 n.op_type, n.domain = "Identity", ""
                 del n.input[1:]
                 del n.attribute[:]
-            elif n.domain == "com.microsoft" and n.op_type in _MS_STANDINS and not self._declared(n):
-                op, positions, keep, elem = _MS_STANDINS[n.op_type]
-                inputs, attrs = list(n.input), list(n.attribute)
+            elif fields.domain == "com.microsoft" and fields.op_type in _MS_STANDINS and not self._declared(fields):
+                op, positions, keep, elem = _MS_STANDINS[fields.op_type]
+                inputs, attrs = list(fields.input), list(n.attribute)
                 if any(p >= len(inputs) or not inputs[p] for p in positions):
                     continue
                 swapped.append((n, n.op_type, n.domain, inputs, attrs))
@@ -318,28 +330,30 @@ class _Extraction:
                 n.input.extend(inputs)
                 n.attribute.extend(attrs)
         types: dict[str, tuple[int, tuple[int, ...] | None]] = {}
+        read: dict[bytes, tuple[int, tuple[int, ...] | None] | None] = {}  # by serialised TypeProto
         for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
-            tt = vi.type.tensor_type
-            if not vi.type.HasField("tensor_type"):
+            typ = vi.type
+            key = typ.SerializeToString()  # tensors share a few types: each is decoded once
+            if key not in read:
+                read[key] = _inferred_type(typ)
+            elem_shape = read[key]
+            if elem_shape is None:
                 continue
-            shape = None
-            if tt.HasField("shape"):
-                dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
-                shape = None if any(d < 0 for d in dims) else dims
-            if shape is not None or vi.name not in types:  # a graph output may repeat it shapeless
-                types[vi.name] = (tt.elem_type or types.get(vi.name, (0,))[0], shape)
-        for t in self.g.initializer:
-            types[t.name] = (t.data_type, tuple(t.dims))
+            elem, shape = elem_shape
+            name = vi.name
+            if shape is not None or name not in types:  # a graph output may repeat it shapeless
+                types[name] = (elem or types.get(name, (0,))[0], shape)
+        types.update(self.initializer_types())
         for name, elem in retyped.items():
             if name in types:
                 types[name] = (elem, types[name][1])
-        for n in self.g.node:  # Dropout-7..11 has no inference for its mask: the input's shape, bool
+        for n in self.nodes:  # Dropout-7..11 has no inference for its mask: the input's shape, bool
             if n.op_type == "Dropout" and len(n.output) > 1 and n.output[1] and types.get(n.output[1], (0, None))[1] \
                     is None and types.get(n.input[0], (0, None))[1] is not None:
                 types[n.output[1]] = (onnx.TensorProto.BOOL, types[n.input[0]][1])
         return types
 
-    def _declared(self, node: onnx.NodeProto) -> bool:
+    def _declared(self, node: NodeFields) -> bool:
         names = {vi.name for vi in self.declared_custom}
         return all(o in names for o in node.output if o)
 
@@ -375,6 +389,7 @@ class _Extraction:
         # The batch size may be baked into the graph (a Reshape to [1, ...]): keep it fixed.
         self.model = original
         self.g = self.model.graph
+        self.read_nodes()
         self.init_names = {t.name for t in self.g.initializer}
         self.injected, self.removed, self.dequantized = set(), Counter(), {}
         self.real_inputs = [vi for vi in self.g.input if vi.name not in self.init_names]
@@ -384,6 +399,22 @@ class _Extraction:
     def default_batch_static(self) -> bool:
         dims = self.real_inputs[0].type.tensor_type.shape.dim
         return bool(dims) and dims[0].HasField("dim_value") and dims[0].dim_value != (self.sentinel or 0)
+
+    def read_nodes(self) -> None:
+        """(Re-)read :attr:`nodes`, the fields of the graph's nodes in order (after any change to
+        the node list other than :meth:`_inject`'s, which keeps them in step)."""
+        self.nodes = read_nodes(self.g)
+
+    def initializer_types(self) -> dict[str, tuple[int, tuple[int, ...]]]:
+        """``{name: (element type, dims)}`` of every initializer.  Initializers are only ever
+        appended during a bound run (folded values, sequence sizes), so the ones read before are
+        not read again."""
+        inits = self.g.initializer
+        for i in range(self._init_read, len(inits)):
+            t = inits[i]
+            self._init_types[t.name] = (t.data_type, tuple(t.dims))
+        self._init_read = len(inits)
+        return self._init_types
 
     def _run_bound(self) -> Graph:
         init_values: dict[str, np.ndarray] = {}
@@ -399,9 +430,12 @@ class _Extraction:
                 self.init_names.add(t.name)
                 self.injected.add(t.name)
                 init_values[t.name] = numpy_helper.to_array(t)
+        if changed:
+            self.read_nodes()
+        self._init_types, self._init_read = {}, 0  # this graph's (on the fallback, a fresh copy)
         # Constant sub-graphs that ONNX's data propagation cannot follow (a Reshape of constants
         # feeding ReduceMean's axes) are computed first, so one inference pass usually suffices.
-        types0 = {t.name: (t.data_type, tuple(t.dims)) for t in self.g.initializer}
+        types0 = dict(self.initializer_types())
         for vi in self.real_inputs:  # bound by now: Shape(input) folds before inference too
             tt = vi.type.tensor_type
             types0[vi.name] = (tt.elem_type, tuple(d.dim_value for d in tt.shape.dim))
@@ -450,7 +484,7 @@ class _Extraction:
             )
         return self.build(types, static, values, folded, device)
 
-    def _explain_missing(self, node: onnx.NodeProto, tensor: str) -> None:
+    def _explain_missing(self, node: NodeFields, tensor: str) -> None:
         """Raise the real cause of a missing shape where one can be named."""
         where = f"{node.op_type} node '{node.name or tensor}' of {self.source}"
         if node.domain == "ai.onnx.preview.training":
@@ -472,7 +506,7 @@ class _Extraction:
             raise ShapeError(f"{where}: {str(e).splitlines()[0][:400]}",
                              "check --input-shape and --batch, or fix the model") from e
 
-    def _is_view(self, node: onnx.NodeProto, types) -> bool:
+    def _is_view(self, node: NodeFields, types) -> bool:
         op = node.op_type
         if op in _VIEW_OPS:
             return True
@@ -493,15 +527,15 @@ class _Extraction:
                           and (t.name not in init_values or math.prod(t.dims) > _MAX_INJECTED)
                           } if weight_work_enabled() else set()
         values: dict[str, np.ndarray] = dict(init_values)
-        folded: list[onnx.NodeProto] = []
-        device: list[onnx.NodeProto] = []
-        for node in self.g.node:
+        folded: list[NodeFields] = []
+        device: list[NodeFields] = []
+        for node in self.nodes:
             op = node.op_type
             attrs = None
             if op in ("Shape", "Size") and node.domain in STANDARD_DOMAINS:
                 shape = types.get(node.input[0], (0, None))[1]
                 if shape is not None:
-                    attrs = _attrs(node)
+                    attrs = node.attrs
                     if op == "Size":
                         values[node.output[0]] = np.asarray(math.prod(shape), np.int64)
                     else:
@@ -515,9 +549,9 @@ class _Extraction:
             is_static = (
                 node.domain in STANDARD_DOMAINS
                 and op not in _NONDETERMINISTIC and op not in _SOURCE_OPS
-                and all(i in static for i in data_inputs)
+                and static.issuperset(data_inputs)
             )
-            if is_static and any(i in weight_derived for i in data_inputs):
+            if is_static and weight_derived and not weight_derived.isdisjoint(data_inputs):
                 if self._is_view(node, types):
                     weight_derived.update(node.output)
                 else:
@@ -528,7 +562,7 @@ class _Extraction:
             folded.append(node)
             static.update(node.output)
             if op == "Constant":
-                v = fold.constant_value(node)
+                v = node.constant
                 if v is not None:
                     values[node.output[0]] = v
                 continue
@@ -542,7 +576,7 @@ class _Extraction:
                 continue
             out_shape = types.get(node.output[0], (0, None))[1] if node.output else None
             try:
-                out = fold.evaluate(node, attrs or _attrs(node), ins,
+                out = fold.evaluate(node.proto, attrs or node.attrs, ins,
                                     None if out_shape is None else math.prod(out_shape))
             except fold.FoldError as e:
                 raise ShapeError(f"{op} node '{node.name or node.output[0]}' of {self.source} is invalid: {e}",
@@ -555,7 +589,7 @@ class _Extraction:
         return static, values, folded, device
 
     @staticmethod
-    def missing_shapes(types, device) -> list[tuple[onnx.NodeProto, str]]:
+    def missing_shapes(types, device) -> list[tuple[NodeFields, str]]:
         out = []
         for node in device:
             for o in node.output:
@@ -595,7 +629,7 @@ class _Extraction:
             lengths = [u for u in readers if u.op_type == "SequenceLength"]
             readers = [u for u in readers if u.op_type == "SequenceAt"]
             positions = [values.get(u.input[1]) if len(u.input) > 1 else None for u in readers]
-            attrs = _attrs(node)
+            attrs = attribute_values(node)
             split = values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
             if len(node.input) > 1 and node.input[1] and split is None:
                 continue  # sizes known only at run time
@@ -655,6 +689,7 @@ class _Extraction:
         self.removed.update(nodes[i].op_type for i in drop)
         del self.g.node[:]
         self.g.node.extend(out)
+        self.read_nodes()
         return True
 
     def _bound_data_dependent(self, missing, types, values) -> bool:
@@ -689,7 +724,7 @@ class _Extraction:
             x, w = tensors.get(n.input[0]), tensors.get(n.input[1])
             if x is None or w is None or x.rank < 3 or w.rank < 3:
                 continue
-            group = int(_attrs(n).get("group", 1) or 1)
+            group = int(n.attrs.get("group", 1) or 1)
             expected = w.shape[1] * group
             if x.shape[1] == expected:
                 continue
@@ -701,15 +736,15 @@ class _Extraction:
 
     def _inject(self, new: dict[str, np.ndarray]) -> None:
         """Replace the producers of ``new`` tensors by initializers holding the computed values."""
-        keep, gone = [], []
-        for n in self.g.node:
-            (gone if n.output and all(o in new or not o for o in n.output) else keep).append(n)
-        self.removed.update(n.op_type for n in gone)
-        for n in gone:  # a de-quantised weight stays the integer weight it was computed from
+        gone = [i for i, n in enumerate(self.nodes) if n.output and all(o in new or not o for o in n.output)]
+        self.removed.update(self.nodes[i].op_type for i in gone)
+        for i in gone:  # a de-quantised weight stays the integer weight it was computed from
+            n = self.nodes[i]
             if n.op_type == "DequantizeLinear" and n.input[0] in self.init_names and n.input[0] not in self.injected:
                 self.dequantized[n.output[0]] = n.input[0]
-        del self.g.node[:]
-        self.g.node.extend(keep)
+        for i in reversed(gone):  # in place: the other nodes (and their fields) stay as they are
+            del self.g.node[i]
+            del self.nodes[i]
         for name, v in new.items():
             self.g.initializer.append(numpy_helper.from_array(np.asarray(v), name))
             self.init_names.add(name)
@@ -719,8 +754,8 @@ class _Extraction:
     def build(self, types, static, values, folded, device) -> Graph:
         sentinel = BATCH_SENTINEL if self.batch_bound else None
         buffers = set(json.loads(self.meta[META_BUFFERS])) if META_BUFFERS in self.meta else None
-        bn_stats = {n.input[i] for n in self.g.node for i in _BUFFER_INPUTS.get(n.op_type, ()) if i < len(n.input)}
-        bn_stats |= {n.input[i] for n in self.g.node for i in _QUANT_PARAM_INPUTS.get(n.op_type, ()) if i < len(n.input)}
+        bn_stats = {n.input[i] for n in self.nodes for i in _BUFFER_INPUTS.get(n.op_type, ()) if i < len(n.input)}
+        bn_stats |= {n.input[i] for n in self.nodes for i in _QUANT_PARAM_INPUTS.get(n.op_type, ()) if i < len(n.input)}
         constant_outputs = {o for n in folded for o in n.output} | self.injected
         input_names = {vi.name for vi in self.real_inputs}
         used = {i for n in (*device, *folded) for i in n.input if i} | {o for n in device for o in n.output if o}
@@ -748,6 +783,7 @@ class _Extraction:
         # the alias.
         device_reads = {i for n in device for i in n.input}
         only_aliased = set(alias.values()) - device_reads
+        scales: dict[tuple[int, ...], tuple[int, ...]] = {}  # batch scale by shape (tensors share shapes)
         for name in used:
             elem, shape = types.get(name, (1, None))
             if shape is None:
@@ -768,7 +804,10 @@ class _Extraction:
                 kind = TensorKind.CONSTANT
             else:
                 kind = TensorKind.ACTIVATION
-            scale = tuple(d // sentinel if sentinel and d % sentinel == 0 and d > 0 else 0 for d in shape)
+            scale = scales.get(shape)
+            if scale is None:
+                scale = scales[shape] = tuple(d // sentinel if sentinel and d % sentinel == 0 and d > 0 else 0
+                                              for d in shape)
             value = values.get(name)
             if value is not None and value.size > SMALL_VALUE_ELEMENTS:
                 value = None
@@ -804,7 +843,7 @@ class _Extraction:
                 # torch's exporter gives a bias-free conv a bias of computed zeros; no framework
                 # reads (or adds) it, so the node has no bias.
                 inputs = inputs[:2] + ("",) + inputs[3:]
-            nodes.append(Node(name, n.op_type, n.domain, inputs, tuple(n.output), _attrs(n)))
+            nodes.append(Node(name, n.op_type, n.domain, inputs, n.output, n.attrs))
         graph = Graph(
             name=self.meta.get(META_SOURCE) or self.source, nodes=tuple(nodes), tensors=tensors,
             inputs=tuple(vi.name for vi in self.real_inputs), outputs=tuple(self._output_names),

@@ -169,8 +169,38 @@ def _reshape(x, a):
 
 @_k("Expand")
 def _expand(x, a):
-    shape = np.broadcast_shapes(x[0].shape, tuple(int(d) for d in x[1]))
-    return [np.broadcast_to(x[0], shape).copy()]
+    target = x[1]
+    if target.ndim == 1 and target.dtype.kind in "iu":
+        target = tuple(target.tolist())  # the ints the loop below gives, in one call
+    else:
+        target = tuple(int(d) for d in target)
+    out = np.empty(broadcast_pair(x[0].shape, target), x[0].dtype)
+    out[...] = x[0]  # np.broadcast_to(...).copy(), without building the broadcast view
+    return [out]
+
+
+def broadcast_pair(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """``np.broadcast_shapes(a, b)`` for two shapes of non-negative sizes, without building numpy
+    objects for it (this runs for every folded ``Expand``).
+
+    Raises:
+        ValueError: the shapes do not broadcast.
+    """
+    if len(a) > 32 or len(b) > 32:  # ranks numpy may refuse: its own answer
+        return np.broadcast_shapes(a, b)
+    if len(a) < len(b):
+        a = (1,) * (len(b) - len(a)) + a
+    elif len(b) < len(a):
+        b = (1,) * (len(a) - len(b)) + b
+    out = []
+    for p, q in zip(a, b):
+        if p == q or q == 1:
+            out.append(p)
+        elif p == 1:
+            out.append(q)
+        else:
+            raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return tuple(out)
 
 
 @_k("Transpose")
@@ -229,7 +259,9 @@ class FoldError(ValueError):
 
 
 def _shape_arg(v) -> tuple[int, ...]:
-    dims = tuple(int(d) for d in np.asarray(v).ravel())
+    flat = np.asarray(v).ravel()
+    # integer arrays: tolist() gives the same ints as int() of each element, in one call
+    dims = tuple(flat.tolist()) if flat.dtype.kind in "iu" else tuple(int(d) for d in flat)
     if any(d < 0 for d in dims):
         raise FoldError(f"the shape {list(dims)} has a negative dimension")
     return dims
@@ -249,7 +281,7 @@ def output_elements_bound(op: str, values: list) -> int | None:
         if op == "ConstantOfShape":
             return math.prod(_shape_arg(values[0]))
         if op == "Expand":
-            return math.prod(np.broadcast_shapes(values[0].shape, _shape_arg(values[1])))
+            return math.prod(broadcast_pair(values[0].shape, _shape_arg(values[1])))
         if op == "Tile":
             reps = _shape_arg(values[1])
             return values[0].size * math.prod(reps)

@@ -28,28 +28,33 @@ import onnx
 from onnx import helper, numpy_helper
 
 from perfseer.graph import safe_infer
+from perfseer.graph.node_fields import NodeFields, read_nodes
 
 LEGACY_BELOW = 7
 _LEGACY_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less"})
 _DROP_ALWAYS = ("consumed_inputs", "is_test")
 
 
-def _has_legacy(graph: onnx.GraphProto) -> bool:
-    for n in graph.node:
-        for a in n.attribute:
-            if a.name in _DROP_ALWAYS or (a.name == "broadcast" and n.op_type in _LEGACY_BROADCAST | {"Gemm"}) or (
-                    a.name == "spatial" and n.op_type == "BatchNormalization") or (
-                    a.name == "shape" and n.op_type == "Reshape") or (a.name == "paddings" and n.op_type == "Pad"):
+def _has_legacy(nodes: list[NodeFields]) -> bool:
+    for n in nodes:
+        for name, _ in n.signature:
+            if name in _DROP_ALWAYS or (name == "broadcast" and n.op_type in _LEGACY_BROADCAST | {"Gemm"}) or (
+                    name == "spatial" and n.op_type == "BatchNormalization") or (
+                    name == "shape" and n.op_type == "Reshape") or (name == "paddings" and n.op_type == "Pad"):
                 return True
-        if n.op_type == "Concat" and not any(a.name == "axis" for a in n.attribute):
+        if n.op_type == "Concat" and not any(name == "axis" for name, _ in n.signature):
             return True
     return False
 
 
-def upgrade_legacy(model: onnx.ModelProto, opset: int) -> int:
-    """Rewrite ``model`` in place (see the module docstring); returns the new default opset."""
+def upgrade_legacy(model: onnx.ModelProto, opset: int, nodes: list[NodeFields] | None = None) -> int:
+    """Rewrite ``model`` in place (see the module docstring); returns the new default opset.
+
+    ``nodes``: the fields of the graph's nodes (:func:`~perfseer.graph.node_fields.read_nodes`),
+    read here when not given; after a rewrite, the list is re-read in place.
+    """
     g = model.graph
-    if opset >= LEGACY_BELOW and not _has_legacy(g):
+    if opset >= LEGACY_BELOW and not _has_legacy(read_nodes(g) if nodes is None else nodes):
         return opset
     axis_nodes: list[tuple[onnx.NodeProto, int]] = []
     for n in g.node:
@@ -87,6 +92,8 @@ def upgrade_legacy(model: onnx.ModelProto, opset: int) -> int:
             o.version = new_opset
     if axis_nodes:
         _align_axis_broadcasts(model, axis_nodes, new_opset)
+    if nodes is not None:
+        nodes[:] = read_nodes(g)
     return new_opset
 
 

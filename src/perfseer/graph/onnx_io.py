@@ -74,17 +74,25 @@ def _fields(buf, start: int, end: int):
     pos = start
     while pos < end:
         fstart = pos
-        key, pos = _varint(buf, pos, end)
+        key = buf[pos]
+        if key < 0x80:  # one-byte keys (field numbers below 16) are the common case
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos, end)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise _WireError("field number 0")
-        if wire == 0:
+        if wire == 2:
+            length = buf[pos] if pos < end else 0x80
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = _varint(buf, pos, end)
+            nxt = pos + length
+        elif wire == 0:
             _, nxt = _varint(buf, pos, end)
         elif wire == 1:
             nxt = pos + 8
-        elif wire == 2:
-            length, pos = _varint(buf, pos, end)
-            nxt = pos + length
         elif wire == 5:
             nxt = pos + 4
         else:
@@ -107,10 +115,48 @@ def _encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _tensor_header(buf, start: int, end: int) -> tuple[str, list[int], bool]:
-    """Name, dims and whether a TensorProto keeps its data outside the file."""
-    name, dims, external = "", [], False
-    for number, wire, vs, ve, _ in _fields(buf, start, end):
+_KEEP = frozenset({_T_DIMS, _T_DATA_TYPE, _T_NAME, _T_EXTERNAL_DATA, _T_DATA_LOCATION})
+# The external-data entry ``location: NOT_EXPORTED`` as protobuf encodes it (StringStringEntryProto).
+_NOT_EXPORTED_ENTRY = onnx.StringStringEntryProto(key="location", value=NOT_EXPORTED).SerializeToString()
+
+
+@dataclass
+class _Header:
+    """What one walk over a TensorProto's fields finds (:func:`_tensor_header`).
+
+    Attributes:
+        name, dims: the tensor's name and dims (as the wire holds them: unsigned).
+        external: its data live outside the file.
+        loadable: its values may lie in an external file to read (:func:`_load_small_external`):
+            it has a data location field (of any value) and no ``location: NOT_EXPORTED`` entry.
+        kept: the ``(start, end)`` byte ranges of its fields other than data (those
+            :data:`_KEEP` names), in order.
+        data: whether it holds any other field (data, doc string...).
+    """
+
+    name: str
+    dims: list[int]
+    external: bool
+    loadable: bool
+    kept: list[tuple[int, int]]
+    data: bool
+
+    @property
+    def stripped(self) -> bool:
+        """Whether the skeleton drops its values: they live outside the file, or are large."""
+        return self.external or math.prod(self.dims) > SMALL_VALUE_ELEMENTS
+
+
+def _tensor_header(buf, start: int, end: int) -> _Header:
+    """Walk a TensorProto's fields once: its header and where its non-data fields lie."""
+    name, dims, external, located, not_exported = "", [], False, False, False
+    kept: list[tuple[int, int]] = []
+    data = False
+    for number, wire, vs, ve, fs in _fields(buf, start, end):
+        if number not in _KEEP:
+            data = True
+            continue
+        kept.append((fs, ve))
         if number == _T_DIMS:
             if wire == 0:
                 dims.append(_varint(buf, vs, ve)[0])
@@ -123,41 +169,61 @@ def _tensor_header(buf, start: int, end: int) -> tuple[str, list[int], bool]:
             name = bytes(buf[vs:ve]).decode("utf-8", "replace")
         elif number == _T_DATA_LOCATION:
             external = _varint(buf, vs, ve)[0] == onnx.TensorProto.EXTERNAL
-    return name, dims, external
+            located = True
+        elif number == _T_EXTERNAL_DATA and wire == 2 and buf[vs:ve] == _NOT_EXPORTED_ENTRY:
+            not_exported = True
+    return _Header(name, dims, external, located and not not_exported, kept, data)
 
 
-def _strip_tensor_bytes(buf, start: int, end: int) -> bytes:
-    """Re-encode a TensorProto keeping every field but its data."""
-    keep = (_T_DIMS, _T_DATA_TYPE, _T_NAME, _T_EXTERNAL_DATA, _T_DATA_LOCATION)
-    return b"".join(bytes(buf[fs:ve]) for n, _, _, ve, fs in _fields(buf, start, end) if n in keep)
+def _skeleton_graph(buf, start: int, end: int, stripped: set[str], loadable: list[int],
+                    index: int) -> tuple[bytes | None, int]:
+    """The skeleton of the GraphProto at ``buf[start:end]``: ``(bytes, next initializer index)``,
+    the bytes ``None`` where no initializer changed (the graph is kept as it is).
+
+    Fields other than initializers are copied as whole runs of bytes; an initializer is re-encoded
+    only when its data are dropped.  Stripped initializers go into ``stripped`` (by name) and the
+    positions of those that may have data to read into ``loadable`` (``_Header.loadable``)."""
+    parts: list[bytes] = []
+    run = start  # where the bytes copied unchanged begin
+    for number, wire, vs, ve, fs in _fields(buf, start, end):
+        if number != _GRAPH_INITIALIZER or wire != 2:
+            continue
+        header = _tensor_header(buf, vs, ve)
+        if header.loadable:
+            loadable.append(index)
+        index += 1
+        if not header.stripped:
+            continue
+        stripped.add(header.name)
+        if header.data:
+            body = b"".join(buf[a:b] for a, b in header.kept)
+            parts += [buf[run:fs], bytes([(_GRAPH_INITIALIZER << 3) | 2]), _encode_varint(len(body)), body]
+            run = ve
+    if run == start:
+        return None, index
+    parts.append(buf[run:end])
+    return b"".join(parts), index
 
 
-def _skeleton_bytes(buf, size: int) -> tuple[bytes, set[str]]:
+def _skeleton_bytes(buf, size: int) -> tuple[bytes, set[str], list[int]]:
+    """The skeleton's serialised ModelProto, the names of stripped initializers and the positions
+    (in ``graph.initializer``) of those that may have external data to read."""
     parts: list[bytes] = []
     stripped: set[str] = set()
+    loadable: list[int] = []
+    index = 0
     graph_seen = False
     for number, wire, vs, ve, fs in _fields(buf, 0, size):
-        if number != _MODEL_GRAPH or wire != 2:
-            parts.append(bytes(buf[fs:ve]))
-            continue
-        graph_seen = True
-        gparts: list[bytes] = []
-        for gnum, gwire, gvs, gve, gfs in _fields(buf, vs, ve):
-            if gnum != _GRAPH_INITIALIZER or gwire != 2:
-                gparts.append(bytes(buf[gfs:gve]))
+        if number == _MODEL_GRAPH and wire == 2:
+            graph_seen = True
+            graph, index = _skeleton_graph(buf, vs, ve, stripped, loadable, index)
+            if graph is not None:
+                parts += [bytes([(_MODEL_GRAPH << 3) | 2]), _encode_varint(len(graph)), graph]
                 continue
-            name, dims, external = _tensor_header(buf, gvs, gve)
-            if external or math.prod(dims) > SMALL_VALUE_ELEMENTS:
-                body = _strip_tensor_bytes(buf, gvs, gve)
-                gparts.append(bytes([(_GRAPH_INITIALIZER << 3) | 2]) + _encode_varint(len(body)) + body)
-                stripped.add(name)
-            else:
-                gparts.append(bytes(buf[gfs:gve]))
-        graph = b"".join(gparts)
-        parts.append(bytes([(_MODEL_GRAPH << 3) | 2]) + _encode_varint(len(graph)) + graph)
+        parts.append(buf[fs:ve])
     if not graph_seen:
         raise _WireError("no graph")
-    return b"".join(parts), stripped
+    return b"".join(parts), stripped, loadable
 
 
 def _check_model(model: onnx.ModelProto, source: str) -> None:
@@ -186,7 +252,7 @@ def read_skeleton(path: str | os.PathLike) -> Skeleton:
         raise ModelLoadError(f"model file {source} is empty", "re-export the model to ONNX")
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            data, stripped = _skeleton_bytes(mm, size)
+            data, stripped, loadable = _skeleton_bytes(mm, size)
         model = onnx.ModelProto.FromString(data)
     except (_WireError, DecodeError, ValueError) as e:
         raise ModelLoadError(
@@ -194,16 +260,19 @@ def read_skeleton(path: str | os.PathLike) -> Skeleton:
             "re-export the model to ONNX, or check that the download completed",
         ) from e
     _check_model(model, source)
-    _load_small_external(model, path.parent, stripped)
+    _load_small_external(model, path.parent, stripped, loadable)
     return Skeleton(model, stripped, source)
 
 
-def _load_small_external(model: onnx.ModelProto, base_dir: Path, stripped: set[str]) -> None:
+def _load_small_external(model: onnx.ModelProto, base_dir: Path, stripped: set[str], loadable: list[int]) -> None:
     """Read the values of small external initializers (shape vectors, axes), which shape
-    computations need; weights stay unread.  A missing data file leaves them stripped."""
+    computations need; weights stay unread.  A missing data file leaves them stripped.
+    ``loadable``: the positions of the initializers that may have such data (:func:`_skeleton_bytes`);
+    the others are not looked at."""
     from onnx.external_data_helper import load_external_data_for_tensor
 
-    for t in model.graph.initializer:
+    for i in loadable:
+        t = model.graph.initializer[i]
         if t.data_location != onnx.TensorProto.EXTERNAL or math.prod(t.dims) > SMALL_VALUE_ELEMENTS:
             continue
         if any(e.key == "location" and e.value == NOT_EXPORTED for e in t.external_data):

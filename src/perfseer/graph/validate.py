@@ -29,6 +29,7 @@ import onnx
 from onnx import defs
 
 from perfseer.errors import ModelLoadError, ShapeError, UnsupportedModelError
+from perfseer.graph.node_fields import NodeFields, read_nodes
 
 STANDARD = frozenset({"", "ai.onnx"})
 _ONNX_OTHER = frozenset({"ai.onnx.ml", "ai.onnx.preview.training"})
@@ -107,11 +108,33 @@ def _signature_ok(op: str, opset: int, n_in: int, n_out: int, attrs: tuple) -> b
             and all(given.get(k) == t if k in given else not req for k, (t, _, req) in specs.items()))
 
 
-def _check_node(node: onnx.NodeProto, opset: int, source: str) -> None:
+# Operators with value checks (``_SPECIAL``) that passed them, by everything the checks read:
+# ``(op, opset, inputs, outputs, the serialised attributes)``; a model repeats a few of them (its
+# convolutions) many times.  Bounded: cleared when full.
+_SPECIAL_PASSED: set[tuple] = set()
+_SPECIAL_PASSED_MAX = 65536
+
+
+def _check_node(node: NodeFields, opset: int, source: str) -> None:
     op = node.op_type
-    if op not in _SPECIAL and _signature_ok(op, opset, len(node.input), len(node.output),
-                                            tuple((a.name, a.type) for a in node.attribute)):
+    if op not in _SPECIAL:
+        if _signature_ok(op, opset, len(node.input), len(node.output), node.signature):
+            return
+        _check_node_fully(node.proto, opset, source)
         return
+    key = (op, opset, len(node.input), len(node.output),
+           tuple(a.SerializeToString() for a in node.proto.attribute))
+    if key in _SPECIAL_PASSED:
+        return
+    _check_node_fully(node.proto, opset, source)
+    if len(_SPECIAL_PASSED) >= _SPECIAL_PASSED_MAX:
+        _SPECIAL_PASSED.clear()
+    _SPECIAL_PASSED.add(key)
+
+
+def _check_node_fully(node: onnx.NodeProto, opset: int, source: str) -> None:
+    """Every check of :func:`_check_node`, raising with the node's name."""
+    op = node.op_type
     schema = _schema(op, opset)
     if schema == ():
         return
@@ -202,23 +225,28 @@ def _check_tensors(graph: onnx.GraphProto, source: str, stripped: set[str]) -> N
                              f"(at most {MAX_INPUT_ELEMENTS})", "pass --input-shape with the real sizes")
 
 
-def _check_wiring(graph: onnx.GraphProto, source: str) -> None:
-    """Dangling inputs, tensors produced twice, cycles; sorts nodes that are merely out of order."""
-    available = {vi.name for vi in graph.input} | {t.name for t in graph.initializer} | {""}
+def _check_wiring(graph: onnx.GraphProto, source: str, nodes: list[NodeFields]) -> bool:
+    """Dangling inputs, tensors produced twice, cycles; sorts nodes that are merely out of order
+    (and then returns True).  ``nodes``: the fields of ``graph``'s nodes."""
+    declared = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    available = declared | {""}
+    declared.discard("")
+    inputs = [node.input for node in nodes]
     producer: dict[str, int] = {}
-    for i, node in enumerate(graph.node):
+    for i, node in enumerate(nodes):
         for o in node.output:
             if not o:
                 continue
             if o in producer:
-                raise ShapeError(f"tensor '{o}' of {source} is produced twice, by {graph.node[producer[o]].op_type} "
-                                 f"node '{_name(graph.node[producer[o]])}' and {node.op_type} node '{_name(node)}'",
+                first = nodes[producer[o]]
+                raise ShapeError(f"tensor '{o}' of {source} is produced twice, by {first.op_type} "
+                                 f"node '{_name(first)}' and {node.op_type} node '{_name(node)}'",
                                  "fix the model: every tensor name must be written once")
-            if o in available - {""}:
+            if o in declared:
                 raise ShapeError(f"{node.op_type} node '{_name(node)}' of {source} writes '{o}', which is already a "
                                  "graph input or initializer", "fix the model: every tensor name must be written once")
             producer[o] = i
-    for node in graph.node:
+    for node in nodes:
         for name in node.input:
             if name not in available and name not in producer:
                 raise ShapeError(f"{node.op_type} node '{_name(node)}' of {source} reads '{name}', which no node, "
@@ -228,10 +256,10 @@ def _check_wiring(graph: onnx.GraphProto, source: str) -> None:
             raise ShapeError(f"graph output '{out.name}' of {source} is produced by no node",
                              "fix the model: the output is dangling")
     # Kahn's algorithm: keeps the file's order where it is already topological
+    if all(producer.get(name, -1) < i for i, names in enumerate(inputs) for name in names):
+        return False
     n = len(graph.node)
-    deps = [{producer[i] for i in node.input if i in producer} for node in graph.node]
-    if all(d < i for i, ds in enumerate(deps) for d in ds):
-        return
+    deps = [{producer[i] for i in names if i in producer} for names in inputs]
     users: list[list[int]] = [[] for _ in range(n)]
     missing = [len(ds) for ds in deps]
     for i, ds in enumerate(deps):
@@ -247,35 +275,43 @@ def _check_wiring(graph: onnx.GraphProto, source: str) -> None:
             if not missing[u]:
                 ready.append(u)
     if len(order) < n:
-        stuck = next(graph.node[i] for i in range(n) if missing[i])
+        stuck = next(nodes[i] for i in range(n) if missing[i])
         raise ShapeError(f"the graph of {source} has a cycle through {stuck.op_type} node '{_name(stuck)}'",
                          "fix the model: an ONNX graph must be acyclic")
-    nodes = [graph.node[i] for i in order]
-    sorted_nodes = [onnx.NodeProto() for _ in nodes]
-    for dst, src in zip(sorted_nodes, nodes):
+    in_order = [graph.node[i] for i in order]
+    sorted_nodes = [onnx.NodeProto() for _ in in_order]
+    for dst, src in zip(sorted_nodes, in_order):
         dst.CopyFrom(src)
     del graph.node[:]
     graph.node.extend(sorted_nodes)
+    return True
 
 
-def validate_model(model: onnx.ModelProto, source: str, stripped: set[str] | None = None) -> int:
+def validate_model(model: onnx.ModelProto, source: str, stripped: set[str] | None = None,
+                   nodes: list[NodeFields] | None = None) -> int:
     """Check ``model`` (see the module docstring) and return its default-domain opset.
+
+    ``nodes``: the fields of the graph's nodes (:func:`~perfseer.graph.node_fields.read_nodes`),
+    read here when not given; where the nodes are sorted, the list is re-read in place.
 
     Raises:
         ModelLoadError, ShapeError, UnsupportedModelError: naming the node and the cause.
     """
     g = model.graph
+    if nodes is None:
+        nodes = read_nodes(g)
     # protobuf hands back bytes for a string field that is not UTF-8; a bytes tensor name fails the
     # wiring check below as a dangling or unknown name, so only these are checked here
-    names = [x for n in g.node for x in (n.op_type, n.domain)] + [o.domain for o in model.opset_import]
+    names = [x for n in nodes for x in (n.op_type, n.domain)] + [o.domain for o in model.opset_import]
     if not all(type(x) is str for x in names):
         raise ModelLoadError(f"{source} holds a node or tensor name that is not valid UTF-8: the file is corrupt",
                              "re-export the model, or check that the download completed")
     opset = default_opset(model, source)
     _check_tensors(g, source, stripped or set())
-    _check_wiring(g, source)
+    if _check_wiring(g, source, nodes):
+        nodes[:] = read_nodes(g)  # sorted: the caller's list follows the new order
     declared = {o.domain: o.version for o in model.opset_import}
-    for node in g.node:
+    for node in nodes:
         if node.domain in STANDARD and opset:
             _check_node(node, opset, source)
         elif node.domain in _ONNX_OTHER and not _has_schema(node.op_type, node.domain):
