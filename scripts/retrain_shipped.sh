@@ -9,7 +9,7 @@
 # NAME: rtx3090-infer rtx3090-train i9-infer rtx4090-infer rtx5090-infer epyc-infer epyc-train nb201
 #       memsim-infer memsim-train
 # (and rtx3090-infer-family, the unseen-family interval benchmark's network: fitted on the family
-# split's train, not shipped; rtx3090-infer-r9, the RTX 3090 blend of round 9, not shipped yet).
+# split's train, not shipped).
 #
 # Each run trains the final network on train + test, then fold 0, 1, 2 (every model's rows in one
 # fold: timm architectures, PerfSeer-space networks, NAS-Bench-201 cells), all with the same recipe:
@@ -43,19 +43,15 @@ BLEND_I9="seernet[readout=sum]+seernet+pmgns+pmgns+pmgns+$R9+$R9+$R9"
 cpu=(--data cpu --device epyc/torch-t1 --model seernet-multi --metric latency_ms --metric memory_mb
      --metric util_pct --hidden 64 --epochs 300 --batch-size 128 --seed 0)
 case "${1:-}" in
-  # a blend: the leave-families-out validation choice of round 4 (docs/generalisation.md, "Shipping"):
-  # SeerNet-Sum + SeerNet + 3 PMGNS seeds + 3 PMGNS seeds on a roofline offset, + a validation-fitted shift
+  # a blend: the leave-families-out validation choice of round 9 (docs/generalisation.md, "Round 9"; shipped
+  # 2026-11-28): SeerNet-Sum + SeerNet + 3 PMGNS seeds on the roofline offset + 3 PMGNS seeds on the
+  # per-operator-group roofline offset, + a validation-fitted shift.  The card before it (round 4) had 3 plain
+  # PMGNS seeds where the per-group ones are (members BLEND3090).  The members the two share train to the
+  # same weights: `--set warm_from=DIR` (a folder of round 4's stage cards) reuses them, so only the three
+  # new members train; without it every member trains
   rtx3090-infer) args=("${timm[@]}" --device rtx3090/amp-nchw-pt240 --phase infer --seed 0 --batch-size 32
-                       --model blend --set head_hidden_dim=64 --set "members=$BLEND3090" --set seeds=0,0,0,1,2,0,1,2
+                       --model blend --set head_hidden_dim=64 --set "members=$BLEND3090_R9" --set seeds=0,0,0,1,2,0,1,2
                        --set tie_seeds=true --set fit_shift=true --name rtx3090-amp-nchw-pt240.infer) ;;
-  # round 9's validation choice (docs/generalisation.md, "Round 9"), not shipped yet: the three plain PMGNS
-  # seeds replaced by three on the per-operator-group roofline offset.  It writes the same card name; the
-  # members it shares with the shipped card train to the same weights, and `--set warm_from=DIR` (a folder of
-  # the shipped card's stages, e.g. .cache/trust-r4/rtx3090-amp-nchw-pt240.infer/.stages/rtx3090-amp-nchw-pt240.infer)
-  # reuses them, so only the three new members train
-  rtx3090-infer-r9) args=("${timm[@]}" --device rtx3090/amp-nchw-pt240 --phase infer --seed 0 --batch-size 32
-                          --model blend --set head_hidden_dim=64 --set "members=$BLEND3090_R9" --set seeds=0,0,0,1,2,0,1,2
-                          --set tie_seeds=true --set fit_shift=true --name rtx3090-amp-nchw-pt240.infer) ;;
   rtx3090-train) args=("${timm[@]}" --device rtx3090/amp-nchw-pt112 --phase train --seed 1 --batch-size 16
                        --name rtx3090-amp-nchw-pt112.train) ;;
   # the same blend for the i9 (shipped 2026-11-28), the roofline offset on the i9-10940X's spec; the SeerNet
