@@ -40,6 +40,8 @@ META_DROPOUT = "perfseer.dropout"
 # to stderr every PROGRESS_EVERY_S seconds once an export has run that long.
 EXPORT_TIME_LIMIT_S = 600.0
 PROGRESS_EVERY_S = 15.0
+# after the time limit, the alarm fires again every REARM_S seconds until the export has stopped
+REARM_S = 0.5
 
 
 def export_time_limit() -> float:
@@ -72,24 +74,31 @@ def time_limit(source: str, seconds: float | None = None):
             print(f"perfseer: still exporting {source} ({time.monotonic() - start:.0f} s, limit {seconds:.0f} s; "
                   "PERFSEER_EXPORT_TIMEOUT changes it)", file=sys.stderr, flush=True)
 
+    closing = threading.Event()
+
     def expire(signum, frame):
-        raise _Expired()
+        if not closing.is_set():
+            raise _Expired()
 
     thread = threading.Thread(target=heartbeat, daemon=True)
     thread.start()
     use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
     previous = signal.signal(signal.SIGALRM, expire) if use_alarm else None
     if use_alarm:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        # re-armed every REARM_S after the limit: a step of the exporter that swallows the first
+        # interrupt (some tracing code catches every exception) gets the next one
+        signal.setitimer(signal.ITIMER_REAL, seconds, REARM_S)
     try:
         yield
     except _Expired:
+        closing.set()
         raise ExportTimeoutError(
             f"exporting {source} did not finish within {seconds:.0f} s",
             "set PERFSEER_EXPORT_TIMEOUT=SECONDS to allow longer, use a smaller --input-shape, "
             "or export to ONNX yourself and pass the .onnx file",
         ) from None
     finally:
+        closing.set()
         done.set()
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
