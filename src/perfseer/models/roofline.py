@@ -129,24 +129,39 @@ class _Costs:
             self._grp = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         return self._grp
 
+    def per_graph(self, v: np.ndarray) -> np.ndarray:
+        """The sum of a per-node value over each graph's nodes, ``[N]``."""
+        return np.bincount(self.gid, weights=v, minlength=self.n)
+
+    def _sums(self, t_comp, t_move) -> tuple:
+        """Per graph: compute time, movement time, compute nodes, movement nodes."""
+        return (self.per_graph(t_comp), self.per_graph(t_move), self.per_graph(self.comp.astype(float)),
+                self.per_graph((~self.comp).astype(float)))
+
     def group_terms(self, theta: np.ndarray) -> np.ndarray:
         """:meth:`terms` of the per-group roofline: ``theta`` ``[G, 3]`` holds each operator group's
         ``P``, ``W`` and overhead ``c`` (a movement node of any group: its bytes at the group's ``W``)."""
         P, W, c = theta[self.grp, 0], theta[self.grp, 1], theta[self.grp, 2]
         t_comp = np.where(self.comp, np.maximum(self.F / P, self.B / W), 0.0)
         t_move = np.where(self.comp, 0.0, self.B / W)
-        s = lambda v: np.bincount(self.gid, weights=v, minlength=self.n)  # noqa: E731
-        tc, tm, nc, nm = s(t_comp), s(t_move), s(self.comp.astype(float)), s((~self.comp).astype(float))
-        return np.stack([tc, tm, nc, nm, tc + tm + s(c)], axis=1)
+        tc, tm, nc, nm = self._sums(t_comp, t_move)
+        return np.column_stack([tc, tm, nc, nm, tc + tm + self.per_graph(c)])
 
     def terms(self, p: RooflineParams) -> np.ndarray:
         """``[N, 5]`` per graph: the roofline sum over compute nodes, movement bytes / W, compute
         nodes, movement nodes, and b(g)."""
         t_comp = np.where(self.comp, np.maximum(self.F / p.P, self.B / p.W), 0.0)
         t_move = np.where(self.comp, 0.0, self.B / p.W)
-        s = lambda v: np.bincount(self.gid, weights=v, minlength=self.n)  # noqa: E731
-        tc, tm, nc, nm = s(t_comp), s(t_move), s(self.comp.astype(float)), s((~self.comp).astype(float))
-        return np.stack([tc, tm, nc, nm, tc + p.a * tm + p.c1 * nc + p.c2 * nm], axis=1)
+        tc, tm, nc, nm = self._sums(t_comp, t_move)
+        return np.column_stack([tc, tm, nc, nm, tc + p.a * tm + p.c1 * nc + p.c2 * nm])
+
+
+def _positive_times(graphs, y) -> np.ndarray:
+    """``y`` as float64 ``[N]``, one positive time per graph, or a clear error."""
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    if len(y) != len(graphs) or len(y) == 0 or not (y > 0).all():
+        raise PerfseerError("fitting a roofline needs one positive time per graph", "pass the training latencies")
+    return y
 
 
 def baseline_ms(graphs, params: RooflineParams) -> np.ndarray:
@@ -163,9 +178,7 @@ def fit_params(graphs, y, init: RooflineParams, free=("c1", "c2")) -> RooflinePa
     bad = [f for f in free if f not in PARAM_NAMES]
     if bad:
         raise PerfseerError(f"unknown roofline parameter(s) {bad}", f"choose from {', '.join(PARAM_NAMES)}")
-    y = np.asarray(y, dtype=np.float64).reshape(-1)
-    if len(y) != len(graphs) or len(y) == 0 or not (y > 0).all():
-        raise PerfseerError("fitting a roofline needs one positive time per graph", "pass the training latencies")
+    y = _positive_times(graphs, y)
     if not free:
         return init
     costs, th0 = _Costs(graphs), np.log(init.as_array())
@@ -224,9 +237,7 @@ def fit_group_params(graphs, y, start: np.ndarray, penalty: float = 0.3) -> np.n
     and a LayerNorm reach very different shares of the peak."""
     from scipy.optimize import least_squares
 
-    y = np.asarray(y, dtype=np.float64).reshape(-1)
-    if len(y) != len(graphs) or len(y) == 0 or not (y > 0).all():
-        raise PerfseerError("fitting a roofline needs one positive time per graph", "pass the training latencies")
+    y = _positive_times(graphs, y)
     costs = _Costs(graphs)
     shape = start.shape
     th0 = np.log(start).reshape(-1)
