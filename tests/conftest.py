@@ -6,6 +6,33 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def _torch_global_state():
+    """torch's process-wide state that a test (or an interrupted tracer) could leave changed, or
+    None before torch is imported."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return {"function modes": [type(m).__name__ for m in _get_current_function_mode_stack()],
+            "dispatch modes": [type(m).__name__ for m in _get_current_dispatch_mode_stack()],
+            "grad enabled": torch.is_grad_enabled(), "inference mode": torch.is_inference_mode_enabled(),
+            "default dtype": str(torch.get_default_dtype())}
+
+
+@pytest.fixture(autouse=True)
+def torch_state_is_left_as_found():
+    """Every test leaves torch's global state as it found it: a leak fails the test that caused it,
+    not an unrelated one later (a CI run once failed two profiling tests after an export's
+    interrupted unwinding left state behind)."""
+    before = _torch_global_state()
+    yield
+    if before is not None:
+        after = _torch_global_state()
+        assert after == before, f"the test changed torch's global state: {before} -> {after}"
+
+
 @pytest.fixture(scope="session")
 def nb201_dataset(tmp_path_factory):
     """A builder of tiny measured-looking datasets of NAS-Bench-201 cells (what predictor tests train on).

@@ -9,7 +9,6 @@ extracts every one of them).
 from __future__ import annotations
 
 import importlib.util
-import time
 
 import pytest
 
@@ -32,7 +31,7 @@ from perfseer.graph.extract import extract_graph  # noqa: E402
 from perfseer.graph.load import load_skeleton  # noqa: E402
 from perfseer.graph.onnx_io import Skeleton  # noqa: E402
 from helpers import assert_user_error  # noqa: E402
-from perfseer.errors import ExportTimeoutError, ShapeError  # noqa: E402
+from perfseer.errors import ShapeError  # noqa: E402
 from perfseer.features.ops.detection import nms_flops  # noqa: E402
 
 BOXES = 20  # the stated number of boxes a data-dependent selection keeps
@@ -117,23 +116,6 @@ def test_detectors_are_exported_at_batch_one(tiny, skeleton):
     with pytest.raises(ShapeError) as info:
         extract(skeleton, batch=2)
     assert_user_error(str(info.value), "batch size fixed at 1")
-
-
-class Slow(torch.nn.Module):
-    def forward(self, x):
-        time.sleep(30)
-        return x + 1
-
-
-def test_an_export_past_the_time_limit_is_a_clear_error(monkeypatch, capsys):
-    monkeypatch.setenv("PERFSEER_EXPORT_TIMEOUT", "1")
-    monkeypatch.setattr("perfseer.graph.torch_export.PROGRESS_EVERY_S", 0.3)
-    start = time.monotonic()
-    with pytest.raises(ExportTimeoutError) as info:
-        perfseer.extract(Slow(), input_shape=(4,))
-    assert time.monotonic() - start < 20
-    assert_user_error(str(info.value), "Slow", "within 1 s", "PERFSEER_EXPORT_TIMEOUT")
-    assert "perfseer: still exporting Slow" in capsys.readouterr().err  # progress while it ran
 
 
 def test_names_of_other_torchvision_families_are_a_clear_error():

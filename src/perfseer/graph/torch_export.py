@@ -17,13 +17,13 @@ import logging
 import math
 import os
 import re
-import signal
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Sequence
 
+from perfseer.deadline import deadline
 from perfseer.errors import ExportTimeoutError, ModelLoadError, ShapeError, UnsupportedModelError
 from perfseer.graph.onnx_io import NOT_EXPORTED, Skeleton
 
@@ -40,10 +40,6 @@ META_DROPOUT = "perfseer.dropout"
 # to stderr every PROGRESS_EVERY_S seconds once an export has run that long.
 EXPORT_TIME_LIMIT_S = 600.0
 PROGRESS_EVERY_S = 15.0
-# after the time limit, the alarm fires again every REARM_S seconds until the export has stopped
-REARM_S = 0.5
-
-
 def export_time_limit() -> float:
     """The export time limit: ``PERFSEER_EXPORT_TIMEOUT`` (seconds) or :data:`EXPORT_TIME_LIMIT_S`."""
     text = os.environ.get("PERFSEER_EXPORT_TIMEOUT", "")
@@ -54,16 +50,13 @@ def export_time_limit() -> float:
     return value if value > 0 else EXPORT_TIME_LIMIT_S
 
 
-class _Expired(BaseException):
-    """Raised by the alarm inside the exporter; a BaseException so that its `except Exception` passes it on."""
-
-
 @contextlib.contextmanager
 def time_limit(source: str, seconds: float | None = None):
     """Bound an export in time and report progress: no export hangs silently.
 
-    In the main thread a ``SIGALRM`` interrupts the (pure-Python) exporter after ``seconds`` and
-    :class:`ExportTimeoutError` is raised; in other threads only the progress lines are printed.
+    In the main thread the exporter is interrupted after ``seconds`` (:func:`perfseer.deadline.deadline`,
+    which never interrupts torch's own cleanup) and :class:`ExportTimeoutError` is raised; in
+    other threads only the progress lines are printed.
     """
     seconds = export_time_limit() if seconds is None else seconds
     start = time.monotonic()
@@ -74,35 +67,20 @@ def time_limit(source: str, seconds: float | None = None):
             print(f"perfseer: still exporting {source} ({time.monotonic() - start:.0f} s, limit {seconds:.0f} s; "
                   "PERFSEER_EXPORT_TIMEOUT changes it)", file=sys.stderr, flush=True)
 
-    closing = threading.Event()
-
-    def expire(signum, frame):
-        if not closing.is_set():
-            raise _Expired()
-
-    thread = threading.Thread(target=heartbeat, daemon=True)
-    thread.start()
-    use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
-    previous = signal.signal(signal.SIGALRM, expire) if use_alarm else None
-    if use_alarm:
-        # re-armed every REARM_S after the limit: a step of the exporter that swallows the first
-        # interrupt (some tracing code catches every exception) gets the next one
-        signal.setitimer(signal.ITIMER_REAL, seconds, REARM_S)
-    try:
-        yield
-    except _Expired:
-        closing.set()
-        raise ExportTimeoutError(
+    def expired():
+        return ExportTimeoutError(
             f"exporting {source} did not finish within {seconds:.0f} s",
             "set PERFSEER_EXPORT_TIMEOUT=SECONDS to allow longer, use a smaller --input-shape, "
             "or export to ONNX yourself and pass the .onnx file",
-        ) from None
+        )
+
+    thread = threading.Thread(target=heartbeat, daemon=True)
+    thread.start()
+    try:
+        with deadline(seconds, expired):
+            yield
     finally:
-        closing.set()
         done.set()
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
 
 
 def meta_twin(module):

@@ -195,29 +195,23 @@ SIM_TIMEOUT_ENV = "PERFSEER_SIM_TIMEOUT"
 
 @contextlib.contextmanager
 def _time_limit(label: str):
-    import signal
-    import threading
+    from perfseer.deadline import deadline
 
     try:
         limit = float(os.environ.get(SIM_TIMEOUT_ENV) or 0)
     except ValueError:
         raise MemoryConfigError(f"{SIM_TIMEOUT_ENV}={os.environ[SIM_TIMEOUT_ENV]!r} is not a number of seconds",
                                 f"set {SIM_TIMEOUT_ENV} to e.g. 60, or unset it") from None
-    if limit <= 0 or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+    if limit <= 0:
         yield
         return
 
-    def stop(signum, frame):
-        raise SimulationError(f"the simulation of {label} ran past {limit:g} s ({SIM_TIMEOUT_ENV})",
-                              f"raise {SIM_TIMEOUT_ENV} for a simulated answer")
+    def expired():
+        return SimulationError(f"the simulation of {label} ran past {limit:g} s ({SIM_TIMEOUT_ENV})",
+                               f"raise {SIM_TIMEOUT_ENV} for a simulated answer")
 
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    try:
+    with deadline(limit, expired):
         yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = "adamw", precision: str = "fp32",
