@@ -124,6 +124,7 @@ def main(argv=None) -> int:
             shutil.copyfile(src / name, out / name)
     manifest = dict(ds.manifest)
     manifest["compact"] = counts
+    manifest["extraction"] = {"weight_work": True}  # read by perfseer.data.dataset.dataset_extraction
     from perfseer.data.dataset import _versions
 
     manifest.setdefault("refreshed", []).append({

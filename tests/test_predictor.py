@@ -224,3 +224,44 @@ def test_train_cli_trains_one_stage(dataset, tmp_path, capsys):
     assert not (tmp_path / "p.json").exists()  # no card until every stage is there
     code, _, stderr = run_cli(capsys, *args[:-2], "--out", str(tmp_path / "x"), "--stage", "fold5")
     assert code != 0 and "fold5" in stderr and "Traceback" not in stderr
+
+
+def test_a_card_extracts_the_way_its_training_graphs_were(trained, dataset, tmp_path):
+    """A card records how its training graphs were extracted; predict extracts a model the same way,
+    and a graph extracted the other way is out of domain with the reason and the fix."""
+    import copy
+    import warnings
+
+    import onnx
+    from onnx import helper
+
+    import perfseer
+    from helpers import make_model
+    from perfseer.data.dataset import load_dataset
+    from perfseer.predictor import Predictor
+
+    assert load_dataset(dataset / "ds").manifest["extraction"] == {"weight_work": False}
+    assert trained.card["extraction"] == {"weight_work": False} and trained.weight_work is False
+    w = np.ones((16, 3, 3, 3), np.float32)  # a weight scaled at every forward, as weight standardisation
+    nodes = [helper.make_node("Mul", ["w", "gain"], ["ws"], name="scale_w"),
+             helper.make_node("Conv", ["x", "ws"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    path = tmp_path / "scaled.onnx"
+    onnx.save(make_model(nodes, {"x": (1, 3, 32, 32)}, ["y"], {"w": w, "gain": np.full((16, 1, 1, 1), 2.0, np.float32)}),
+              path)
+    card = copy.deepcopy(trained.card)
+    card["extraction"] = {"weight_work": True}
+    kept = Predictor(card, trained.net)
+    kept.domain_embeddings = trained.domain_embeddings
+    mismatch = "extracted with the work on weights folded"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnseenOperatorWarning)
+        by_model = kept.predict(str(path), batch=1, device="gpu-a")
+        by_graph = kept.predict(perfseer.extract(str(path), weight_work=True), batch=1, device="gpu-a")
+        folded_graph = perfseer.extract(str(path))  # the default: folded
+        other_way = kept.predict(folded_graph, batch=1, device="gpu-a")
+        plain = trained.predict(folded_graph, batch=1, device="gpu-a")
+    assert by_model[0]["value"] == by_graph[0]["value"]  # predict extracted with the work kept
+    assert not any(mismatch in r for r in by_model[0]["domain_reasons"] + plain[0]["domain_reasons"])
+    assert other_way[0]["in_domain"] is False
+    reason = next(r for r in other_way[0]["domain_reasons"] if mismatch in r)
+    assert "weight_work=True" in reason and "PERFSEER_WEIGHT_WORK=1" in reason

@@ -11,7 +11,7 @@ from perfseer.graph.load import load_skeleton
 
 
 def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, int] | None = None,
-            input_dtypes=None, seq_len: int | None = None) -> PerfGraph:
+            input_dtypes=None, seq_len: int | None = None, weight_work: bool | None = None) -> PerfGraph:
     """Turn a model into its :class:`~perfseer.features.perfgraph.PerfGraph`.
 
     Args:
@@ -30,6 +30,10 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
         seq_len: tokens per sample: the sequence length an ``"hf:NAME"`` model is built at
             (default 128), or, for an ONNX model, the value of its symbolic sequence dimensions
             (input dimensions whose name contains ``seq``, e.g. ``sequence_length``).
+        weight_work: keep the work a model does on its own weights at every forward (weight
+            standardisation, bias-table gathers) as device operators (``True``) or fold it
+            (``False``); default ``PERFSEER_WEIGHT_WORK`` (off).  A predictor extracts the way its
+            training graphs were (:attr:`perfseer.predictor.Predictor.weight_work`).
 
     Example:
         >>> pg = perfseer.extract("example:resnet18", batch=8)
@@ -45,7 +49,7 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
     if seq_len is not None and not is_hf:
         dims = _bind_seq_len(skel, seq_len, dims)
     graph = extract_graph(skel, batch=batch, input_shape=None if skel.input_shape_applied else input_shape,
-                          dims=dims)
+                          dims=dims, weight_work=weight_work)
     return build_perfgraph(graph)
 
 

@@ -99,7 +99,7 @@ class Predictor:
     # -- building ------------------------------------------------------------------------------
     @classmethod
     def from_training(cls, name: str, model_name: str, net, targets: Sequence[Target], op_types_seen,
-                      training: dict, scores: dict) -> "Predictor":
+                      training: dict, scores: dict, extraction: dict | None = None) -> "Predictor":
         """A predictor from a trained :class:`~perfseer.training.trainer.NeuralPredictor`."""
         from datetime import datetime, timezone
 
@@ -119,6 +119,7 @@ class Predictor:
             "targets": [dict(asdict(t), unit=t.unit) for t in targets],
             "devices": sorted({t.device for t in targets}), "phases": sorted({t.phase for t in targets}),
             "op_types_seen": sorted(op_types_seen),
+            "extraction": dict(extraction or {"weight_work": False}),
             "training": training,
             "scores": scores,
         }
@@ -199,6 +200,23 @@ class Predictor:
             emb = embeddings(self.net, graphs)
         return values, emb
 
+    @property
+    def weight_work(self) -> bool:
+        """Whether this predictor's training graphs kept the work models do on their own weights
+        as device operators (the card's ``extraction``; cards without it learned from folded graphs).
+        :meth:`predict` extracts the same way; a graph extracted the other way is out of domain."""
+        return bool((self.card.get("extraction") or {}).get("weight_work", False))
+
+    def extraction_mismatch(self, pg) -> str | None:
+        """Why ``pg`` was not extracted the way this predictor's training graphs were, or None."""
+        kept = bool(getattr(pg.graph, "weight_work", False))
+        if kept == self.weight_work:
+            return None
+        how = {True: "kept", False: "folded"}
+        return (f"the graph was extracted with the work on weights {how[kept]}, predictor {self.name} learned from "
+                f"graphs with it {how[self.weight_work]}: extract with weight_work={self.weight_work} "
+                f"(PERFSEER_WEIGHT_WORK={int(self.weight_work)}) or pass the model itself")
+
     def _embedding_checked(self) -> bool:
         domain = self.card.get("domain")
         return bool(domain and domain.get("embedding") and self.domain_embeddings is not None)
@@ -227,7 +245,8 @@ class Predictor:
             raise PredictorError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
         self.columns(device, phase)  # an uncovered device fails before the extraction
         pg = model if isinstance(model, PerfGraph) else extract(model, batch=int(batches[0]), input_shape=input_shape,
-                                                                 dims=dims, seq_len=seq_len)
+                                                                 dims=dims, seq_len=seq_len,
+                                                                 weight_work=self.weight_work)
         name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
         from perfseer.data.splits import model_family
 
@@ -263,8 +282,10 @@ class Predictor:
         values, emb = self.predict_with_embeddings(graphs)
         name = pg.graph.name if name is None else name
         shape = _input_shape(pg)
+        mismatch = self.extraction_mismatch(pg)
         verdicts, checked = self.assess(graphs, values, [pg.op_types] * len(graphs), [shape] * len(graphs),
-                                        [family] * len(graphs), embeddings=emb)
+                                        [family] * len(graphs), embeddings=emb,
+                                        extra_reasons=[mismatch] if mismatch else ())
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": checked[i][c]["value"],
                  "interval": checked[i][c]["interval"], "in_domain": verdicts[i][0],
@@ -280,7 +301,8 @@ class Predictor:
     def assess(self, graphs: Sequence, values: np.ndarray, op_types: Sequence[Sequence[str]],
                input_shapes: Sequence | None = None,
                families: Sequence[str | None] | None = None,
-               embeddings: np.ndarray | None = None) -> tuple[list[tuple[bool, list[str]]], list[list[dict]]]:
+               embeddings: np.ndarray | None = None,
+               extra_reasons: Sequence[str] = ()) -> tuple[list[tuple[bool, list[str]]], list[list[dict]]]:
         """The trust in each prediction of :meth:`predict_graphs`.
 
         Args:
@@ -291,6 +313,8 @@ class Predictor:
                 ``None``: not checked); a family the card's domain does not list is out of domain.
             embeddings: the graphs' encoder embeddings from :meth:`predict_with_embeddings`
                 (``None``: computed here when the domain check needs them).
+            extra_reasons: reasons every graph is out of domain for (an extraction unlike the
+                training graphs', :meth:`extraction_mismatch`).
 
         Returns:
             ``(verdicts, checked)``: per graph ``(in_domain, reasons)``
@@ -309,6 +333,8 @@ class Predictor:
 
             emb = embed(self.net, list(graphs)) if embeddings is None else embeddings
         verdicts = dom.verdicts(domain, graphs, op_types, input_shapes, emb, self.domain_embeddings, families)
+        if extra_reasons:
+            verdicts = [(False, list(reasons) + list(extra_reasons)) for _, reasons in verdicts]
         inside = np.array([v[0] for v in verdicts], dtype=bool)
         cal = self.card.get("intervals") or {}
         factor = float(cal.get("ood_factor", itv.DEFAULT_OOD_FACTOR))
@@ -635,7 +661,10 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
     net = fitted.estimator if result is not None else EstimatorNet(fitted.estimator, len(targets))
     name = name or (slug(targets[0].device, targets[0].phase) if len({t.device for t in targets}) == 1
                     else f"{method}-{'+'.join(t.device.split('/')[0] for t in targets)}.{targets[0].phase}")
-    predictor = Predictor.from_training(name, method, net, targets, seen, training, scores)
+    from perfseer.data.dataset import dataset_extraction
+
+    predictor = Predictor.from_training(name, method, net, targets, seen, training, scores,
+                                        extraction=dataset_extraction(manifest))
     from perfseer.trust.calibrate import calibrate
 
     calibrate(predictor, sel)

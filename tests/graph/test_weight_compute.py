@@ -128,3 +128,26 @@ def test_lfo_weight_work_groups_rows_by_the_screen():
     assert g["weight-standardised"]["mape"] == pytest.approx(50.0)
     assert g["other weight work"]["mape"] == pytest.approx(0.0)
     assert g["no weight work"]["mean_log_ratio"] == pytest.approx(np.log(1.2))
+
+
+def test_the_argument_overrides_the_environment_and_the_graph_records_it(monkeypatch):
+    nodes = [helper.make_node("Mul", ["w", "gain"], ["ws"], name="scale_w"),
+             helper.make_node("Conv", ["x", "ws"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    model = make_model(nodes, {"x": (1, 3, 16, 16)}, ["y"], {"w": W_BIG, "gain": np.full((32, 1, 1, 1), 2.0, np.float32)})
+    kept = perfseer.extract(model)  # PERFSEER_WEIGHT_WORK=1 (the fixture)
+    folded = perfseer.extract(model, weight_work=False)
+    assert (kept.op_types, kept.graph.weight_work) == (("Mul", "Conv"), True)
+    assert (folded.op_types, folded.graph.weight_work) == (("Conv",), False)
+    assert kept.with_batch(4).graph.weight_work is True  # re-binding keeps it
+    monkeypatch.delenv("PERFSEER_WEIGHT_WORK")
+    assert perfseer.extract(model, weight_work=True).op_types == ("Mul", "Conv")
+    assert perfseer.extract(model).graph.weight_work is False
+
+
+def test_a_dataset_says_how_its_graphs_were_extracted():
+    from perfseer.data.dataset import dataset_extraction
+
+    assert dataset_extraction({"extraction": {"weight_work": True}}) == {"weight_work": True}
+    assert dataset_extraction({}) == {"weight_work": False}  # built before it was recorded: folded
+    refreshed = {"refreshed": [{"why": "weight computation kept as device operators (perfseer.graph.extract, round 7)"}]}
+    assert dataset_extraction(refreshed) == {"weight_work": True}  # scripts/refresh_graphs.py before it wrote the field

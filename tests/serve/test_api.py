@@ -269,3 +269,24 @@ def test_serve_refuses_a_negative_row_cache(capsys):
 
     code, _, err = run_cli(capsys, "serve", "--row-cache", "-1")
     assert code == 2 and "--row-cache: expected a whole number >= 0, got '-1'" in err
+
+
+def test_a_predictor_trained_with_weight_work_answers_from_its_own_extraction(client, monkeypatch):
+    """A card whose training graphs kept the work on weights gets the model extracted that way; the
+    others keep the default extraction (neither is then out of domain for the extraction)."""
+    import copy
+
+    from perfseer.predictor import Predictor
+
+    svc = client.app.state.service
+    real = svc.predictor(P4090)
+    kept = Predictor(dict(copy.deepcopy(real.card), extraction={"weight_work": True}), real.net, real.name)
+    kept.domain_embeddings = real.domain_embeddings
+    monkeypatch.setitem(svc._predictors, P4090, kept)
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [2], "predictors": [P3090, P4090]})
+    assert r.status_code == 200, r.text
+    rows = r.json()["predictions"]
+    assert {x["predictor"] for x in rows} == {P3090, P4090}
+    assert not any("work on weights" in reason for x in rows for reason in x["domain_reasons"])
+    settings = [k[-1] for k in svc.graphs._items if "resnet18" in str(k[0])]
+    assert None in settings and True in settings  # two extractions of the model, the default and the card's

@@ -81,8 +81,10 @@ def _rows(table, device, phase, metric):
     return rows.reset_index(drop=True), device, phase
 
 
-def graphs_of(rows, base_dir=None) -> list:
-    """Each row's PyG graph: every ``(model, input_shape)`` extracted once, re-bound per batch size.
+def graphs_of(rows, base_dir=None, weight_work: bool | None = None) -> list:
+    """Each row's PyG graph: every ``(model, input_shape)`` extracted once, re-bound per batch size,
+    the way the source predictor's training graphs were (``weight_work``, its
+    :attr:`~perfseer.predictor.Predictor.weight_work`; ``None``: the environment's).
 
     Raises:
         PerfseerError: a model that cannot be extracted, named with its error.
@@ -102,7 +104,7 @@ def graphs_of(rows, base_dir=None) -> list:
             if ref.endswith(".onnx") and base_dir is not None and not os.path.isabs(ref) and (base_dir / ref).exists():
                 ref = str(base_dir / ref)
             try:
-                cache[key] = extract(ref, batch=1, input_shape=parse_shape(key[1]))
+                cache[key] = extract(ref, batch=1, input_shape=parse_shape(key[1]), weight_work=weight_work)
             except Exception as e:  # noqa: BLE001 - named in the error, with its cause
                 raise PerfseerError(f"calibration model {key[0]} ({key[1]}) could not be extracted "
                                     f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
@@ -161,7 +163,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     config = CalibrationConfig(method=args.method, coverage=args.coverage, seed=args.seed, variant=args.variant,
                                live_features=tuple(f for f in args.live_features.split(",") if f),
                                interval=args.interval, selection=args.selection)
-    graphs = graphs_of(rows, Path(args.measurements).resolve().parent)
+    graphs = graphs_of(rows, Path(args.measurements).resolve().parent, weight_work=source.weight_work)
     meta = _meta_head(source, args.meta_data, device, phase, args.metric) if args.method == "meta" else None
     cal = calibrate(source, graphs, rows[args.metric].to_numpy(dtype=float), rows["model"].astype(str).tolist(),
                     metric=args.metric, config=config, meta_head=meta)

@@ -72,9 +72,12 @@ def run_predict(args: argparse.Namespace) -> int:
     rows: list[dict] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnseenOperatorWarning)
-        # extracted once, re-bound to every batch size for every device
-        pg = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims, seq_len=args.seq_len)
-        if args.predictor is None:  # any registered device: measured predictor or spec model
+        # extracted once, re-bound to every batch size for every device; the way the predictor's
+        # training graphs were (its card's extraction), or as PERFSEER_WEIGHT_WORK says
+        predictor = load_predictor(args.predictor) if args.predictor is not None else None
+        pg = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims, seq_len=args.seq_len,
+                     weight_work=None if predictor is None else predictor.weight_work)
+        if predictor is None:  # any registered device: measured predictor or spec model
             from perfseer.specmodel.route import predict_on_device
 
             for device in devices:
@@ -82,7 +85,6 @@ def run_predict(args: argparse.Namespace) -> int:
                                           precision=args.precision, prefer=args.basis)
             label = ", ".join(devices)
         else:
-            predictor = load_predictor(args.predictor)
             for device in devices or [None]:
                 rows += predictor.predict(pg, batch=args.batch, device=device, phase=args.phase)
             label = predictor.name

@@ -135,6 +135,23 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def extraction_settings() -> dict:
+    """How graphs are extracted now (recorded in a dataset's manifest and a predictor's card)."""
+    from perfseer.graph.extract import weight_work_enabled
+
+    return {"weight_work": weight_work_enabled()}
+
+
+def dataset_extraction(manifest: dict) -> dict:
+    """How a dataset's graphs were extracted: its manifest's ``extraction``, or, for a manifest
+    written before that was recorded, folded work on weights unless ``scripts/refresh_graphs.py``
+    rebuilt it with that work kept (its ``refreshed`` record)."""
+    if isinstance(manifest.get("extraction"), dict):
+        return {"weight_work": bool(manifest["extraction"].get("weight_work", False))}
+    refreshed = any("weight computation kept" in str(r.get("why", "")) for r in manifest.get("refreshed", []))
+    return {"weight_work": refreshed}
+
+
 # -- the cache ---------------------------------------------------------------------------------------
 
 class SkeletonCache:
@@ -747,6 +764,7 @@ def build_dataset(table: str | os.PathLike, out: str | os.PathLike, workers: int
         **({"compact": compact_counts} if compact else {}),
         "cache": str(cache_dir), "workers": workers, "retry_failed": bool(retry_failed),
         "versions": _versions(),
+        "extraction": extraction_settings(),
         "wall_time_s": round(time.perf_counter() - start, 3),
     }
     _atomic_text(out / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")

@@ -17,6 +17,8 @@ The steps, in order:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import math
 from collections import Counter
@@ -144,6 +146,7 @@ def _inferred_shape(tt: onnx.TypeProto.Tensor) -> tuple[int, ...] | None:
 class _Extraction:
     def __init__(self, skel: Skeleton, batch, input_shape, dims):
         self.skel = skel
+        self.weight_work = weight_work_enabled()
         self.model = skel.model
         self.g = self.model.graph
         self.source = skel.source
@@ -525,7 +528,7 @@ class _Extraction:
         weight_derived = {t.name for t in self.g.initializer
                           if DTYPE_NAMES.get(t.data_type) in FLOAT_DTYPES and t.name not in self.injected
                           and (t.name not in init_values or math.prod(t.dims) > _MAX_INJECTED)
-                          } if weight_work_enabled() else set()
+                          } if self.weight_work else set()
         values: dict[str, np.ndarray] = dict(init_values)
         folded: list[NodeFields] = []
         device: list[NodeFields] = []
@@ -849,7 +852,7 @@ class _Extraction:
             inputs=tuple(vi.name for vi in self.real_inputs), outputs=tuple(self._output_names),
             batch_size=BATCH_SENTINEL if sentinel else self._static_batch(), opset=self.opset,
             folded_ops=dict(Counter(n.op_type for n in folded) + self.removed),
-            dropout=self._dropout_sites(sentinel),
+            dropout=self._dropout_sites(sentinel), weight_work=self.weight_work,
         )
         if sentinel:
             return graph.with_batch(self.batch or self.default_batch)
@@ -884,20 +887,36 @@ class _Extraction:
         return dims[0].dim_value if dims and dims[0].dim_value > 0 else 1
 
 
+_WEIGHT_WORK: contextvars.ContextVar[bool | None] = contextvars.ContextVar("perfseer_weight_work", default=None)
+
+
 def weight_work_enabled() -> bool:
     """Whether the extractor keeps work on weights as device operators (module docstring, step 4).
 
-    Off by default while the bundled predictors are the ones trained on graphs where that work was
-    folded: a graph extracted the new way is not what they learned from (what that costs them:
-    docs/models.md).  ``PERFSEER_WEIGHT_WORK=1`` switches it on (dataset builds, physics estimates,
-    predictors retrained on such graphs); it is read at every extraction, so worker processes
-    follow it.
+    Off by default while most bundled predictors are ones trained on graphs where that work was
+    folded: a graph extracted the other way is not what they learned from (what that costs them:
+    docs/models.md).  A predictor card records the extraction its training graphs had
+    (``extraction.weight_work``) and a prediction with it extracts the same way
+    (:func:`keep_weight_work`).  ``PERFSEER_WEIGHT_WORK=1`` switches it on for everything else (dataset
+    builds, physics estimates); it is read at every extraction, so worker processes follow it.
     """
-    return env_flag(WEIGHT_WORK_ENV)
+    override = _WEIGHT_WORK.get()
+    return env_flag(WEIGHT_WORK_ENV) if override is None else override
+
+
+@contextlib.contextmanager
+def keep_weight_work(on: bool | None):
+    """Extract with work on weights kept (``True``) or folded (``False``) inside the block, whatever
+    ``PERFSEER_WEIGHT_WORK`` says; ``None`` leaves the environment's choice."""
+    token = _WEIGHT_WORK.set(None if on is None else bool(on))
+    try:
+        yield
+    finally:
+        _WEIGHT_WORK.reset(token)
 
 
 def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None,
-                  dims: dict[str, int] | None = None) -> Graph:
+                  dims: dict[str, int] | None = None, weight_work: bool | None = None) -> Graph:
     """Build the IR of ``skeleton`` at ``batch``.
 
     Args:
@@ -905,6 +924,8 @@ def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None
         batch: batch size to bind (default 1, or the model's own fixed batch).
         input_shape: the first input's shape without the batch, overriding the model's.
         dims: values for other symbolic input dimensions, by name.
+        weight_work: keep work on weights as device operators (``None``: :func:`weight_work_enabled`);
+            the graph records it (``Graph.weight_work``).
 
     Raises:
         UnsupportedModelError, ShapeError: with the problem and the fix.
@@ -913,4 +934,6 @@ def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None
         raise ShapeError(f"batch size must be a positive integer, got {batch!r}", "pass --batch N with N >= 1")
     from perfseer.graph.canonical import canonicalize
 
-    return canonicalize(_Extraction(skeleton, batch, input_shape, dims).run())
+    with keep_weight_work(weight_work):
+        return canonicalize(_Extraction(skeleton, batch, input_shape, dims).run())
+

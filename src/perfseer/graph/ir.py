@@ -148,6 +148,8 @@ class Graph:
     folded_ops: dict[str, int] = field(default_factory=dict)  # op types removed as shape/constant work
     # training-mode dropouts of a PyTorch module (recorded at export; empty when unknown or none)
     dropout: tuple[DropoutSite, ...] = ()
+    # work on weights kept as device operators (perfseer.graph.extract.weight_work_enabled)
+    weight_work: bool = False
 
     @property
     def folded_nodes(self) -> int:

@@ -147,17 +147,19 @@ class GraphCache:
         self._tokens = itertools.count(1)
         self.hits = self.misses = 0
 
-    def get(self, model: str, input_shape=None, dims=None, wait_s: float | None = None, seq_len=None):
+    def get(self, model: str, input_shape=None, dims=None, wait_s: float | None = None, seq_len=None,
+            weight_work=None):
         """The PerfGraph and whether it came from the cache."""
-        entry, cached = self.entry(model, input_shape, dims, wait_s, seq_len)
+        entry, cached = self.entry(model, input_shape, dims, wait_s, seq_len, weight_work)
         return entry.pg, cached
 
     def entry(self, model: str, input_shape=None, dims=None, wait_s: float | None = None,
-              seq_len=None) -> tuple[GraphEntry, bool]:
-        """The :class:`GraphEntry` and whether it came from the cache."""
+              seq_len=None, weight_work=None) -> tuple[GraphEntry, bool]:
+        """The :class:`GraphEntry` and whether it came from the cache (``weight_work``: extract with
+        the work on weights kept or folded, as a predictor's card says; ``None``: the server's default)."""
         target = self.store.resolve(model)
         key = (target, self.store.version(target), tuple(input_shape) if input_shape else None,
-               tuple(sorted((dims or {}).items())), seq_len)
+               tuple(sorted((dims or {}).items())), seq_len, weight_work)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -175,7 +177,7 @@ class GraphCache:
             return waiter["value"], True
         try:
             pg = self.sandbox.run(extract_job, target, tuple(input_shape) if input_shape else None, dims, seq_len,
-                                  wait_s=wait_s)
+                                  weight_work, wait_s=wait_s)
             entry = waiter["value"] = GraphEntry(pg, next(self._tokens))
             evicted = []
             with self._lock:

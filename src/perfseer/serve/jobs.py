@@ -4,11 +4,11 @@ by name).  Each returns plain data or objects of perfseer's own."""
 from __future__ import annotations
 
 
-def extract_job(model: str, input_shape, dims, seq_len=None):
-    """The PerfGraph of ``model`` at batch 1."""
+def extract_job(model: str, input_shape, dims, seq_len=None, weight_work=None):
+    """The PerfGraph of ``model`` at batch 1 (``weight_work``: as :func:`perfseer.extract`)."""
     from perfseer.api import extract
 
-    return extract(model, batch=1, input_shape=input_shape, dims=dims or None, seq_len=seq_len)
+    return extract(model, batch=1, input_shape=input_shape, dims=dims or None, seq_len=seq_len, weight_work=weight_work)
 
 
 def memory_job(model: str, batches, phase: str, optimizer, precision: str, device, input_shape, mig: bool,
