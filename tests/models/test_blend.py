@@ -38,12 +38,20 @@ def test_member_configs_take_the_shared_widths_and_their_overrides():
     (dict(members="seernet+pmgns", shift="0.1,0.2"), "need 1 finite"),
     (dict(members="seernet+pmgns", shift="x"), "need 1 finite"),
     (dict(members="pmgns+pmgns", seeds="0"), "need 2 integers"),
-    (dict(members="gcn+gin+pmgns+seernet+mlp-node", tie_seeds=True), "name 2 to 4"),
+    (dict(members="gcn+gin+pmgns+seernet+mlp-node", tie_seeds=True), "of at most 4 kinds"),
+    (dict(members="+".join(["gcn", "gin", "pmgns"] * 4 + ["gcn"]), tie_seeds=True), "2 to 12 networks"),
     (dict(members="gcn+gcn+gcn+gcn+gin"), "name 2 to 4"),
 ])
 def test_bad_configs_are_refused(bad, match):
     with pytest.raises(PerfseerError, match=match):
         build_model("blend", **bad)
+
+
+def test_tied_seeds_allow_three_seeds_of_four_kinds():
+    members = "+".join(k for k in ("gcn", "gin", "pmgns", "seernet") for _ in range(3))
+    cfg = BlendConfig(members=members, seeds=",".join(["0", "1", "2"] * 4), tie_seeds=True)
+    cfg.validate()  # 12 networks, 4 kinds: the i9's round 10 recipe has this shape
+    assert len(cfg.member_list()) == 12
 
 
 def test_default_members_are_the_validation_winner():

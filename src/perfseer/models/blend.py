@@ -54,7 +54,9 @@ from perfseer.errors import PerfseerError
 from perfseer.models.base import GraphRegressor, ModelConfig
 
 MAX_MEMBERS = 4  # the weight search enumerates the simplex grid: 1,771 points at 4 members (or groups)
-MAX_TIED_MEMBERS = 8  # with tie_seeds: members in all (their distinct specs are at most MAX_MEMBERS)
+# with tie_seeds: members in all (their distinct specs are at most MAX_MEMBERS): three seeds of each
+# of four kinds, the i9's choice of round 10 (docs/generalisation.md)
+MAX_TIED_MEMBERS = 12
 GRID = 20  # weight steps of 1/GRID
 _COMMON = ("node_dim", "edge_dim", "global_dim", "num_op_types", "num_targets")
 
@@ -99,6 +101,10 @@ class BlendConfig(ModelConfig):
         specs = split_members(self.members)
         if self.tie_seeds and 2 <= len(specs) <= MAX_TIED_MEMBERS and 1 <= len(set(specs)) <= MAX_MEMBERS:
             pass
+        elif self.tie_seeds:
+            raise PerfseerError(f"BlendConfig.members names {len(specs)} network(s) of {len(set(specs))} kinds "
+                                f"with tie_seeds: {self.members!r}",
+                                f"name 2 to {MAX_TIED_MEMBERS} networks of at most {MAX_MEMBERS} kinds joined by '+'")
         elif not 2 <= len(specs) <= MAX_MEMBERS:
             raise PerfseerError(f"BlendConfig.members names {len(specs)} network(s): {self.members!r}",
                                 f"name 2 to {MAX_MEMBERS} networks joined by '+', e.g. seernet[readout=sum]+pmgns")
