@@ -6,7 +6,7 @@
 #   scripts/retrain_shipped.sh all  [extra perfseer-train args]    # all ten, in the order below
 #   python scripts/ship_predictor.py .cache/trust/CARD/CARD.json --tolerance 0   # then install it
 #
-# NAME: rtx3090-infer rtx3090-train i9-infer rtx4090-infer rtx5090-infer epyc-infer epyc-train nb201
+# NAME: rtx3090-infer rtx3090-train i9-infer (i9-infer-r10) rtx4090-infer rtx5090-infer epyc-infer epyc-train nb201
 #       memsim-infer memsim-train
 # (and rtx3090-infer-family, the unseen-family interval benchmark's network: fitted on the family
 # split's train, not shipped).
@@ -39,6 +39,9 @@ RG='pmgns[baseline=roofline;baseline_device=rtx3090;baseline_precision=fp16;base
 BLEND3090_R9="seernet[readout=sum]+seernet+$R+$R+$R+$RG+$RG+$RG"
 R9='pmgns[baseline=roofline;baseline_device=i9-10940x;baseline_precision=fp32]'
 BLEND_I9="seernet[readout=sum]+seernet+pmgns+pmgns+pmgns+$R9+$R9+$R9"
+G9='pmgns[baseline=roofline;baseline_device=i9-10940x;baseline_precision=fp32;baseline_fit=groups]'
+A='seernet[readout=sum]'
+BLEND_I9_R10="$A+$A+$A+pmgns+pmgns+pmgns+$R9+$R9+$R9+$G9+$G9+$G9"
 # recipe of the epyc-torch-t1 cards (their training dict): SeerNet-Multi, 3 heads, PCGrad, 128 per step
 cpu=(--data cpu --device epyc/torch-t1 --model seernet-multi --metric latency_ms --metric memory_mb
      --metric util_pct --hidden 64 --epochs 300 --batch-size 128 --seed 0)
@@ -59,6 +62,14 @@ case "${1:-}" in
   i9-infer) args=("${timm[@]}" --device i9_10940x/fp32-nchw-pt240-dynamo --phase infer --seed 1 --batch-size 32
                   --model blend --set head_hidden_dim=64 --set "members=$BLEND_I9" --set seeds=1,1,0,1,2,0,1,2
                   --set tie_seeds=true --set fit_shift=true --name i9_10940x-fp32-nchw-pt240-dynamo.infer) ;;
+  # round 10's validation choice for the i9 (docs/generalisation.md, "Round 10"; not yet trained): on the
+  # graphs that keep the work models do on their weights (datasets/timm_weight_work, the card records it),
+  # three seeds each of SeerNet-Sum, PMGNS, PMGNS on the roofline offset and PMGNS on the per-group one
+  i9-infer-r10) args=(--data timm_weight_work --model seernet --hidden 64 --epochs 500
+                      --device i9_10940x/fp32-nchw-pt240-dynamo --phase infer --seed 0 --batch-size 32
+                      --model blend --set head_hidden_dim=64 --set "members=$BLEND_I9_R10"
+                      --set seeds=0,1,2,0,1,2,0,1,2,0,1,2 --set tie_seeds=true --set fit_shift=true
+                      --name i9_10940x-fp32-nchw-pt240-dynamo.infer) ;;
   rtx4090-infer) args=("${timm[@]}" --device rtx4090/amp-nchw-pt291 --phase infer --seed 0 --batch-size 32
                        --name rtx4090-amp-nchw-pt291.infer) ;;
   rtx5090-infer) args=("${timm[@]}" --device rtx5090/amp-nchw-pt291 --phase infer --seed 0 --batch-size 32
