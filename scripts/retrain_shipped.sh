@@ -93,7 +93,7 @@ case "${1:-}" in
                       --name memory-sim.train) ;;
   rtx3090-infer-family) args=("${timm[@]}" --device rtx3090/amp-nchw-pt240 --phase infer --seed 0
                               --split family_split --name rtx3090-amp-nchw-pt240.infer.family) ;;
-  *) echo "unknown NAME '${1:-}'; use one of: all ${ORDER[*]} rtx3090-infer-family" >&2; exit 2 ;;
+  *) echo "unknown NAME '${1:-}'; use one of: all ${ORDER[*]} i9-infer-r10 rtx3090-infer-family" >&2; exit 2 ;;
 esac
 fit=(--fit train+test --kfold 3)
 [[ "$1" == *-family ]] && fit=(--fit train)
