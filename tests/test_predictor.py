@@ -265,3 +265,22 @@ def test_a_card_extracts_the_way_its_training_graphs_were(trained, dataset, tmp_
     assert other_way[0]["in_domain"] is False
     reason = next(r for r in other_way[0]["domain_reasons"] if mismatch in r)
     assert "weight_work=True" in reason and "PERFSEER_WEIGHT_WORK=1" in reason
+
+
+def test_the_device_route_extracts_the_way_the_routed_card_wants(monkeypatch, capsys):
+    """``perfseer predict --device D`` extracts the model again when the measured card D routes to
+    learned from graphs extracted the other way; the spec model takes the default extraction."""
+    import perfseer.api
+    from perfseer.specmodel import route
+
+    assert route.routed_extraction("rtx3090", "infer") is False  # the bundled card: folded graphs
+    assert route.routed_extraction("rtx3090", "infer", prefer="spec") is None
+    calls = []
+    real = perfseer.api.extract
+    monkeypatch.setattr(perfseer.api, "extract", lambda *a, **k: calls.append(k.get("weight_work")) or real(*a, **k))
+    monkeypatch.setattr(route, "routed_extraction", lambda *a, **k: True)  # as if its card had kept the work
+    code, out, _ = run_cli(capsys, "predict", "example:resnet18", "--device", "rtx3090", "--json")
+    assert code == 0 and calls == [None, True]  # the default extraction, then the card's
+    rows = json.loads(out)["predictions"]
+    # the real card learned from folded graphs, so the graph it got is out of domain, and says why
+    assert rows and all(any("work on weights kept" in r for r in row["domain_reasons"]) for row in rows)

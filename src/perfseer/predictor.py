@@ -382,6 +382,7 @@ class Predictor:
                 "path": c.get("_path"), "role": c.get("role", "latency"),
                 "targets": [Target(**{k: t[k] for k in ("metric", "device", "phase")}).key for t in c["targets"]],
                 "devices": c["devices"], "phases": c["phases"],
+                "extraction": {"weight_work": bool((c.get("extraction") or {}).get("weight_work", False))},
                 "training": {k: c["training"].get(k) for k in ("dataset", "split_column", "rows", "batch_sizes",
                                                                 "fit_splits", "kfold", "calibrated_from")},
                 "scores": c.get("scores", {}),

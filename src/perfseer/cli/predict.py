@@ -78,10 +78,16 @@ def run_predict(args: argparse.Namespace) -> int:
         pg = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims, seq_len=args.seq_len,
                      weight_work=None if predictor is None else predictor.weight_work)
         if predictor is None:  # any registered device: measured predictor or spec model
-            from perfseer.specmodel.route import predict_on_device
+            from perfseer.specmodel.route import predict_on_device, routed_extraction
 
+            graphs = {pg.graph.weight_work: pg}  # one extraction per setting the routed cards need
             for device in devices:
-                rows += predict_on_device(pg, device, batch=args.batch, phase=args.phase or "infer",
+                kept = routed_extraction(device, args.phase or "infer", args.precision, args.basis)
+                if kept is not None and kept not in graphs:
+                    graphs[kept] = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims,
+                                           seq_len=args.seq_len, weight_work=kept)
+                rows += predict_on_device(graphs[pg.graph.weight_work if kept is None else kept], device,
+                                          batch=args.batch, phase=args.phase or "infer",
                                           precision=args.precision, prefer=args.basis)
             label = ", ".join(devices)
         else:

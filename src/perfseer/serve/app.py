@@ -271,10 +271,19 @@ class Service:
         units = self._units(req, notes)
         # a predictor whose training graphs were extracted the other way (its card's extraction)
         # answers from the model extracted that way
+        from perfseer.specmodel.route import routed_extraction
+
         entries = {entry.pg.graph.weight_work: entry}
         entry_of = {}
         for unit in units:
-            kept = self.predictor(unit[1]).weight_work if unit[0] == "predictor" else entry.pg.graph.weight_work
+            if unit[0] == "predictor":
+                kept = self.predictor(unit[1]).weight_work
+            else:  # a device: the measured card it routes to, if any (a bad device fails below, as before)
+                try:
+                    kept = routed_extraction(*unit[1:])
+                except PerfseerError:
+                    kept = None
+                kept = entry.pg.graph.weight_work if kept is None else kept
             if kept not in entries:
                 entries[kept] = self.graphs.entry(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len,
                                                   weight_work=kept)[0]

@@ -51,6 +51,20 @@ def measured_predictors(device: str, phase: str = "infer", precision: str | None
     return out
 
 
+def routed_extraction(device: str, phase: str = "infer", precision: str | None = None,
+                      prefer: str = "auto") -> bool | None:
+    """How :func:`predict_on_device` wants the model extracted for ``device``: the routed measured
+    predictor's ``weight_work`` (its card's extraction), or ``None`` (the spec model and the transfer
+    take the default extraction)."""
+    from perfseer.predictor import list_predictors
+
+    found = measured_predictors(device, phase, precision) if prefer in ("auto", "measured") else []
+    if not found:
+        return None
+    card = next(p for p in list_predictors() if p["name"] == found[0][0])
+    return card["extraction"]["weight_work"]
+
+
 def predict_on_device(model, device: str, batch: int | Sequence[int] = 1, phase: str = "infer",
                       precision: str | None = None, input_shape=None, dims=None, prefer: str = "auto",
                       seq_len: int | None = None) -> list[dict]:
