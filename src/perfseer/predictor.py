@@ -205,7 +205,7 @@ class Predictor:
         """Whether this predictor's training graphs kept the work models do on their own weights
         as device operators (the card's ``extraction``; cards without it learned from folded graphs).
         :meth:`predict` extracts the same way; a graph extracted the other way is out of domain."""
-        return bool((self.card.get("extraction") or {}).get("weight_work", False))
+        return card_weight_work(self.card)
 
     def extraction_mismatch(self, pg) -> str | None:
         """Why ``pg`` was not extracted the way this predictor's training graphs were, or None."""
@@ -382,12 +382,17 @@ class Predictor:
                 "path": c.get("_path"), "role": c.get("role", "latency"),
                 "targets": [Target(**{k: t[k] for k in ("metric", "device", "phase")}).key for t in c["targets"]],
                 "devices": c["devices"], "phases": c["phases"],
-                "extraction": {"weight_work": bool((c.get("extraction") or {}).get("weight_work", False))},
+                "extraction": {"weight_work": card_weight_work(c)},
                 "training": {k: c["training"].get(k) for k in ("dataset", "split_column", "rows", "batch_sizes",
                                                                 "fit_splits", "kfold", "calibrated_from")},
                 "scores": c.get("scores", {}),
                 "domain": _domain_summary(c.get("domain")),
                 "intervals": {k: v["q"] for k, v in ((c.get("intervals") or {}).get("targets") or {}).items()}}
+
+
+def card_weight_work(card: dict) -> bool:
+    """A card's ``extraction.weight_work`` (false for cards written before it was recorded)."""
+    return bool((card.get("extraction") or {}).get("weight_work", False))
 
 
 def _domain_summary(domain: dict | None) -> dict | None:
