@@ -40,6 +40,8 @@ META_DROPOUT = "perfseer.dropout"
 # to stderr every PROGRESS_EVERY_S seconds once an export has run that long.
 EXPORT_TIME_LIMIT_S = 600.0
 PROGRESS_EVERY_S = 15.0
+
+
 def export_time_limit() -> float:
     """The export time limit: ``PERFSEER_EXPORT_TIMEOUT`` (seconds) or :data:`EXPORT_TIME_LIMIT_S`."""
     text = os.environ.get("PERFSEER_EXPORT_TIMEOUT", "")

@@ -132,6 +132,7 @@ class Service:
         self._names: list[str] | None = None
         self._served: list[str] | None = None
         self._memory_cache: dict = {}
+        self._routes: dict = {}  # (device, phase, precision, basis) -> routed_extraction
         self.started = time.time()
 
     # -- predictors ------------------------------------------------------------------------------
@@ -155,6 +156,23 @@ class Service:
             if name not in self._predictors:
                 self._predictors[name] = load_predictor(name)
             return self._predictors[name]
+
+    def routed_extraction(self, route: tuple) -> bool | None:
+        """:func:`perfseer.specmodel.route.routed_extraction` of ``(device, phase, precision, basis)``,
+        read once per route (the bundled cards do not change under a running server); ``None`` for a
+        device that does not resolve (its rows fail later, with the error, as before)."""
+        from perfseer.specmodel.route import routed_extraction
+
+        with self._lock:
+            if route in self._routes:
+                return self._routes[route]
+        try:
+            kept = routed_extraction(*route)
+        except PerfseerError:
+            return None
+        with self._lock:
+            self._routes[route] = kept
+        return kept
 
     def describe_predictors(self) -> list[dict]:
         return [self.predictor(n).describe() for n in self.predictor_names()]
@@ -271,18 +289,13 @@ class Service:
         units = self._units(req, notes)
         # a predictor whose training graphs were extracted the other way (its card's extraction)
         # answers from the model extracted that way
-        from perfseer.specmodel.route import routed_extraction
-
         entries = {entry.pg.graph.weight_work: entry}
         entry_of = {}
         for unit in units:
             if unit[0] == "predictor":
                 kept = self.predictor(unit[1]).weight_work
-            else:  # a device: the measured card it routes to, if any (a bad device fails below, as before)
-                try:
-                    kept = routed_extraction(*unit[1:])
-                except PerfseerError:
-                    kept = None
+            else:  # a device: the measured card it routes to, if any
+                kept = self.routed_extraction(unit[1:])
                 kept = entry.pg.graph.weight_work if kept is None else kept
             if kept not in entries:
                 entries[kept] = self.graphs.entry(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len,

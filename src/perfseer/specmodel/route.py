@@ -24,9 +24,11 @@ def setting_precision(device_string: str) -> str | None:
     return {"amp": "fp16", "amp_bf16": "bf16", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}.get(head)
 
 
-def measured_predictors(device: str, phase: str = "infer", precision: str | None = None) -> list[tuple[str, str]]:
+def measured_predictors(device: str, phase: str = "infer", precision: str | None = None,
+                        cards: list[dict] | None = None) -> list[tuple[str, str]]:
     """``(predictor name, table device string)`` of the bundled predictors covering ``device``
-    (any alias) in ``phase`` at ``precision`` (``None``: any), latency target."""
+    (any alias) in ``phase`` at ``precision`` (``None``: any), latency target (``cards``: the
+    bundled cards' :func:`~perfseer.predictor.list_predictors`, when the caller has read them)."""
     from perfseer.devices import UnknownDeviceError, get_device
     from perfseer.predictor import list_predictors
 
@@ -34,7 +36,7 @@ def measured_predictors(device: str, phase: str = "infer", precision: str | None
     if want.parent is not None:
         return []  # a MIG slice is never the measured device
     out = []
-    for p in list_predictors():
+    for p in list_predictors() if cards is None else cards:
         for key in p["targets"]:
             metric, _, rest = key.partition("@")
             dev, _, ph = rest.rpartition(":")
@@ -58,11 +60,11 @@ def routed_extraction(device: str, phase: str = "infer", precision: str | None =
     take the default extraction)."""
     from perfseer.predictor import list_predictors
 
-    found = measured_predictors(device, phase, precision) if prefer in ("auto", "measured") else []
-    if not found:
+    if prefer not in ("auto", "measured"):
         return None
-    card = next(p for p in list_predictors() if p["name"] == found[0][0])
-    return card["extraction"]["weight_work"]
+    cards = list_predictors()
+    found = measured_predictors(device, phase, precision, cards)
+    return next(p for p in cards if p["name"] == found[0][0])["extraction"]["weight_work"] if found else None
 
 
 def predict_on_device(model, device: str, batch: int | Sequence[int] = 1, phase: str = "infer",
