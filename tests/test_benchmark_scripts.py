@@ -254,3 +254,23 @@ def test_lfo_uncertainty_shift_fits_on_validation_and_scores_test(tmp_path):
         assert 0 < r["pooled"]["constant"] < 100 and 0 < r["pooled"]["adaptive"] < 100
     with pytest.raises(SystemExit, match="no run"):
         us.main([str(rep), "--setting", "s", "--blend", "a+z", "--spread", "a,b"])
+
+
+def test_cache_roofline_discounts_cached_bytes_and_restores_the_costs(tiny_families, tmp_path):
+    import lfo_cache_roofline as lcr
+
+    import perfseer.models.roofline as roofline
+
+    b = lcr.cache_bytes(np.array([0.0, 1e6, 4e6, 10e6]), 4e6, 4.0)
+    assert np.allclose(b, [0.0, 0.25e6, 1e6, 1e6 + 6e6])  # within the cache at 1/4, the spill at full cost
+    assert np.allclose(lcr.cache_bytes([3.0], 4.0, 1.0), [3.0])
+    plain = roofline.node_costs
+    preds = {}
+    for kappa in ("1", "8"):
+        out = tmp_path / f"k{kappa}.json"
+        assert lcr.main(["--kappa", kappa, "--cache-mib", "0.001", "--settings", "timm:gpu_a:infer",
+                         "--methods", "roofline[fit=all]", "--folds", "3", "--json", str(out)]) == 0
+        assert roofline.node_costs is plain
+        rep = json.loads(out.read_text())["settings"]["timm:gpu_a:infer"]
+        preds[kappa] = [r["pred_test"] for f in rep["folds"] for r in f["results"]]
+    assert preds["1"] != preds["8"]
