@@ -214,3 +214,98 @@ def test_pmgns_with_the_group_roofline_offsets_by_it_and_reloads(mixed):
         assert torch.allclose(fresh.eval()(b), model(b))
     with pytest.raises(PerfseerError, match="baseline_penalty"):
         train_method("pmgns", tr, te, cfg | {"baseline_penalty": 0.0}, train_config=TrainConfig(max_epochs=1, progress=False))
+
+
+# -- recurrent steps (steps=True) --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def recurrent():
+    """The ``mixed`` graphs where every fourth one has its first compute node turned into an LSTM of
+    T = 5 + i % 7 steps in D = 1 or 2 directions (its FLOPs and bytes unchanged)."""
+    from perfseer.features.pyg import OP_VOCAB
+    from perfseer.features.schema import NODE_FEATURES
+
+    t_col, d_col = NODE_FEATURES.index("axis_size"), NODE_FEATURES.index("mm_batch")
+    out = []
+    for split, (n, seed) in enumerate([(60, 0), (15, 1)]):
+        gs = flops_dataset(n, seed, noise=0.0)
+        for i, g in enumerate(gs):
+            if i % 4 == 0:
+                j = int(torch.nonzero(g.x[:, rl.FLOPS_COL] > 0).reshape(-1)[0])
+                g.op_type[j] = OP_VOCAB.index("LSTM")
+                g.x[j, t_col], g.x[j, d_col] = 5 + i % 7, 1 + i % 2
+            g.x[-1, t_col] = 50.0                                    # not recurrent: no effect
+        out.append(gs)
+    return out
+
+
+def test_a_recurrent_node_pays_its_overhead_per_step_and_direction(recurrent):
+    tr, _ = recurrent
+    L = rl.node_launches(tr[0])
+    assert L.max() == 5 * 1 and (L == 1).sum() == len(L) - 1             # only the LSTM: T x D
+    assert rl.node_launches(tr[4]).max() == (5 + 4) * 1 and rl.node_launches(tr[1]).max() == 1
+    p = rl.RooflineParams(P=3e9, W=2e8, a=0.5, c1=1e-3, c2=2e-4)
+    plain, steps = rl.baseline_ms(tr[:8], p), rl.baseline_ms(tr[:8], p, steps=True)
+    extra = np.array([(rl.node_launches(g).sum() - g.num_nodes) * p.c1 for g in tr[:8]])
+    assert np.allclose(steps - plain, extra, rtol=1e-9) and extra[0] > 0 and extra[1] == 0
+    F = torch.cat([torch.as_tensor(rl.node_costs(g)[0]) for g in tr[:8]])
+    B = torch.cat([torch.as_tensor(rl.node_costs(g)[1]) for g in tr[:8]])
+    L = torch.cat([torch.as_tensor(rl.node_launches(g)) for g in tr[:8]])
+    batch = torch.cat([torch.full((g.num_nodes,), i) for i, g in enumerate(tr[:8])])
+    lb = rl.log_baseline_torch(F, B, batch, 8, torch.as_tensor(p.as_array()), L)
+    assert np.allclose(lb.numpy(), np.log(steps), atol=1e-9)
+
+
+def test_a_group_without_training_nodes_starts_as_one_that_computes(recurrent):
+    from perfseer.models.estimator import OP_GROUP_NAMES
+
+    tr, _ = recurrent
+    shared = rl.RooflineParams(P=5e9, W=3e8, a=0.5, c1=2e-3, c2=1e-9)
+    moving = tr[1].clone()
+    moving.x[:, rl.FLOPS_COL] = 0.0                          # every node of its groups moves data only
+    start = rl.group_start([moving], shared)                 # no LSTM
+    rec = OP_GROUP_NAMES.index("recurrent")
+    assert tuple(start[rec]) == (shared.P, shared.W, shared.c1)
+    seen = np.unique(rl._Costs([moving]).grp)
+    assert rec not in seen and np.all(start[seen, 2] == shared.c2) and np.all(start[seen, 1] == shared.W / shared.a)
+
+
+def test_the_group_roofline_with_steps_recovers_the_per_step_overhead(recurrent):
+    """Times made with a per-step overhead: the plain group fit can not follow the recurrent graphs,
+    the one with steps fits them."""
+    tr, te = recurrent
+    shared = rl.RooflineParams(P=5e9, W=3e8, a=1.0, c1=5e-2, c2=1e-3)
+    true = rl.group_start(tr, shared)
+    y = rl._Costs(tr, steps=True).group_terms(true)[:, 4]
+    err = {}
+    for steps in (False, True):
+        est = rl.Roofline(fit="groups", recurrent_steps=steps, group_penalties="0.01")
+        est.fit(tr, y)
+        yt = rl._Costs(te, steps=True).group_terms(true)[:, 4]
+        err[steps] = float(np.mean(np.abs(est.predict(te).reshape(-1) / yt - 1)))
+    assert err[True] < 1e-4 and err[False] > 0.01
+
+
+def test_pmgns_with_steps_offsets_by_the_same_baseline_and_reloads(recurrent):
+    from torch_geometric.data import Batch
+
+    from perfseer.training.run import train_method
+    from perfseer.training.trainer import TrainConfig, _model_input
+
+    tr, te = recurrent
+    for fit in ("overheads", "groups"):
+        cfg = {"hidden_dim": 16, "head_hidden_dim": 16, "baseline": "roofline", "baseline_device": "i9-10940x",
+               "baseline_fit": fit, "baseline_steps": True}
+        fitted = train_method("pmgns", tr, te, cfg, train_config=TrainConfig(max_epochs=2, progress=False, seed=0))
+        model = fitted.estimator.model.eval()
+        b = Batch.from_data_list([_model_input(fitted.estimator.feature_scaler.transform(g)) for g in te])
+        with torch.no_grad():
+            L = np.concatenate([rl.node_launches(g) for g in te])
+            assert L.max() > 1 and torch.equal(model.node_launches(b), torch.as_tensor(L))
+            costs = rl._Costs(te, steps=True)
+            want = (costs.group_terms(model.baseline_groups[0].numpy()) if fit == "groups"
+                    else costs.terms(rl.RooflineParams.from_array(model.baseline_params[0].numpy())))[:, 4]
+            assert np.allclose(model.log_baseline(b)[:, 0].numpy(), np.log(want), atol=1e-5)
+            fresh = type(model)(type(model.config).from_dict(model.config.to_dict()))
+            fresh.load_state_dict(model.state_dict())
+            assert torch.allclose(fresh.eval()(b), model(b))

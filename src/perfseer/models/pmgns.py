@@ -13,7 +13,7 @@ from perfseer.errors import PerfseerError
 from perfseer.models.base import _check_choice
 from perfseer.models.gnn import ConvStack, ConvStackConfig
 from perfseer.features.schema import NODE_FEATURES
-from perfseer.models.roofline import BYTES_COL, FLOPS_COL
+from perfseer.models.roofline import BYTES_COL, FLOPS_COL, STEPS_COLS
 
 SHAPE_COLS = tuple(NODE_FEATURES.index(n) for n in ("kernel_h", "kernel_w", "groups"))
 
@@ -37,6 +37,8 @@ class PMGNSConfig(ConvStackConfig):
     baseline_fit: str = "overheads"  # roofline parameters fitted on the training graphs: none, overheads, all,
     # or groups (a rate pair and an overhead per operator group: roofline.fit_group_params)
     baseline_penalty: float = 0.3  # baseline_fit=groups: the pull of each group towards the shared roofline
+    baseline_steps: bool = False  # a recurrent node pays the roofline's overhead per time step and direction
+    # (roofline.node_launches), not once
 
     def validate(self) -> None:
         super().validate()
@@ -101,6 +103,12 @@ class PMGNS(ConvStack):
                 self.register_buffer("conv_ops", torch.as_tensor(conv, dtype=torch.long), persistent=False)
                 self.register_buffer("shape_mean", torch.zeros(3, dtype=torch.float64))
                 self.register_buffer("shape_std", torch.ones(3, dtype=torch.float64))
+            if config.baseline_steps:
+                from perfseer.models.roofline import recurrent_op_ids
+
+                self.register_buffer("steps_mean", torch.zeros(2, dtype=torch.float64))
+                self.register_buffer("steps_std", torch.ones(2, dtype=torch.float64))
+                self.register_buffer("recurrent_ops", torch.as_tensor(recurrent_op_ids()), persistent=False)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         for key in ("group_of", "conv_ops"):  # saved by the first version of baseline_fit=groups
@@ -132,11 +140,12 @@ class PMGNS(ConvStack):
         y = np.asarray(y, dtype=np.float64).reshape(len(graphs), -1)
         groups = c.baseline_fit == "groups"
         shared_fit = ("overheads" if c.baseline_device else "all") if groups else c.baseline_fit
+        steps = c.baseline_steps
         for t in range(y.shape[1]):
-            p = rl.fit_params(graphs, y[:, t], init, rl.FITS[shared_fit])
+            p = rl.fit_params(graphs, y[:, t], init, rl.FITS[shared_fit], steps)
             self.baseline_params[t] = torch.as_tensor(p.as_array())
             if groups:
-                theta = rl.fit_group_params(graphs, y[:, t], rl.group_start(graphs, p), c.baseline_penalty)
+                theta = rl.fit_group_params(graphs, y[:, t], rl.group_start(graphs, p), c.baseline_penalty, steps)
                 self.baseline_groups[t] = torch.as_tensor(theta)
         cols = [rl.FLOPS_COL, rl.BYTES_COL]
         self.cost_mean.copy_(torch.as_tensor(feature_scaler.mean_["x"][cols]))
@@ -144,6 +153,9 @@ class PMGNS(ConvStack):
         if groups:
             self.shape_mean.copy_(torch.as_tensor(feature_scaler.mean_["x"][list(SHAPE_COLS)]))
             self.shape_std.copy_(torch.as_tensor(feature_scaler.std_["x"][list(SHAPE_COLS)]))
+        if steps:
+            self.steps_mean.copy_(torch.as_tensor(feature_scaler.mean_["x"][list(STEPS_COLS)]))
+            self.steps_std.copy_(torch.as_tensor(feature_scaler.std_["x"][list(STEPS_COLS)]))
         self.baseline_fitted.fill_(True)
 
     def log_baseline(self, data) -> Tensor:
@@ -153,12 +165,20 @@ class PMGNS(ConvStack):
         batch, _, num_graphs = self._inputs(data)
         v = data.x[:, [FLOPS_COL, BYTES_COL]].double() * self.cost_std + self.cost_mean
         raw = torch.sign(v) * torch.expm1(v.abs())                          # undo signed_log1p
+        L = self.node_launches(data) if self.config.baseline_steps else None
         if self.config.baseline_fit == "groups":
             grp = self.node_groups(data)
-            return torch.stack([log_group_baseline_torch(raw[:, 0], raw[:, 1], grp, batch, num_graphs, th)
+            return torch.stack([log_group_baseline_torch(raw[:, 0], raw[:, 1], grp, batch, num_graphs, th, L)
                                 for th in self.baseline_groups], dim=1)
-        return torch.stack([log_baseline_torch(raw[:, 0], raw[:, 1], batch, num_graphs, p)
+        return torch.stack([log_baseline_torch(raw[:, 0], raw[:, 1], batch, num_graphs, p, L)
                             for p in self.baseline_params], dim=1)
+
+    def node_launches(self, data) -> Tensor:
+        """Every node's launches from its type and its (scaled) ``axis_size`` and ``mm_batch`` features:
+        :func:`perfseer.models.roofline.node_launches` in torch."""
+        v = data.x[:, list(STEPS_COLS)].double() * self.steps_std + self.steps_mean
+        t, d = torch.round(torch.sign(v) * torch.expm1(v.abs())).clamp_min(1.0).unbind(1)
+        return torch.where(torch.isin(data.op_type.reshape(-1), self.recurrent_ops), t * d, torch.ones_like(t))
 
     def node_groups(self, data) -> Tensor:
         """Every node's operator group from its type and its (scaled) kernel and ``groups`` features:
