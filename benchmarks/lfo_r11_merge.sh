@@ -1,18 +1,29 @@
 #!/bin/bash
 # Round 11 (docs/generalisation.md): round 10's i9 blends with the per-group roofline itself (no
-# network, times a constant; benchmarks/lfo_cache_roofline.py --kappa 1) as a fourth member.
-# Run from the repository root; reads committed reports only.
+# network, times a constant; benchmarks/lfo_cache_roofline.py --kappa 1) as a fourth member, and with
+# PMGNS on the per-group roofline with recurrent steps (GS) in place of or beside G.
+# Run from the repository root; merges the GS seed reports when they are there (their command: that
+# section), else reads the committed merge.
 set -e
 R=benchmarks/results/r11; D=benchmarks/data; PY=${PY:-python}
 mkdir -p $R
+if [[ -f $R/lfo_i9_physgrp_steps_s0.json ]]; then
+  $PY benchmarks/leave_families_out.py --merge $R/lfo_i9_physgrp_steps_s0.json $R/lfo_i9_physgrp_steps_s1.json \
+    $R/lfo_i9_physgrp_steps_s2.json --json $D/lfo_r11_physgrp_steps_timm-i9.json > $R/m_r11_i9_steps_seeds.log
+fi
 A='seernet[readout=sum]@200ep-r7'; P=pmgns@200ep-r7; Q=pmgns-phys@200ep-r7; G=pmgns-physgrp@200ep-r7
-RG='roofline[device=i9-10940x;precision=fp32;fit=groups]@kappa1'
+RG='roofline[device=i9-10940x;precision=fp32;fit=groups]@kappa1'; GS=pmgns-physgrp-steps@200ep-r7
 ST="$A-seedmean+$P-seedmean+$Q-seedmean+$G-seedmean"   # round 10's choice
 ST+=",$A-seedmean+$P-seedmean+$G-seedmean+$RG,$A-seedmean+$Q-seedmean+$G-seedmean+$RG"
 ST+=",$A-seedmean+$P-seedmean+$Q-seedmean+$RG,$P-seedmean+$Q-seedmean+$G-seedmean+$RG"
 ST+=",$A-seedmean+$G-seedmean+$RG,$A-seedmean+$P-seedmean+$RG"
+ST+=",$A-seedmean+$P-seedmean+$Q-seedmean+$GS-seedmean,$A-seedmean+$P-seedmean+$G-seedmean+$GS-seedmean"
+ST+=",$A-seedmean+$Q-seedmean+$G-seedmean+$GS-seedmean,$P-seedmean+$Q-seedmean+$G-seedmean+$GS-seedmean"
+ST+=",$A-seedmean+$P-seedmean+$GS-seedmean,$A-seedmean+$Q-seedmean+$GS-seedmean,$P-seedmean+$GS-seedmean"
+ST+=",$A-seedmean+$GS-seedmean,$Q-seedmean+$GS-seedmean,$P-seedmean+$Q-seedmean+$GS-seedmean"
 $PY benchmarks/leave_families_out.py --merge $D/lfo_timm-i9.json $D/lfo_r6_gbmops_timm-i9.json $D/lfo_r7_fast_timm-i9.json \
   $D/lfo_r7_pmgns_timm-i9.json $D/lfo_r7_seernets_timm-i9.json $D/lfo_r10_physgrp_timm-i9.json \
   $D/lfo_r11_cache_roofline_k1_timm-i9.json $D/lfo_r11_cache_roofline_k4_timm-i9.json \
-  --seed-mean $P,$Q,$G,$A --shift --stack "$ST" --json $R/r11_merged_i9.json > $R/m_r11_i9.log
+  $D/lfo_r11_roofline_steps_timm-i9.json $D/lfo_r11_physgrp_steps_timm-i9.json \
+  --seed-mean $P,$Q,$G,$A,$GS --shift --stack "$ST" --json $R/r11_merged_i9.json > $R/m_r11_i9.log
 echo merged
