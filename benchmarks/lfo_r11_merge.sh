@@ -13,14 +13,13 @@ if [[ -f $R/lfo_i9_physgrp_steps_s0.json ]]; then
 fi
 A='seernet[readout=sum]@200ep-r7'; P=pmgns@200ep-r7; Q=pmgns-phys@200ep-r7; G=pmgns-physgrp@200ep-r7
 RG='roofline[device=i9-10940x;precision=fp32;fit=groups]@kappa1'; GS=pmgns-physgrp-steps@200ep-r7
-ST="$A-seedmean+$P-seedmean+$Q-seedmean+$G-seedmean"   # round 10's choice
-ST+=",$A-seedmean+$P-seedmean+$G-seedmean+$RG,$A-seedmean+$Q-seedmean+$G-seedmean+$RG"
-ST+=",$A-seedmean+$P-seedmean+$Q-seedmean+$RG,$P-seedmean+$Q-seedmean+$G-seedmean+$RG"
-ST+=",$A-seedmean+$G-seedmean+$RG,$A-seedmean+$P-seedmean+$RG"
-ST+=",$A-seedmean+$P-seedmean+$Q-seedmean+$GS-seedmean,$A-seedmean+$P-seedmean+$G-seedmean+$GS-seedmean"
-ST+=",$A-seedmean+$Q-seedmean+$G-seedmean+$GS-seedmean,$P-seedmean+$Q-seedmean+$G-seedmean+$GS-seedmean"
-ST+=",$A-seedmean+$P-seedmean+$GS-seedmean,$A-seedmean+$Q-seedmean+$GS-seedmean,$P-seedmean+$GS-seedmean"
-ST+=",$A-seedmean+$GS-seedmean,$Q-seedmean+$GS-seedmean,$P-seedmean+$Q-seedmean+$GS-seedmean"
+a=$A-seedmean; p=$P-seedmean; q=$Q-seedmean; g=$G-seedmean; gs=$GS-seedmean
+ST=""   # the first blend is round 10's choice; members joined by '+', blends by ','
+for b in "$a $p $q $g" "$a $p $g $RG" "$a $q $g $RG" "$a $p $q $RG" "$p $q $g $RG" "$a $g $RG" "$a $p $RG" \
+         "$a $p $q $gs" "$a $p $g $gs" "$a $q $g $gs" "$p $q $g $gs" "$a $p $gs" "$a $q $gs" "$p $gs" "$a $gs" \
+         "$q $gs" "$p $q $gs"; do
+  ST+="${ST:+,}${b// /+}"
+done
 $PY benchmarks/leave_families_out.py --merge $D/lfo_timm-i9.json $D/lfo_r6_gbmops_timm-i9.json $D/lfo_r7_fast_timm-i9.json \
   $D/lfo_r7_pmgns_timm-i9.json $D/lfo_r7_seernets_timm-i9.json $D/lfo_r10_physgrp_timm-i9.json \
   $D/lfo_r11_cache_roofline_k1_timm-i9.json $D/lfo_r11_cache_roofline_k4_timm-i9.json \
