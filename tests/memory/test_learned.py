@@ -140,8 +140,18 @@ def test_learned_fallback_is_fp32_only():
 
 
 def test_a_simulation_past_its_time_limit_falls_back(cached_extract, monkeypatch):
+    import time
+
+    import perfseer.memory.api as memory_api
     from perfseer.memory.api import SIM_TIMEOUT_ENV
 
-    monkeypatch.setenv(SIM_TIMEOUT_ENV, "0.001")
+    def slow_step(*a, **k):  # a simulation that takes long in Python (ExportOnly's own fails in ms,
+        end = time.monotonic() + 30  # on its nonzero, which could beat the limit)
+        while time.monotonic() < end:
+            pass
+        raise AssertionError("the time limit did not stop the simulation")
+
+    monkeypatch.setattr(memory_api, "trace_step", slow_step)
+    monkeypatch.setenv(SIM_TIMEOUT_ENV, "0.05")
     est = perfseer.memory(ExportOnly(), batch=2, phase="train", input_shape=(3, 32, 32))
-    assert est.method == "learned" and f"ran past 0.001 s ({SIM_TIMEOUT_ENV})" in est.notes[0]
+    assert est.method == "learned" and f"ran past 0.05 s ({SIM_TIMEOUT_ENV})" in est.notes[0]
