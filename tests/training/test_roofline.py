@@ -220,7 +220,7 @@ def test_pmgns_with_the_group_roofline_offsets_by_it_and_reloads(mixed):
 
 @pytest.fixture(scope="module")
 def recurrent():
-    """The ``mixed`` graphs where every fourth one has its first compute node turned into an LSTM of
+    """``flops_dataset`` graphs where every fourth one has its first compute node turned into an LSTM of
     T = 5 + i % 7 steps in D = 1 or 2 directions (its FLOPs and bytes unchanged)."""
     from perfseer.features.pyg import OP_VOCAB
     from perfseer.features.schema import NODE_FEATURES

@@ -31,7 +31,7 @@ the other, each a small product and a few element-wise kernels, so it pays its o
 step and direction, ``T x D`` times (:func:`node_launches`), not once.  On the i9 leave-families-out
 folds the per-group roofline with it predicts the held-out `sequencer2d` networks within 1.3 %
 (63.3 / 81.1 / 125.9 ms against 63.0 / 80.3 / 127.5 ms measured), with the overhead per launch
-fitted on families without a single recurrent node; without it they are 3.5-3.8x under-predicted
+fitted on families without a single recurrent node; without it they are 3.4-3.6x under-predicted
 (docs/generalisation.md, "Round 11").
 
 Two uses:
