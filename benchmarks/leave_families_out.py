@@ -86,36 +86,85 @@ def scores(y, p, fam, min_models: int, models) -> dict:
             "worst_family_mape": eligible[worst]["mape"], "per_family": per_family}
 
 
-def fit_method(spec: str, sel, args, console, train_sel=None) -> dict:
+def fit_method(spec: str, sel, args, console, train_sel=None, train_overrides=None, config_overrides=None) -> dict:
     """Train ``spec`` (``NAME`` or ``NAME[FIELD=VALUE;...]``) on the fold; predictions on val and test.
 
     ``train_sel`` (``--aux-devices``): train on its rows and targets instead (the setting's device
     first, then the auxiliary devices), and predict ``sel``'s val and test rows with target 0, so the
-    scored rows are the same as without auxiliary targets."""
+    scored rows are the same as without auxiliary targets.  ``train_overrides``: fields of the
+    :class:`~perfseer.training.trainer.TrainConfig` to change, ``config_overrides`` of the method's
+    config (``--refit-from``)."""
     from compare_methods import split_variant
 
     from perfseer.errors import PerfseerError
     from perfseer.training.run import train_method
 
     name, variant = split_variant(spec)
-    extra = (tb.overrides_for(name, args.set) or {}) | variant or None
+    extra = (tb.overrides_for(name, args.set) or {}) | variant | (config_overrides or {}) or None
     t0 = time.perf_counter()
     tsel = train_sel or sel
     try:
         fitted = train_method(name, tsel.train, tsel.val, tb.model_config(name, args.hidden, extra),
-                              train_config=tb.train_config(args), targets=tsel.targets)
+                              train_config=tb.train_config(args, **(train_overrides or {})), targets=tsel.targets)
     except (PerfseerError, ImportError, RuntimeError) as e:
         tb.log(console, f"[red]{escape(spec)} failed[/red]: {e}")
         return {"method": spec, "error": f"{type(e).__name__}: {e}", "fit_time_s": time.perf_counter() - t0}
     res = fitted.train_result
-    return {"method": spec, "fit_time_s": round(fitted.fit_time_s, 1),
+    its = getattr(fitted.estimator, "best_iterations_", None)  # the GBM's boosting rounds per target
+    return {"method": spec, "fit_time_s": round(fitted.fit_time_s, 1), **({"best_iterations": its} if its else {}),
             "epochs": res.epochs_run if res else None, "best_epoch": res.best_epoch if res else None,
             "stopped": res.stopped if res else None, "config": fitted.config,
             "pred_val": fitted.predict(sel.val)[:, 0], "pred_test": fitted.predict(sel.test)[:, 0]}
 
 
+def stage_one(report: dict, setting: str, fold: int, label: str, val_y) -> dict:
+    """``--refit-from``: the run ``label`` of ``fold`` in a report of the same setting and folds."""
+    S = report["settings"].get(setting)
+    f = next((f for f in (S or {}).get("folds", []) if f["fold"] == fold), None)
+    r = next((r for r in (f or {}).get("results", []) if r["method"] == label), None)
+    if r is None or "error" in r:
+        raise SystemExit(f"error: --refit-from has no run {label!r} of {setting} fold {fold + 1}: "
+                         "name its label with --refit-of (the stage-one --label-suffix)")
+    if not r.get("best_epoch"):
+        raise SystemExit(f"error: {label!r} has no best epoch (not a neural run): --refit-from refits neural "
+                         "methods only")
+    if len(f["val_y"]) != len(val_y) or not np.allclose(f["val_y"], val_y):
+        raise SystemExit(f"error: --refit-from: fold {fold + 1} of {setting} has other validation rows: "
+                         "refit with the data, --folds and --fold-seed of the stage-one run")
+    return r
+
+
+def refit(spec: str, sel, first: dict, args, console) -> dict:
+    """Stage two of ``--refit-from``: ``spec`` trained again on train + validation and scored on
+    test, for as long as stage one chose on validation: a neural method for stage one's best epoch
+    count (early stopping off), the GBM for its boosting rounds (stage one's run fitted here first,
+    it takes seconds); the validation predictions stay stage one's, so stacks fit their weights on
+    rows no member trained on."""
+    import dataclasses
+
+    from compare_methods import split_variant
+
+    if split_variant(spec)[0] == "gbm":
+        first = fit_method(spec, sel, args, console)
+        if "error" in first:
+            return first
+        both = dataclasses.replace(sel, train=list(sel.train) + list(sel.val), val=[])
+        length = {"n_estimators": max(first["best_iterations"])}
+        r = fit_method(spec, sel, args, console, train_sel=both, config_overrides=length)
+    else:
+        both = dataclasses.replace(sel, train=list(sel.train) + list(sel.val))
+        length = {"epochs": int(first["best_epoch"])}
+        r = fit_method(spec, sel, args, console, train_sel=both, train_overrides={
+            "max_epochs": length["epochs"], "early_stopping_patience": None, "time_limit_s": None})
+    if "error" not in r:
+        r["pred_val"] = np.asarray(first["pred_val"], float)
+        r["refit"] = {"from": args.refit_from, "stage_one": first["method"], **length, "train_rows": len(both.train)}
+    return r
+
+
 def run_setting(setting, args, console, log_console, only=None):
     """Train and score every method on each fold; yields the report so far after each fold."""
+    from compare_methods import split_variant
     from perfseer.data.splits import model_family
     from perfseer.training.data import select, select_devices
     from perfseer.training.metrics import mape
@@ -167,7 +216,12 @@ def run_setting(setting, args, console, log_console, only=None):
         out["folds"].append(fold)
         rows = []
         for spec in args.methods:
-            r = fit_method(spec, sel, args, log_console, train_sel)
+            if args.refit_from is not None:
+                gbm = split_variant(spec)[0] == "gbm"  # its stage one is fitted in refit()
+                first = {} if gbm else stage_one(args.refit_report, setting.name, k, spec + args.refit_of, y_val)
+                r = refit(spec, sel, first, args, log_console)
+            else:
+                r = fit_method(spec, sel, args, log_console, train_sel)
             r["method"] = spec + args.label_suffix
             rows.append(r)
             if "error" not in r:
@@ -411,9 +465,27 @@ def main(argv=None) -> int:
                     help="train every method multi-target on the setting's device plus these (e.g. "
                          "i7_12700h/fp32-nchw-pt240-dynamo for timm-i9), on the graphs measured on all of them "
                          "(select_devices); score target 0 on the setting's own val/test rows, as without")
+    ap.add_argument("--refit-from", default=None, metavar="JSON",
+                    help="stage two: train each neural method again on train + validation for the epochs its "
+                         "run in JSON (a report of the same data and folds) chose, and score it on test; its "
+                         "validation predictions stay the stage-one run's (stacks fit on them).  The GBM: its "
+                         "stage one runs here, then it refits for the rounds that run kept")
+    ap.add_argument("--refit-of", default=None, metavar="TEXT",
+                    help="the stage-one runs' --label-suffix (default: --label-suffix)")
     tb.add_set_arg(ap)
     tb.add_common_args(ap)
     args = ap.parse_args(argv)
+    if args.refit_from is not None:
+        import json
+
+        if args.aux_devices:
+            ap.error("--refit-from does not combine with --aux-devices")
+        try:
+            args.refit_report = json.loads(Path(args.refit_from).read_text())
+        except (OSError, ValueError) as e:
+            ap.error(f"--refit-from: cannot read {args.refit_from}: {e}")
+        if args.refit_of is None:
+            args.refit_of = args.label_suffix
     if args.folds < 3:
         ap.error("--folds must be >= 3 (one fold tests, one validates, the rest train)")
     for pair in args.ensemble:
@@ -436,7 +508,7 @@ def main(argv=None) -> int:
     tb.set_threads(args.threads)
     console, err = Console(width=200), Console(stderr=True, width=200)
     report = {"benchmark": "leave_families_out", "environment": tb.environment(),
-              "args": {k: v for k, v in vars(args).items() if k != "settings"} | {
+              "args": {k: v for k, v in vars(args).items() if k not in ("settings", "refit_report")} | {
                   "settings": [s.name for s in args.settings]}, "settings": {}}
     only = None if args.only_folds is None else {int(k) for k in args.only_folds}
     for setting in args.settings:

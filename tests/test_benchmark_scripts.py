@@ -195,6 +195,38 @@ def test_leave_families_out_aux_devices_trains_jointly_and_scores_the_same_rows(
     assert "stack:gcn+gcn-b" in json.loads(merged.read_text())["settings"]["timm:gpu_a:infer"]["pooled"]
 
 
+def test_leave_families_out_refit_trains_on_train_and_val_for_stage_ones_epochs(tiny_families, tmp_path, capsys):
+    import leave_families_out as lfo
+
+    common = ["--settings", "timm:gpu_a:infer", "--methods", "gcn", "--folds", "3", "--hidden", "8"]
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    lfo.main(common + ["--epochs", "6", "--patience", "2", "--json", str(one)])
+    lfo.main(common[:3] + ["gcn,gbm[n_estimators=40;early_stopping_rounds=3]"] + common[4:] + ["--epochs", "6",
+                            "--refit-from", str(one), "--refit-of=", "--label-suffix=R", "--json", str(two)])
+    a = json.loads(one.read_text())["settings"]["timm:gpu_a:infer"]
+    b = json.loads(two.read_text())["settings"]["timm:gpu_a:infer"]
+    assert "refit_report" not in json.loads(two.read_text())["args"]  # the path is kept, not the report
+    for fa, fb in zip(a["folds"], b["folds"]):
+        g = fb["results"][1]  # the GBM: stage one fitted in the same run, then refitted for its rounds
+        assert g["method"] == "gbm[n_estimators=40;early_stopping_rounds=3]R" and g["refit"]["train_rows"] == (
+            fa["sizes"]["train"] + fa["sizes"]["val"])
+        assert g["best_iterations"] == [g["refit"]["n_estimators"]] and g["refit"]["n_estimators"] <= 40
+        assert np.all(np.isfinite(g["pred_test"])) and len(g["pred_val"]) == len(fa["val_y"])
+        ra, rb = fa["results"][0], fb["results"][0]
+        assert rb["method"] == "gcnR" and rb["refit"]["stage_one"] == "gcn"
+        assert rb["refit"]["train_rows"] == fa["sizes"]["train"] + fa["sizes"]["val"]  # train + validation
+        assert rb["epochs"] == rb["refit"]["epochs"] == ra["best_epoch"]  # stage one's choice, no early stop
+        assert rb["pred_val"] == ra["pred_val"]  # stacks fit on validation rows no member trained on
+        assert rb["pred_test"] != ra["pred_test"] and np.all(np.isfinite(rb["pred_test"]))
+    with pytest.raises(SystemExit) as e:  # a stage-one label that is not in the report
+        lfo.main(common + ["--refit-from", str(one), "--refit-of=@x", "--json", str(tmp_path / "x.json")])
+    assert "gcn@x" in str(e.value) and "--refit-of" in str(e.value)
+    with pytest.raises(SystemExit) as e:  # other folds: other validation rows
+        lfo.main(common[:-2] + ["--folds", "4", "--hidden", "8", "--refit-from", str(one), "--refit-of=",
+                                "--json", str(tmp_path / "y.json")])
+    assert "other validation rows" in str(e.value)
+
+
 def test_leave_families_out_stack_merge_and_interval_coverage(tiny_families, tmp_path):
     import intervals
     import leave_families_out as lfo
