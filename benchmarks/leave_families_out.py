@@ -27,6 +27,13 @@ runs with other seeds (methods ``BASE-s1``, ``BASE-s2``, ...: ``--seed 1 --label
 fitted on the fold's validation rows after the weights (:func:`perfseer.models.blend.fit_log_shift`,
 the blend model's ``fit_shift``).
 
+**Stage two** (``--refit-from REPORT [--refit-of SUFFIX]``): every method trained again on train +
+validation families, the share of the rows a shipped card trains on (train + test of the 2:1:1
+split by architecture), for as long as its run in ``REPORT`` chose on validation (a network: its
+best epoch count, early stopping off; the GBM: its boosting rounds, from a stage one fitted in the
+same run).  The validation predictions stay stage one's, so ``--stack``/``--shift``/``--seed-mean``
+fit exactly stage one's weights and choices, and test enters none of them.
+
 ``--json OUT`` keeps every number and every test prediction (model, family, batch size, truth,
 prediction per method), rewritten after each fold.
 """
