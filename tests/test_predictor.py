@@ -280,7 +280,11 @@ def test_the_device_route_extracts_the_way_the_routed_card_wants(monkeypatch, ca
     monkeypatch.setattr(perfseer.api, "extract", lambda *a, **k: calls.append(k.get("weight_work")) or real(*a, **k))
     monkeypatch.setattr(route, "routed_extraction", lambda *a, **k: True)  # as if its card had kept the work
     code, out, _ = run_cli(capsys, "predict", "example:resnet18", "--device", "rtx3090", "--json")
-    assert code == 0 and calls == [None, True]  # the default extraction, then the card's
+    assert code == 0 and calls == [True]  # the card's extraction only
+    calls.clear()
+    monkeypatch.setattr(route, "routed_extraction", lambda device, *a, **k: None if device == "h100-sxm" else True)
+    code, _, _ = run_cli(capsys, "predict", "example:resnet18", "--device", "rtx3090", "--device", "h100-sxm", "--json")
+    assert code == 0 and calls == [True, False]  # the spec model's device gets the default extraction
     rows = json.loads(out)["predictions"]
     # the real card learned from folded graphs, so the graph it got is out of domain, and says why
     assert rows and all(any("work on weights kept" in r for r in row["domain_reasons"]) for row in rows)

@@ -52,6 +52,27 @@ def test_the_same_graph_is_extracted_once(client):
     assert r.json()["cached"] is True
 
 
+def test_a_request_whose_predictors_extract_one_way_extracts_once(client):
+    from perfseer.graph.extract import weight_work_enabled
+    from perfseer.predictor import load_predictor
+
+    svc = client.app.state.service
+    i9 = next(n for n in svc.predictor_names() if load_predictor(n).weight_work)  # the card that keeps weight work
+    assert not weight_work_enabled()  # the server's default folds it: the i9 card extracts the other way
+    misses = svc.graphs.misses
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1], "predictors": [i9],
+                                         "input_shape": "3x160x160"})
+    assert r.status_code == 200, r.text
+    assert svc.graphs.misses == misses + 1 and r.json()["cached"] is False  # one extraction, the card's way
+    assert {x["predictor"] for x in r.json()["predictions"]} == {i9}
+    # the default and the folded setting name the same graph: one cache entry for both
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1], "predictors": [P3090],
+                                         "input_shape": "3x160x160"})
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1], "devices": ["rtx3090/amp-nchw-pt112"],
+                                         "phase": "train", "input_shape": "3x160x160"})
+    assert svc.graphs.misses == misses + 2 and r.json()["cached"] is True
+
+
 def test_device_and_phase_filters(client):
     r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [2], "phase": "train",
                                          "devices": ["rtx3090/amp-nchw-pt112"]})
@@ -292,4 +313,4 @@ def test_a_predictor_trained_with_weight_work_answers_from_its_own_extraction(cl
     assert {x["predictor"] for x in rows} == {P3090, P4090}
     assert not any("work on weights" in reason for x in rows for reason in x["domain_reasons"])
     settings = [k[-1] for k in svc.graphs._items if "resnet18" in str(k[0])]
-    assert None in settings and True in settings  # two extractions of the model, the default and the card's
+    assert False in settings and True in settings  # two extractions of the model, the default (named) and the card's

@@ -75,18 +75,25 @@ def run_predict(args: argparse.Namespace) -> int:
         # extracted once, re-bound to every batch size for every device; the way the predictor's
         # training graphs were (its card's extraction), or as PERFSEER_WEIGHT_WORK says
         predictor = load_predictor(args.predictor) if args.predictor is not None else None
-        pg = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims, seq_len=args.seq_len,
-                     weight_work=None if predictor is None else predictor.weight_work)
-        if predictor is None:  # any registered device: measured predictor or spec model
+        if predictor is None:  # any registered device: the measured card it routes to, or the spec model
             from perfseer.specmodel.route import predict_on_device, routed_extraction
 
+            from perfseer.graph.extract import weight_work_enabled
+
+            # the extraction each device's measured card wants (the spec model: the default), the
+            # first device's first: devices that all want one setting extract once
+            routes = {d: routed_extraction(d, args.phase or "infer", args.precision, args.basis) for d in devices}
+            routes = {d: weight_work_enabled() if kept is None else kept for d, kept in routes.items()}
+        pg = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims, seq_len=args.seq_len,
+                     weight_work=routes[devices[0]] if predictor is None else predictor.weight_work)
+        if predictor is None:
             graphs = {pg.graph.weight_work: pg}  # one extraction per setting the routed cards need
             for device in devices:
-                kept = routed_extraction(device, args.phase or "infer", args.precision, args.basis)
-                if kept is not None and kept not in graphs:
+                kept = routes[device]
+                if kept not in graphs:
                     graphs[kept] = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims,
                                            seq_len=args.seq_len, weight_work=kept)
-                rows += predict_on_device(graphs[pg.graph.weight_work if kept is None else kept], device,
+                rows += predict_on_device(graphs[kept], device,
                                           batch=args.batch, phase=args.phase or "infer",
                                           precision=args.precision, prefer=args.basis)
             label = ", ".join(devices)

@@ -282,21 +282,26 @@ class Service:
         dims = dict(req.dims)
         if req.seq_len is not None and not 1 <= req.seq_len <= 1 << 20:
             raise ApiError(422, f"seq_len must lie in 1..{1 << 20}, got {req.seq_len}", "pass e.g. 128")
-        t0 = time.perf_counter()
-        entry, cached = self.graphs.entry(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len)
-        t1 = time.perf_counter()
         notes: list[str] = []
         units = self._units(req, notes)
-        # a predictor whose training graphs were extracted the other way (its card's extraction)
-        # answers from the model extracted that way
+        # each unit answers from the model extracted the way its predictor's training graphs were
+        # (its card's extraction; a device: the measured card it routes to, if any, else the
+        # server's default), and the first extraction is the first unit's: a request whose
+        # predictors all extract one way extracts once
+        from perfseer.graph.extract import weight_work_enabled
+
+        default = weight_work_enabled()
+        kept_of = {unit: (self.predictor(unit[1]).weight_work if unit[0] == "predictor"
+                          else self.routed_extraction(unit[1:])) for unit in units}
+        kept_of = {unit: default if kept is None else kept for unit, kept in kept_of.items()}
+        t0 = time.perf_counter()
+        entry, cached = self.graphs.entry(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len,
+                                          weight_work=next(iter(kept_of.values()), default))
+        t1 = time.perf_counter()
         entries = {entry.pg.graph.weight_work: entry}
         entry_of = {}
         for unit in units:
-            if unit[0] == "predictor":
-                kept = self.predictor(unit[1]).weight_work
-            else:  # a device: the measured card it routes to, if any
-                kept = self.routed_extraction(unit[1:])
-                kept = entry.pg.graph.weight_work if kept is None else kept
+            kept = kept_of[unit]
             if kept not in entries:
                 entries[kept] = self.graphs.entry(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len,
                                                   weight_work=kept)[0]

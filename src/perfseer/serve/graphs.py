@@ -157,7 +157,11 @@ class GraphCache:
               seq_len=None, weight_work=None) -> tuple[GraphEntry, bool]:
         """The :class:`GraphEntry` and whether it came from the cache (``weight_work``: extract with
         the work on weights kept or folded, as a predictor's card says; ``None``: the server's default)."""
+        from perfseer.graph.extract import weight_work_enabled
+
         target = self.store.resolve(model)
+        if weight_work is None:  # the default, named: one key per graph the extraction gives
+            weight_work = weight_work_enabled()
         key = (target, self.store.version(target), tuple(input_shape) if input_shape else None,
                tuple(sorted((dims or {}).items())), seq_len, weight_work)
         with self._lock:
