@@ -38,8 +38,17 @@ if [[ -f $R/lfo_${T}_g_refit_s0.json ]]; then
   $PY benchmarks/leave_families_out.py --merge $files $R/lfo_${T}_gbm_refit.json \
     --json $D/lfo_r12_refit_$S.json > $R/m_r12_${T}_refits.log
 fi
-BASES=""; ST=""
+# the replicate with other initial weights (TAG=Rb SEED_OFFSET=10 ONLY="g q p a" benchmarks/lfo_refit.sh i9)
+if [[ $T == i9 && -f $R/lfo_i9_g_refitb_s0.json ]]; then
+  $PY benchmarks/leave_families_out.py --merge $R/lfo_i9_{g,q,p,a}_refitb_s?.json \
+    --json $D/lfo_r12_refitb_$S.json > $R/m_r12_i9_refitsb.log
+fi
+BASES=""; ST=""; EXTRA=""
 blends ""; blends R
-$PY benchmarks/leave_families_out.py --merge $STAGE1 $D/lfo_r12_refit_$S.json --seed-mean "$BASES" --shift \
+if [[ $T == i9 && -f $D/lfo_r12_refitb_$S.json ]]; then  # its card blend only (it has no GS member)
+  BASES+=",${A}Rb,${P}Rb,${Q}Rb,${G}Rb"; ST+=",${A}Rb-seedmean+${P}Rb-seedmean+${Q}Rb-seedmean+${G}Rb-seedmean"
+  EXTRA=$D/lfo_r12_refitb_$S.json
+fi
+$PY benchmarks/leave_families_out.py --merge $STAGE1 $D/lfo_r12_refit_$S.json $EXTRA --seed-mean "$BASES" --shift \
   --stack "$ST" --json $R/r12_merged_$T.json > $R/m_r12_$T.log
 echo "merged $S"

@@ -6,10 +6,12 @@
 #   bash benchmarks/lfo_refit.sh 3090    # round 9's RTX 3090 members (8 runs)
 #
 # Run from the repository root; JOBS processes at a time (default 2); a finished report is skipped,
-# so running it again resumes.  The i9 needs the refreshed graphs at /tmp/r7/timm:
+# so running it again resumes.  A replicate with other initial weights (same epochs, same data):
+# TAG=Rb SEED_OFFSET=10 ONLY="g q p a" (labels ...Rb[-sK], reports lfo_<T>_<member>_refitRb_sK.json).  The i9 needs the refreshed graphs at /tmp/r7/timm:
 # mkdir -p /tmp/r7 && ln -sfn $PWD/datasets/timm_weight_work /tmp/r7/timm
 set -e
 R=benchmarks/results/r12; D=benchmarks/data; PY=${PY:-python}; JOBS=${JOBS:-2}
+TAG=${TAG:-R}; SEED_OFFSET=${SEED_OFFSET:-0}; X=${TAG#R}
 mkdir -p $R
 PM="--hidden 64 --epochs 200 --patience 20 --batch-size 32 --threads 1"
 case "${1:-}" in
@@ -35,12 +37,13 @@ esac
 jobs_list() {
   for m in "${MEMBERS[@]}"; do
     IFS='|' read -r name method src sfx opts seeds <<< "$m"
+    [[ -n ${ONLY:-} && " $ONLY " != *" $name "* ]] && continue
     for k in ${seeds:-0 1 2}; do
       s=""; [[ $k != 0 ]] && s=-s$k
-      out=$R/lfo_${T}_${name}_refit_s$k.json
+      out=$R/lfo_${T}_${name}_refit${X}_s$k.json
       if [[ -f $out ]] && grep -q '"pooled"' $out; then continue; fi
-      echo "$PY benchmarks/leave_families_out.py --settings $S $DATA --methods '$method' $opts --seed $k \
---refit-from $D/$src.json --refit-of=$sfx$s --label-suffix=${sfx}R$s --json $out > ${out%.json}.log 2>&1"
+      echo "$PY benchmarks/leave_families_out.py --settings $S $DATA --methods '$method' $opts --seed $((k + SEED_OFFSET)) \
+--refit-from $D/$src.json --refit-of=$sfx$s --label-suffix=${sfx}$TAG$s --json $out > ${out%.json}.log 2>&1"
     done
   done
 }
