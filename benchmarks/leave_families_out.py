@@ -141,12 +141,12 @@ def stage_one(report: dict, setting: str, fold: int, label: str, val_y) -> dict:
     return r
 
 
-def refit(spec: str, sel, first: dict, args, console) -> dict:
+def refit(spec: str, sel, args, console, setting: str, fold: int, val_y) -> dict:
     """Stage two of ``--refit-from``: ``spec`` trained again on train + validation and scored on
-    test, for as long as stage one chose on validation: a neural method for stage one's best epoch
-    count (early stopping off), the GBM for its boosting rounds (stage one's run fitted here first,
-    it takes seconds); the validation predictions stay stage one's, so stacks fit their weights on
-    rows no member trained on."""
+    test, for as long as stage one chose on validation: a neural method for its stage-one run's
+    best epoch count (:func:`stage_one`; early stopping off), the GBM for its boosting rounds (stage
+    one fitted here first, it takes seconds); the validation predictions stay stage one's, so stacks
+    fit their weights on rows no member trained on."""
     import dataclasses
 
     from compare_methods import split_variant
@@ -159,6 +159,7 @@ def refit(spec: str, sel, first: dict, args, console) -> dict:
         length = {"n_estimators": max(first["best_iterations"])}
         r = fit_method(spec, sel, args, console, train_sel=both, config_overrides=length)
     else:
+        first = stage_one(args.refit_report, setting, fold, spec + args.refit_of, val_y)
         both = dataclasses.replace(sel, train=list(sel.train) + list(sel.val))
         length = {"epochs": int(first["best_epoch"])}
         r = fit_method(spec, sel, args, console, train_sel=both, train_overrides={
@@ -171,7 +172,6 @@ def refit(spec: str, sel, first: dict, args, console) -> dict:
 
 def run_setting(setting, args, console, log_console, only=None):
     """Train and score every method on each fold; yields the report so far after each fold."""
-    from compare_methods import split_variant
     from perfseer.data.splits import model_family
     from perfseer.training.data import select, select_devices
     from perfseer.training.metrics import mape
@@ -224,9 +224,7 @@ def run_setting(setting, args, console, log_console, only=None):
         rows = []
         for spec in args.methods:
             if args.refit_from is not None:
-                gbm = split_variant(spec)[0] == "gbm"  # its stage one is fitted in refit()
-                first = {} if gbm else stage_one(args.refit_report, setting.name, k, spec + args.refit_of, y_val)
-                r = refit(spec, sel, first, args, log_console)
+                r = refit(spec, sel, args, log_console, setting.name, k, y_val)
             else:
                 r = fit_method(spec, sel, args, log_console, train_sel)
             r["method"] = spec + args.label_suffix
