@@ -251,9 +251,48 @@ def target_view(z: dict, target: str, src_devs: list[str], pool: int = 0, live: 
                            ci=np.array([first[c] for c in cand]))
 
 
-def sweep(args, console) -> None:
+def _scores(ty, logpred, res, groups, coverage: float) -> dict:
+    """One calibration's scores on its test rows: MAPE, Spearman, ``s`` (the RMS of the K rows'
+    nested residuals ``res``), the conformal / Student-t intervals' coverage and the test rows'
+    ``|residual| / s`` quantiles (what ``learn-scale`` and the ``scaled`` rule read)."""
     from perfseer.training import calibrate as C
     from perfseer.training.metrics import evaluate
+
+    e = evaluate(ty, np.exp(logpred))
+    r_test = np.log(ty) - logpred
+    s = float(np.sqrt(np.mean(res ** 2)))
+    cov = {}
+    for rule_i in ("conformal", "student-t"):  # scaled: from ratio_q (report)
+        iv = C.interval_halfwidth(res, groups, coverage, rule_i)
+        cov[rule_i] = [float(np.mean(np.abs(r_test) <= iv["log_halfwidth"])), iv["log_halfwidth"]]
+    ratio = np.abs(r_test) / max(s, 1e-6)
+    return {"mape": e["mape"], "spearman": e["spearman"], "s": s, "coverage": cov,
+            "ratio_q": np.quantile(ratio, RATIO_LEVELS).round(4).tolist()}
+
+
+def cost_variants(fitted: dict) -> dict:
+    """Blends of the source-free ``cost`` variant with ``auto`` for one draw (``--cost-fit``; both
+    must have run, ``--variants full,cols,emb,cost``):
+
+    - ``auto+cost``: the geometric mean of ``cost`` and ``auto`` (the variant ``calibrate`` keeps by
+      default: lowest nested RMS among :data:`~perfseer.training.calibrate.AUTO_VARIANTS` that ran;
+      ``report`` adds its rows itself); residuals: the mean of the two's;
+    - ``auto|cost``: whichever of ``auto`` and ``cost`` has the lower nested leave-one-model-out RMS
+      on the K rows.
+
+    ``fitted``: variant -> (test log predictions, nested residuals).  Returns the same for these."""
+    from perfseer.training import calibrate as C
+
+    if "cost" not in fitted:
+        raise SystemExit("--cost-fit blends the cost variant with auto: add cost to --variants")
+    rms = lambda r: float(np.sqrt(np.mean(r ** 2)))  # noqa: E731
+    auto, cost = fitted[min((v for v in C.AUTO_VARIANTS if v in fitted), key=lambda v: rms(fitted[v][1]))], fitted["cost"]
+    return {"auto+cost": ((auto[0] + cost[0]) / 2, (auto[1] + cost[1]) / 2),
+            "auto|cost": cost if rms(cost[1]) < rms(auto[1]) else auto}
+
+
+def sweep(args, console) -> None:
+    from perfseer.training import calibrate as C
 
     z = load_cache(args.cache)
     src_devs = [str(d) for d in z["source_devices"]]
@@ -279,6 +318,7 @@ def sweep(args, console) -> None:
                     rows = np.flatnonzero(~test & np.isin(model_all, list(models)))
                     groups = C._groups(model_all[rows])
                     logy = np.log(y_all[rows])
+                    fitted = {}  # variant -> (test log predictions, nested residuals) for --cost-fit
                     for variant in args.variants:
                         e_cal = emb_all[rows] if "embedding" in C.VARIANTS[variant] else None
                         fit = C.fit_correction(logp_all[rows], glob_all[rows], logy, groups, variant=variant,
@@ -286,23 +326,15 @@ def sweep(args, console) -> None:
                         pred = np.exp(fit.predict_log(tlogp, tglob, temb if e_cal is not None else None))
                         res = C.nested_residuals(logp_all[rows], glob_all[rows], logy, groups, variant,
                                                  C.CalibrationConfig().ridge, emb=e_cal)
-                        e = evaluate(ty, pred)
-                        r_test = np.log(ty) - np.log(pred)
-                        s = float(np.sqrt(np.mean(res ** 2)))
-                        cov = {}
-                        for rule_i in ("conformal", "student-t"):  # scaled: from ratio_q (report)
-                            iv = C.interval_halfwidth(res, groups, args.coverage, rule_i)
-                            cov[rule_i] = [float(np.mean(np.abs(r_test) <= iv["log_halfwidth"])),
-                                           iv["log_halfwidth"]]
-                        # the test rows' |residual| / s at the quantiles learn-scale needs
-                        ratio = np.abs(r_test) / max(s, 1e-6)
-                        results.append({
-                            "target": target, "role": role, "k": k, "selection": rule, "draw": d,
-                            "variant": variant, "live": live, "rows": int(len(rows)), "models": int(len(models)),
-                            "mape": e["mape"], "spearman": e["spearman"], "s": s,
-                            "coverage": cov,
-                            "ratio_q": np.quantile(ratio, RATIO_LEVELS).round(4).tolist(),
-                            "dropped_columns": [d for j, d in enumerate(src_devs) if j not in v.use]})
+                        fitted[variant] = (np.log(pred), res)
+                    if args.cost_fit:
+                        fitted.update(cost_variants(fitted))
+                    for variant, (logpred, res) in fitted.items():
+                        results.append({"target": target, "role": role, "k": k, "selection": rule, "draw": d,
+                                        "variant": variant, "live": live, "rows": int(len(rows)),
+                                        "models": int(len(models)),
+                                        **_scores(ty, logpred, res, groups, args.coverage),
+                                        "dropped_columns": [d for j, d in enumerate(src_devs) if j not in v.use]})
         tb.log(console, f"{target} ({role}, live {live}): {len(ty)} test rows, {len(cand)} candidates, "
                         f"{time.perf_counter() - t0:.0f} s")
     summarise(results, console)
@@ -454,6 +486,22 @@ def report(args) -> str:
         kind = tv["target"].map(lambda t: device_kind(t) or "unregistered")
         spans = [f"{k.upper()} targets {m.min():.1f}-{m.max():.1f} %" for k, m in tv["mape"].groupby(kind)]
         out.append(f"\nMAPE range over variants, K and selections: {', '.join(spans)}\n")
+        cpu = tv[kind == "cpu"]
+        if (cpu["variant"] == "cost").any():  # --cost-fit sweeps: the choice across device kinds (the timm sources are GPUs)
+            ck = cpu.groupby(["k", "selection", "variant"])[["rho", "mape"]].mean().reset_index()
+            cells = ck.assign(cell=[f"{a:.3f} / {b:.1f}" for a, b in zip(ck["rho"], ck["mape"])])
+            w = cells.pivot_table(index=["k", "selection"], columns="variant", values="cell", aggfunc="first")
+            mean = ck.groupby("variant")[["rho", "mape"]].mean()
+            w.loc[("mean", ""), :] = [f"{mean.loc[v, 'rho']:.3f} / {mean.loc[v, 'mape']:.1f}" for v in w.columns]
+            out.append("\n### Across device kinds: GPU sources calibrated to the validation CPUs, Spearman / MAPE % "
+                       "(mean over the CPUs and sources)\n")
+            out.append(_md(w.reset_index()))
+            rows = df[(df["vs"] == "validation") & df["setting"].str.startswith("timm")
+                      & (df["target"].map(lambda t: device_kind(t) or "unregistered") == "cpu")]
+            cv = rows.groupby(["k", "selection", "variant"])["cov_scaled"].mean().unstack("variant")
+            out.append("\nThe same calibrations' 90 % interval (`scaled` rule, its `c(K)` table): share of the CPUs' "
+                       "test rows inside\n")
+            out.append(_md(cv.round(3).reset_index()))
     # 3. coverage of the 90 % interval per setting
     g = df.groupby(["setting", "live", "vs", "selection", "variant", "k"])
     cov = g.agg(n=("draw", "count"), devices=("target", "nunique"),
@@ -505,6 +553,8 @@ def main(argv=None) -> int:
                    help="the live columns' ridge penalty relative to the other columns' (1: the same)")
     s.add_argument("--live", type=tb.parse_list, default=["none"],
                    help=f"live shares added to the global features, one sweep each: {', '.join(LIVE_MODES)}")
+    s.add_argument("--cost-fit", action="store_true",
+                   help="also score blends of the cost variant with auto (cost_variants; needs cost in --variants)")
     s.add_argument("--json", default=None)
     ls = sub.add_parser("learn-scale")
     ls.add_argument("paths", nargs="+")

@@ -56,6 +56,14 @@ def test_zero_shot_rows_are_the_spec_transfer_or_the_spec_model_even_for_a_bundl
         nd.zero_shot_rows(both, [g, g], "h200", "transfer")
 
 
+def test_held_out_graphs_are_extracted_once_per_model_the_way_the_source_card_reads_them():
+    held = pd.DataFrame({"model": ["example:resnet18", "example:resnet18"], "input_shape": ["3x64x64"] * 2,
+                         "batch_size": [1, 4]})
+    kept = nd.held_out_graphs(held, weight_work=True)  # e.g. the i9 card (weight work kept)
+    folded = nd.held_out_graphs(held, weight_work=False)
+    assert kept[0] is kept[1] and kept[0].graph.weight_work and not folded[0].graph.weight_work
+
+
 def test_the_spec_transfer_calibrated_on_rows_that_it_over_predicts_twofold_comes_down():
     from perfseer.api import extract
 
@@ -68,6 +76,18 @@ def test_the_spec_transfer_calibrated_on_rows_that_it_over_predicts_twofold_come
     values, factor, variant = nd.calibrated_transfer(cal, graphs, held, graphs, zero, "h200", "latency_ms")
     assert variant and values.shape == (4,) and np.all(values < zero)
     assert np.median(values / (zero / 2)) == pytest.approx(1.0, abs=0.15)
+
+
+def test_the_cost_fit_baseline_recovers_a_device_whose_latency_follows_flops():
+    from perfseer.api import extract
+
+    refs = ["example:resnet18", "example:resnet50", "example:mobilenet_v3_small", "example:vit_b_16"]
+    graphs = [extract(r, batch=1) for r in refs]
+    rows = pd.DataFrame({"model": refs, "batch_size": [1, 2, 4, 1]})
+    flops = np.array([g.with_batch(int(b)).flops for g, b in zip(graphs, rows["batch_size"])])
+    cal = rows.assign(latency_ms=2e-9 * flops)  # 2 ms per GFLOP, whatever the bytes
+    pred = nd.cost_fit(cal, graphs, rows, graphs, "latency_ms")
+    assert pred == pytest.approx(cal["latency_ms"].to_numpy(), rel=1e-6)
 
 
 def test_the_calibration_list_is_a_collect_models_file():

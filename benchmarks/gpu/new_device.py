@@ -5,11 +5,14 @@ What `benchmarks/gpu/collect_gpu.sh` measures is exactly this: the calibration s
 (`datasets/calibration/calibration-set-20.txt`) and one held-out timm model per family, on a GPU
 no bundled predictor was trained on.  This script splits the measurement table in two by the
 calibration list, runs `perfseer calibrate` on the first part (the card lands in ``--out``), then
-predicts every held-out row with the calibrated card and with the source predictor as it is, and
-prints MAPE, Spearman's rho, the 90 % interval's coverage and the share of rows in domain::
+predicts every held-out row with the calibrated card, with the source predictor as it is and with
+a FLOPs + bytes fit on the same calibration rows (the baseline), and prints MAPE, Spearman's rho,
+the 90 % interval's coverage and the share of rows in domain::
 
     python benchmarks/gpu/new_device.py --measurements OUT/gpu.csv \\
         --predictor rtx4090-amp-nchw-pt291.infer --out .cache/h200-card --json h200_calibration.json
+
+Any device works, a CPU too (``datasets/cpu_timm224/``: this VM's CPU, measured by the same lists).
 
 The held-out rows are other models than the calibration rows (the calibration list names whole
 models), so the scores are those of models the card never saw.
@@ -66,15 +69,18 @@ def score(y, pred, rows=None) -> dict:
     return out
 
 
-def held_out_graphs(held) -> list:
-    """One PerfGraph per held-out row (each (model, input shape) extracted once)."""
+def held_out_graphs(held, weight_work: bool | None = None) -> list:
+    """One PerfGraph per held-out row (each (model, input shape) extracted once), extracted the
+    way ``weight_work`` says (a card's :attr:`~perfseer.predictor.Predictor.weight_work`; ``None``:
+    the default)."""
     from perfseer.api import extract
 
     cache, out = {}, []
     for r in held.itertuples():
         key = (r.model, str(r.input_shape))
         if key not in cache:
-            cache[key] = extract(r.model, batch=1, input_shape=tuple(int(d) for d in key[1].split("x")))
+            cache[key] = extract(r.model, batch=1, input_shape=tuple(int(d) for d in key[1].split("x")),
+                                 weight_work=weight_work)
         out.append(cache[key])
     return out
 
@@ -82,6 +88,21 @@ def held_out_graphs(held) -> list:
 def predict_rows(predictor, held, graphs, metric: str) -> list[dict]:
     return [next(p for p in predictor.predict(g, batch=int(b)) if p["metric"] == metric)
             for g, b in zip(graphs, held["batch_size"])]
+
+
+def cost_fit(cal, cal_graphs, held, held_graphs, metric: str) -> np.ndarray:
+    """The baseline a predictor must beat on the same rows: ``log y = a + b log FLOPs + c log bytes``
+    (the step's FLOPs and memory access at the row's batch size, what a roofline reads), fitted by
+    least squares on the calibration rows and applied to the held-out rows.  No source predictor;
+    the graphs are extracted as the source card reads them."""
+
+    def design(df, graphs):
+        g = [pg.with_batch(int(b)) for pg, b in zip(graphs, df["batch_size"])]
+        return np.column_stack([np.ones(len(g)), np.log([max(x.flops, 1.0) for x in g]),
+                                np.log([max(x.memory_access_bytes, 1.0) for x in g])])
+
+    coef, *_ = np.linalg.lstsq(design(cal, cal_graphs), np.log(cal[metric].to_numpy(float)), rcond=None)
+    return np.exp(design(held, held_graphs) @ coef)
 
 
 #: the table's precision -> the one ``perfseer.specmodel.route.predict_on_device`` takes
@@ -137,6 +158,10 @@ def main(argv=None) -> int:
     ap.add_argument("--measurements", required=True, help="the measurement table (perfseer collect export)")
     ap.add_argument("--predictor", required=True, help="the source predictor (perfseer predictors)")
     ap.add_argument("--calibration", default=str(CALIBRATION_SET), help="the calibration models, one per line")
+    ap.add_argument("--held-out", default=None, metavar="FILE",
+                    help="score only these models (a models file; default: every model outside the calibration "
+                         "list), e.g. benchmarks/gpu/heldout-families.txt to compare calibrations of another size "
+                         "on the same rows")
     ap.add_argument("--device", default=None, help="the table's device (default: the one with most calibration rows)")
     ap.add_argument("--metric", default="latency_ms")
     ap.add_argument("--out", required=True, help="folder for the calibrated card")
@@ -155,8 +180,11 @@ def main(argv=None) -> int:
 
     table = read_table(args.measurements)
     device, cal, held = split_rows(table, read_model_file(args.calibration), args.device, args.metric)
+    if args.held_out:
+        held = held[held["model"].isin(read_model_file(args.held_out))].reset_index(drop=True)
     if held.empty:
-        raise SystemExit(f"no held-out rows of {device}: measure models outside the calibration list too")
+        raise SystemExit(f"no held-out rows of {device}: measure models outside the calibration list too"
+                         + (f" (and in {args.held_out})" if args.held_out else ""))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cal_csv = out / "calibration_rows.csv"
@@ -170,23 +198,27 @@ def main(argv=None) -> int:
     card = next(p for p in out.glob("*.json") if p.name != "calibration_rows.json")
     calibrated, source = load_predictor(card), load_predictor(args.predictor)
     y = held[args.metric].to_numpy(float)
-    graphs = held_out_graphs(held)
+    graphs = held_out_graphs(held, source.weight_work)  # the calibrated card reads graphs as its source does
     rows_cal = predict_rows(calibrated, held, graphs, args.metric)
     rows_src = predict_rows(source, held, graphs, args.metric)
+    fit = cost_fit(cal, held_out_graphs(cal, source.weight_work), held, graphs, args.metric)
     result = {"device": device, "source": args.predictor, "card": str(card),
               "calibration": {"rows": int(len(cal)), "models": int(cal["model"].nunique())},
               "held_out": {"calibrated": score(y, [r["value"] for r in rows_cal], rows_cal),
-                           "source as is": score(y, [r["value"] for r in rows_src], rows_src)},
+                           "source as is": score(y, [r["value"] for r in rows_src], rows_src),
+                           "FLOPs + bytes fit on the calibration rows (no source)": score(y, fit)},
               "rows": [{"model": m, "batch_size": int(b), "y": float(v), "calibrated": rc_["value"],
-                        "interval": rc_.get("interval"), "in_domain": rc_.get("in_domain"), "source": rs["value"]}
-                       for m, b, v, rc_, rs in zip(held["model"], held["batch_size"], y, rows_cal, rows_src)]}
+                        "interval": rc_.get("interval"), "in_domain": rc_.get("in_domain"), "source": rs["value"],
+                        "cost_fit": float(f)}
+                       for m, b, v, rc_, rs, f in zip(held["model"], held["batch_size"], y, rows_cal, rows_src, fit)]}
     if args.zero_shot and args.metric == "latency_ms":
         from perfseer.errors import PerfseerError
 
         zero = {}
+        zs_graphs = held_out_graphs(held) if source.weight_work else graphs  # the spec paths read the default
         for prefer in ("transfer", "spec"):
             try:
-                zs = zero[prefer] = zero_shot_rows(held, graphs, args.zero_shot, prefer)
+                zs = zero[prefer] = zero_shot_rows(held, zs_graphs, args.zero_shot, prefer)
             except PerfseerError as e:
                 print(f"zero-shot {prefer}: not scored ({e})")
                 continue
@@ -195,7 +227,7 @@ def main(argv=None) -> int:
             for row, r in zip(result["rows"], zs):
                 row[f"zero_shot_{prefer}"] = r["value"]
         if args.calibrate_transfer and "transfer" in zero:
-            vals, factor, variant = calibrated_transfer(cal, held_out_graphs(cal), held, graphs,
+            vals, factor, variant = calibrated_transfer(cal, held_out_graphs(cal), held, zs_graphs,
                                                         [r["value"] for r in zero["transfer"]], args.zero_shot,
                                                         args.metric)
             rows_ct = [{"value": float(v), "interval": [v / factor, v * factor] if factor else None}

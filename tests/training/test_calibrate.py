@@ -58,6 +58,45 @@ def test_loglinear_recovers_a_scaled_device(source):
     assert cal.base_column == 1  # the source device whose ratio to the measurements varies least
 
 
+def test_cost_variant_fits_the_rows_on_their_own_cost_without_the_source(source, tmp_path):
+    """``cost``: log y = a + b log FLOPs + c log bytes on the K rows; the source's predictions are
+    not read, the fit is not clipped (a model beyond the rows extrapolates along its cost), and the
+    card round-trips."""
+    src, ref = source
+    rng = np.random.default_rng(3)
+    graphs = [chain_graph(rng) for _ in range(12)]
+    test_g = [chain_graph(rng) for _ in range(20)]
+    cost = lambda gs: 3e-6 * np.exp(C.global_design(gs)[:, 0]) ** 0.9  # noqa: E731  (ms from FLOPs)
+    y, models = cost(graphs), [f"m{i}" for i in range(12)]
+    cal = C.calibrate(src, graphs, y, models, config=C.CalibrationConfig(method="loglinear", variant="cost"))
+    ll = cal.correction
+    assert ll.variant == "cost" and not ll.source and ll.clip is None and ll.columns == []
+    assert ll.use_globals and set(ll.use_globals) <= set(C.COST_GLOBALS)
+    assert cal.predict(test_g) == pytest.approx(cost(test_g), rel=0.1)  # the ridge (chosen by LOO) shrinks a little
+    rows = [{"model": m, "input_shape": "3x32x32", "batch_size": 1, "latency_ms": float(v)} for m, v in zip(models, y)]
+    p = C.calibrated_predictor(src, ref, cal, Target("latency_ms", "new_dev", "infer"), rows, C.CalibrationConfig(variant="cost"))
+    back = load_predictor(p.save(tmp_path / "card"))
+    assert back.predict_graphs(test_g)[:, 0] == pytest.approx(cal.predict(test_g), rel=1e-6)
+
+
+def test_auto_is_the_cost_variant_across_device_kinds_only(source):
+    """With the new device named: a GPU source calibrated to a registered CPU gets ``cost`` (chosen
+    on the validation CPUs, docs/calibration.md); a GPU, an unregistered device or no device keep
+    the choice among AUTO_VARIANTS."""
+    src, _ = source
+    graphs, y, models = _rows(src, 10)
+    src.targets = [Target("latency_ms", "rtx3090/amp-nchw-pt240", "infer"), Target("latency_ms", "rtx4090", "infer")]
+    cfg = C.CalibrationConfig(method="loglinear")
+    cross = C.calibrate(src, graphs, y, models, config=cfg, device="i9_10940x/fp32-nchw-pt240-dynamo")
+    assert cross.extra["variant"] == C.CROSS_KIND_VARIANT == "cost" and "another device kind" in cross.extra["variant_rule"]
+    for device in ("rtx5090/amp-nchw-pt291", "my-npu", None):
+        same = C.calibrate(src, graphs, y, models, config=cfg, device=device)
+        assert same.extra["variant"] in C.AUTO_VARIANTS and "variant_rule" not in same.extra
+    named = C.calibrate(src, graphs, y, models, config=C.CalibrationConfig(method="loglinear", variant="full"),
+                        device="i9_10940x/fp32-nchw-pt240-dynamo")
+    assert named.extra["variant"] == "full"  # a variant asked for by name is kept
+
+
 @pytest.mark.parametrize("method", ["head", "full", "meta"])
 def test_fine_tuning_methods_run_and_give_an_interval(source, method):
     src, _ = source
@@ -207,4 +246,4 @@ def test_cli_warns_across_device_kinds(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "warning: calibrated across device kinds" in err and "GPU" in err and "CPU" in err
     card = json.loads(next((tmp_path / "card").glob("*.json")).read_text())
-    assert card["calibration"]["warnings"]
+    assert card["calibration"]["warnings"] and card["calibration"]["extra"]["variant"] == "cost"

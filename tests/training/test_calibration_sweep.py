@@ -56,3 +56,29 @@ def test_sweep_learn_scale_and_report(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "NAS-Bench-201 test devices, K = 10" not in text  # K = 6 only
     assert "Coverage of the 90 % interval" in text and "| auto |" in text
+
+
+def test_cost_fit_scores_the_source_free_fit_and_its_blends(tmp_path):
+    """--cost-fit: per draw, ``cost`` (the library's variant: no source term) and its two blends with
+    ``auto``; a device whose latency is its global features' linear function is fitted by ``cost``
+    and missed by the source corrections.  Without cost among the variants: a clear error."""
+    cache = tmp_path / "cache.npz"
+    _cache(cache)
+    z = dict(np.load(cache))
+    z["y"] = np.exp(1.0 + 0.8 * z["glob"][z["graph_index"], 0] + 0.3 * z["glob"][z["graph_index"], 1])
+    np.savez_compressed(cache, **z)
+    out = tmp_path / "sweep_timm3090.json"
+    assert S.main(["sweep", "--cache", str(cache), "--k", "8", "--draws", "2", "--variants", "full,cols,emb,cost",
+                   "--cost-fit", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())["results"]
+    assert {r["variant"] for r in res} == {"full", "cols", "emb", "cost", "auto+cost", "auto|cost"}
+    mape = {v: np.mean([r["mape"] for r in res if r["variant"] == v]) for v in ("full", "cost", "auto+cost")}
+    assert mape["cost"] < 1 < mape["full"] and mape["cost"] < mape["auto+cost"] < mape["full"]
+    choice = [r for r in res if r["variant"] == "auto|cost"]
+    assert all(r["mape"] == next(c["mape"] for c in res if c["variant"] == "cost" and c["target"] == r["target"]
+                                 and c["draw"] == r["draw"]) for r in choice)  # cost's LOO error is the lowest
+    assert S.main(["report", str(out)]) == 0  # no registered CPU among the targets: no across-kinds table
+    import pytest
+
+    with pytest.raises(SystemExit, match="add cost to --variants"):
+        S.cost_variants({"full": (np.zeros(2), np.zeros(3))})

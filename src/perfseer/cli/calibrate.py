@@ -32,7 +32,9 @@ def add_parser(sub) -> None:
     p.add_argument("--meta-data", default=None, metavar="DATASET",
                    help="--method meta: a graph dataset of source devices to meta-learn the head's start over")
     p.add_argument("--variant", default=DEFAULT_VARIANT, choices=["auto", *VARIANTS],
-                   help=f"--method loglinear: the correction's inputs (default {DEFAULT_VARIANT}; docs/calibration.md)")
+                   help=f"--method loglinear: the correction's inputs (default {DEFAULT_VARIANT}: chosen on the K rows, "
+                        "or cost -- the rows' own FLOPs and memory access -- when the source predictor is of "
+                        "another device kind; docs/calibration.md)")
     p.add_argument("--interval", default=DEFAULT_INTERVAL, choices=INTERVAL_RULES,
                    help=f"how the interval's half-width is set (default {DEFAULT_INTERVAL}, chosen on validation "
                         "and source devices; docs/calibration.md)")
@@ -166,7 +168,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     graphs = graphs_of(rows, Path(args.measurements).resolve().parent, weight_work=source.weight_work)
     meta = _meta_head(source, args.meta_data, device, phase, args.metric) if args.method == "meta" else None
     cal = calibrate(source, graphs, rows[args.metric].to_numpy(dtype=float), rows["model"].astype(str).tolist(),
-                    metric=args.metric, config=config, meta_head=meta)
+                    metric=args.metric, config=config, meta_head=meta, device=device)
     keep = [c for c in ("model", "input_shape", "batch_size", "phase", "device", args.metric) if c in rows.columns]
     records = json.loads(rows[keep].to_json(orient="records"))
     target = Target(args.metric, device, phase)

@@ -14,7 +14,10 @@ Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``do
     by leave-one-model-out error on the K rows.  The default variant ``auto`` keeps the variant of
     lowest nested leave-one-model-out error; its interval reads residuals with that choice nested
     in the leave-one-model-out loop too (:func:`auto_residuals`).  The fitted correction is clipped to the range it
-    takes on the K rows (widened by :data:`CLIP_MARGIN`).  No gradient step.
+    takes on the K rows (widened by :data:`CLIP_MARGIN`).  No gradient step.  Variant ``cost`` has
+    no source term (``log y = a + b log FLOPs + c log memory access``, not clipped); ``auto`` is
+    ``cost`` when the source's and the new device's kinds are known and differ
+    (:data:`CROSS_KIND_VARIANT`).
 ``head``
     fine-tune the 2-layer head of SeerNet (the trunk frozen) on the K rows, starting from the
     base column's head, with an L2 pull towards the start (L2-SP).
@@ -99,8 +102,11 @@ DOMAIN_MARGIN = 0.25  # share of the calibration rows' log range added on each s
 # ratios to the base column; ``slope``: the base column itself (its coefficient is the slope minus
 # one, so the penalty shrinks the slope towards 1); ``globals``: the five log global features;
 # ``embedding``: the source trunk's embedding of the graph (what its heads read; SeerNet sources).
+# ``cost``: no source term at all -- ``log y = a + b log FLOPs + c log memory access`` on the K rows
+# (what a roofline reads); the default across device kinds (:data:`CROSS_KIND_VARIANT`).
 VARIANTS = {"full": ("diffs", "globals"), "slope": ("diffs", "slope", "globals"), "cols": ("diffs", "slope"),
-            "one": ("slope",), "emb": ("diffs", "globals", "embedding")}
+            "one": ("slope",), "emb": ("diffs", "globals", "embedding"), "cost": ("cost",)}
+COST_GLOBALS = (0, 1)  # the cost variant's columns of global_design: log FLOPs, log memory access
 AUTO_VARIANTS = ("full", "cols", "emb")  # what ``auto`` chooses among (emb only for a SeerNet source)
 # Chosen on the validation devices (docs/calibration.md): no fixed feature set was best on both
 # NAS-Bench-201 and timm; ``auto`` -- per calibration, the variant of lowest nested
@@ -260,9 +266,10 @@ class LogLinear:
     embedding: bool = False  # the source trunk's embedding is a feature
     clip: list[float] | None = None  # the log correction's bounds (the K rows' fitted range, widened)
     live_features: list[str] = field(default_factory=list)  # the live shares after the 5 globals (cards before: none)
+    source: bool = True  # the base column's log prediction is the starting point (False: variant cost)
 
     def features(self, logp: np.ndarray, glob: np.ndarray, emb: np.ndarray | None = None) -> np.ndarray:
-        parts = [logp[:, self.columns] - logp[:, [self.base]]]
+        parts = [logp[:, self.columns] - logp[:, [self.base]]] if self.source else []
         if self.slope:
             parts.append(logp[:, [self.base]])
         parts.append(glob[:, self.use_globals])
@@ -277,7 +284,7 @@ class LogLinear:
         delta = c[0] + self.features(logp, glob, emb) @ c[1:]
         if self.clip is not None:  # never extrapolate the correction far beyond what the K rows showed
             delta = np.clip(delta, self.clip[0], self.clip[1])
-        return logp[:, self.base] + delta
+        return logp[:, self.base] + delta if self.source else delta
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -311,10 +318,12 @@ def _fit_scored(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np
                             "use a SeerNet source, or another variant")
     base = base_column(logp, logy)
     columns = [j for j in range(logp.shape[1]) if j != base] if "diffs" in use else []
+    cost = "cost" in use  # no source term: a fit of the K rows on their FLOPs and memory access
     # a constant column carries nothing; the live columns after the five globals (global_design) are
     # read by every variant: whether a device skips input-independent work is not in the source's columns
     n_glob = len(DOMAIN_FEATURES)
-    keep = [i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9 and ("globals" in use or i >= n_glob)]
+    keep = [i for i in range(glob.shape[1]) if np.ptp(glob[:, i]) > 1e-9
+            and ("globals" in use or i >= n_glob or (cost and i in COST_GLOBALS))]
     slope = "slope" in use
     parts = ([logp[:, columns] - logp[:, [base]]] + ([logp[:, [base]]] if slope else []) + [glob[:, keep]]
              + ([np.asarray(emb, dtype=np.float64)] if "embedding" in use else []))
@@ -325,7 +334,7 @@ def _fit_scored(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np
     if n_live and LIVE_RIDGE_WEIGHT != 1.0:  # the live columns' share of the ridge penalty: scale them up
         std[X.shape[1] - (emb.shape[1] if "embedding" in use else 0) - n_live:][:n_live] *= math.sqrt(LIVE_RIDGE_WEIGHT)
     Xs = (X - mean) / std
-    r = logy - logp[:, base]
+    r = logy - logp[:, base] if not cost else logy
     if lam is None:
         errs = [np.mean(_loo_ridge(Xs, r, groups, l) ** 2) for l in ridge]
         lam = float(ridge[int(np.argmin(errs))])
@@ -335,9 +344,10 @@ def _fit_scored(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np
     coef = _ridge_fit(Xs, r, lam)
     fitted = coef[0] + Xs @ coef[1:]
     pad = CLIP_MARGIN * float(np.ptp(fitted))
-    clip = [float(fitted.min() - pad), float(fitted.max() + pad)]
+    # cost: the fit is the whole prediction, log-linear in the model's own cost; it extrapolates with it
+    clip = None if cost else [float(fitted.min() - pad), float(fitted.max() + pad)]
     return LogLinear(base, columns, keep, mean.tolist(), std.tolist(), coef.tolist(), float(lam), slope, variant,
-                     "embedding" in use, clip), loo_mse
+                     "embedding" in use, clip, source=not cost), loo_mse
 
 
 def fit_loglinear(logp: np.ndarray, glob: np.ndarray, logy: np.ndarray, groups: np.ndarray,
@@ -707,7 +717,8 @@ def _groups(models: Sequence[str]) -> np.ndarray:
 
 def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], metric: str = "latency_ms",
               config: CalibrationConfig | None = None, meta_head: torch.nn.Module | None = None,
-              source_outputs: np.ndarray | None = None, embeddings: torch.Tensor | None = None) -> Calibration:
+              source_outputs: np.ndarray | None = None, embeddings: torch.Tensor | None = None,
+              device: str | None = None) -> Calibration:
     """Fit ``config.method`` on K measured rows of the new device.
 
     Args:
@@ -719,6 +730,9 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         meta_head: the ``meta`` method's initialisation (:func:`meta_init`).
         source_outputs, embeddings: the source's predictions ``[K, T]`` and trunk embeddings
             ``[K, H]`` of ``graphs`` when already computed (benchmarks reuse them across draws).
+        device: the new device's name.  When its kind (device registry) differs from the source's
+            (:func:`cross_kind_warning`), ``loglinear``'s ``auto`` variant is
+            :data:`CROSS_KIND_VARIANT` instead of a choice among :data:`AUTO_VARIANTS`.
 
     Raises:
         PerfseerError: fewer than :data:`MIN_MODELS` models, non-positive values, a source without
@@ -754,6 +768,9 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         neural = has_embedding(source.net)
         candidates = [v for v in AUTO_VARIANTS if neural or "embedding" not in VARIANTS[v]] \
             if cfg.variant == "auto" else [cfg.variant]
+        if cfg.variant == "auto" and device is not None and cross_kind_warning(source, device):
+            candidates = [CROSS_KIND_VARIANT]  # a GPU's predictions mislead on a CPU (and back): the rows' own cost fit
+            extra["variant_rule"] = f"{CROSS_KIND_VARIANT}: the source predictor is of another device kind"
         if not neural and "embedding" in VARIANTS[candidates[0]]:  # no trunk embedding: the same without it
             candidates = ["full"]
             extra["variant_fallback"] = f"{cfg.variant} -> full: the source has no trunk embedding"
@@ -996,8 +1013,12 @@ def _sha256(path) -> str | None:
 # with 10-50 rows erred by 15.6-207.1 % MAPE by variant and K models, to the RTX 5090 10.2-15.9 %.
 CROSS_KIND = ("calibrated across device kinds: the source predictor was trained on a {src} and the new "
               "device is a {dst}; on the validation devices (docs/calibration.md) a GPU predictor calibrated to "
-              "a CPU with 10-50 rows erred by 16-207 % MAPE, against 10-16 % from GPU to GPU: calibrate a "
-              "predictor of a {dst} instead where one exists (perfseer predictors)")
+              "a CPU with 10-50 rows erred by 16-207 % MAPE, against 10-16 % from GPU to GPU, so the default "
+              "correction across kinds is a fit of the rows on their FLOPs and memory access (variant cost: "
+              "16-53 % there): calibrate a predictor of a {dst} instead where one exists (perfseer predictors)")
+# The ``auto`` variant across device kinds (chosen on the timm validation devices: the RTX 3090 and
+# RTX 4090 sources calibrated to the i9-10940X and i7-12700H; docs/calibration.md, "Across device kinds").
+CROSS_KIND_VARIANT = "cost"
 
 
 def device_kind(name: str) -> str | None:
