@@ -247,3 +247,12 @@ def test_cli_warns_across_device_kinds(tmp_path, capsys):
     assert "warning: calibrated across device kinds" in err and "GPU" in err and "CPU" in err
     card = json.loads(next((tmp_path / "card").glob("*.json")).read_text())
     assert card["calibration"]["warnings"] and card["calibration"]["extra"]["variant"] == "cost"
+
+
+def test_device_kind_reads_the_collection_kits_setting_of_an_unregistered_device():
+    """A device the registry does not know still has a kind when the collection kit named it:
+    ``HW/torch-tN`` or ``HW/ort-tN`` is a CPU backend, ``HW/torch-cuda...`` a GPU."""
+    assert C.device_kind("xeon_platinum_8370c/torch-t4") == "cpu" and C.device_kind("newbox/ort-t2") == "cpu"
+    assert C.device_kind("mygpu/torch-cuda") == "gpu" and C.device_kind("mygpu/torch-cuda-adamw") == "gpu"
+    assert C.device_kind("my-npu") is None and C.device_kind("box/torch-tx") is None
+    assert C.device_kind("rtx4090") == "gpu"  # the registry first

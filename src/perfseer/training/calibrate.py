@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -1021,15 +1022,24 @@ CROSS_KIND = ("calibrated across device kinds: the source predictor was trained 
 CROSS_KIND_VARIANT = "cost"
 
 
+# the setting part of a device string written by the collection kit (`perfseer collect`): its
+# backend's ``setting`` (perfseer.profiling.backends), e.g. ``xeon_platinum_8370c/torch-t4``
+_KIT_SETTING_KIND = ((re.compile(r"^(torch|ort)-t\d+\b"), "cpu"), (re.compile(r"^torch-cuda\b"), "gpu"))
+
+
 def device_kind(name: str) -> str | None:
     """``gpu`` / ``cpu`` of a device name or measurement-table device string, by the device
-    registry; ``None`` where it is not registered (HELP's devices, a user's)."""
+    registry, else by the setting the collection kit wrote after the ``/`` (``torch-t1``,
+    ``ort-t4``: a CPU backend; ``torch-cuda``: a GPU); ``None`` otherwise (HELP's devices, a
+    user's own names)."""
     from perfseer.devices import get_device
 
     try:
         return get_device(str(name)).kind
     except Exception:  # noqa: BLE001 - any lookup failure means "kind unknown", never an error here
-        return None
+        pass
+    setting = str(name).partition("/")[2]
+    return next((kind for pattern, kind in _KIT_SETTING_KIND if pattern.match(setting)), None)
 
 
 def device_kinds(source, device: str) -> tuple[str | None, str | None]:
