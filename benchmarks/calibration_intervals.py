@@ -85,7 +85,7 @@ def rows(args, console) -> None:
                     groups = C._groups(model_all[idx])
                     logy = np.log(y_all[idx])
                     best, nested, inner = None, {}, {}
-                    for variant in C.AUTO_VARIANTS:
+                    for variant in (C.AUTO_VARIANTS if args.variant == "auto" else (args.variant,)):
                         e_cal = emb_all[idx] if "embedding" in C.VARIANTS[variant] else None
                         res, inner[variant] = C.nested_residuals(logp_all[idx], glob_all[idx], logy, groups, variant,
                                                                  ridge, emb=e_cal, inner=True)
@@ -504,6 +504,9 @@ def main(argv=None) -> int:
     r.add_argument("--kcentre-draws", type=int, default=6)
     r.add_argument("--selection", type=tb.parse_list, default=["random", "kcentre-glob"])
     r.add_argument("--level", type=float, default=0.9, help="the source's own interval level (the floor)")
+    r.add_argument("--variant", default="auto",
+                   help="the correction: auto (the default's nested choice among AUTO_VARIANTS) or one variant, "
+                        "e.g. cost (the default across device kinds)")
     r.add_argument("--threads", type=int, default=1)
     le = sub.add_parser("learn")
     le.add_argument("paths", nargs="+")

@@ -59,3 +59,15 @@ def test_rows_learn_and_report(tmp_path, capsys):
     capsys.readouterr()
     assert I.main(["report", str(rows), "--learned", str(learned)]) == 0
     assert "conformal spread" in capsys.readouterr().out
+
+
+def test_rows_of_one_variant(tmp_path):
+    """``rows --variant cost``: every calibration is the named variant, its residuals its own."""
+    cache = tmp_path / "cache.npz"
+    _cache(cache)
+    rows = tmp_path / "rows_timm3090.npz"
+    assert I.main(["rows", "--cache", str(cache), "--out", str(rows), "--k", "6", "--draws", "2",
+                   "--kcentre-draws", "1", "--variant", "cost"]) == 0
+    sims = I.Sims([rows])
+    assert len(sims.meta) == 3 * (2 + 1) and set(sims.meta["variant"]) == {"cost"}
+    assert all(np.allclose(sims.cal_r[i], sims.cal_r_min[i]) for i in range(len(sims.meta)))
