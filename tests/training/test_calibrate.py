@@ -243,8 +243,9 @@ def test_cli_warns_across_device_kinds(tmp_path, capsys):
                          ("vit_b_16", 1, 48.0), ("resnet18", 8, 60.0))))
     assert main(["calibrate", "--predictor", "rtx3090-amp-nchw-pt240.infer", "--measurements", str(table),
                  "--out", str(tmp_path / "card")]) == 0
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "warning: calibrated across device kinds" in err and "GPU" in err and "CPU" in err
+    assert "variant cost (cost: the source predictor is of another device kind)" in out
     card = json.loads(next((tmp_path / "card").glob("*.json")).read_text())
     assert card["calibration"]["warnings"] and card["calibration"]["extra"]["variant"] == "cost"
 

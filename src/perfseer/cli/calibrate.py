@@ -182,7 +182,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         loo = pred.card["scores"]["calibration_leave_one_model_out"][target.key]
         print(f"{path}: {target.key} from {source.name} by {cal.method}, {len(records)} rows of {iv['models']} models; "
               f"leave-one-model-out MAPE {loo['mape']:.2f} %; {int(iv['level'] * 100)} % interval x/÷ {iv['factor']:.3f} "
-              f"({iv['basis']}, {iv.get('selection', '')} selection); variant {cal.extra.get('variant', '-')}")
+              f"({iv['basis']}, {iv.get('selection', '')} selection); variant {cal.extra.get('variant', '-')}"
+              + (f" ({cal.extra['variant_rule']})" if cal.extra.get("variant_rule") else ""))
     for w in c.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     return 0
