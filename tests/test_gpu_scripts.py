@@ -109,3 +109,14 @@ def test_scores_count_interval_hits_and_domain():
 def test_collect_script_refuses_without_an_output_folder():
     out = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "collect_gpu.sh")], capture_output=True, text=True)
     assert out.returncode != 0 and "usage: collect_gpu.sh OUTDIR" in out.stderr
+
+
+def test_scores_per_batch_size():
+    y = [1.0, 2.0, 4.0, 8.0, 3.0, 6.0]
+    rows = [{"value": v * 1.1, "interval": [v, v * 1.2], "in_domain": b == 1} for v, b in zip(y, [1, 1, 1, 8, 8, 8])]
+    src = [{"value": v * 2} for v in y]
+    out = nd.by_batch([1, 1, 1, 8, 8, 8], y, rows, src, np.array(y) * 0.5)
+    assert set(out) == {"1", "8"}
+    assert out["1"]["calibrated"]["rows"] == 3 and out["8"]["calibrated"]["in_domain"] == 0.0
+    assert out["1"]["calibrated"]["mape"] == pytest.approx(10.0) and out["8"]["source as is"]["mape"] == pytest.approx(100.0)
+    assert out["8"]["FLOPs + bytes fit"]["mape"] == pytest.approx(50.0) and out["1"]["calibrated"]["coverage"] == 1.0

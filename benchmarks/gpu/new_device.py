@@ -105,6 +105,21 @@ def cost_fit(cal, cal_graphs, held, held_graphs, metric: str) -> np.ndarray:
     return np.exp(design(held, held_graphs) @ coef)
 
 
+def by_batch(batch_sizes, y, rows_cal: list[dict], rows_src: list[dict], fit) -> dict:
+    """:func:`score` of the calibrated card, the source as is and the cost fit per batch size of
+    the held-out rows: ``{batch: {basis: scores}}``."""
+    b = np.asarray(batch_sizes, dtype=int)
+    y, fit = np.asarray(y, float), np.asarray(fit, float)
+    out = {}
+    for bs in sorted(set(b.tolist())):
+        m = b == bs
+        cal = [r for r, k in zip(rows_cal, m) if k]
+        out[str(bs)] = {"calibrated": score(y[m], [r["value"] for r in cal], cal),
+                        "source as is": score(y[m], [r["value"] for r, k in zip(rows_src, m) if k]),
+                        "FLOPs + bytes fit": score(y[m], fit[m])}
+    return out
+
+
 #: the table's precision -> the one ``perfseer.specmodel.route.predict_on_device`` takes
 ROUTE_PRECISION = {"amp_fp16": "fp16", "amp_bf16": "bf16", "fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
@@ -162,6 +177,9 @@ def main(argv=None) -> int:
                     help="score only these models (a models file; default: every model outside the calibration "
                          "list), e.g. benchmarks/gpu/heldout-families.txt to compare calibrations of another size "
                          "on the same rows")
+    ap.add_argument("--calibration-batches", type=lambda t: [int(v) for v in t.split(",")], default=None,
+                    metavar="B,B", help="calibrate on these batch sizes' rows only (default: every calibration row); "
+                                        "the held-out rows keep every batch size, scored per batch too")
     ap.add_argument("--device", default=None, help="the table's device (default: the one with most calibration rows)")
     ap.add_argument("--metric", default="latency_ms")
     ap.add_argument("--out", required=True, help="folder for the calibrated card")
@@ -180,6 +198,8 @@ def main(argv=None) -> int:
 
     table = read_table(args.measurements)
     device, cal, held = split_rows(table, read_model_file(args.calibration), args.device, args.metric)
+    if args.calibration_batches:
+        cal = cal[cal["batch_size"].astype(int).isin(args.calibration_batches)].reset_index(drop=True)
     if args.held_out:
         held = held[held["model"].isin(read_model_file(args.held_out))].reset_index(drop=True)
     if held.empty:
@@ -236,7 +256,11 @@ def main(argv=None) -> int:
                 score(y, vals, rows_ct)
             for row, v in zip(result["rows"], vals):
                 row["transfer_calibrated"] = float(v)
-    for name, s in result["held_out"].items():
+    if held["batch_size"].nunique() > 1:  # does the card's batch scaling hold on this device?
+        result["held_out_by_batch"] = by_batch(held["batch_size"], y, rows_cal, rows_src, fit)
+    named = list(result["held_out"].items()) + [(f"batch {bs}, {n}", sc) for bs, d in
+                                                 result.get("held_out_by_batch", {}).items() for n, sc in d.items()]
+    for name, s in named:
         cov = f", 90 % interval holds {100 * s['coverage']:.1f} %" if s.get("coverage") is not None else ""
         print(f"{name}: MAPE {s['mape']:.2f} %, Spearman {s['spearman']:.3f}, mean log ratio "
               f"{s['mean_log_ratio']:+.3f}{cov}"
