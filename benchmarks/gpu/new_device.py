@@ -170,7 +170,8 @@ def calibrated_transfer(cal, cal_graphs, held, held_graphs, held_transfer, regis
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--measurements", required=True, help="the measurement table (perfseer collect export)")
+    ap.add_argument("--measurements", required=True, nargs="+",
+                    help="the measurement table(s) (perfseer collect export); several are read as one")
     ap.add_argument("--predictor", required=True, help="the source predictor (perfseer predictors)")
     ap.add_argument("--calibration", default=str(CALIBRATION_SET), help="the calibration models, one per line")
     ap.add_argument("--held-out", default=None, metavar="FILE",
@@ -196,7 +197,9 @@ def main(argv=None) -> int:
     from perfseer.data.table import read_table
     from perfseer.predictor import load_predictor
 
-    table = read_table(args.measurements)
+    import pandas as pd
+
+    table = pd.concat([read_table(m) for m in args.measurements], ignore_index=True)
     device, cal, held = split_rows(table, read_model_file(args.calibration), args.device, args.metric)
     if args.calibration_batches:
         cal = cal[cal["batch_size"].astype(int).isin(args.calibration_batches)].reset_index(drop=True)
