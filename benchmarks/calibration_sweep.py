@@ -483,7 +483,8 @@ def report(args) -> str:
         out.append(_md(w.reset_index()))
         from perfseer.training.calibrate import device_kind
 
-        kind = tv["target"].map(lambda t: device_kind(t) or "unregistered")
+        kinds = {t: device_kind(t) or "unregistered" for t in df["target"].unique()}  # a registry lookup per device
+        kind = tv["target"].map(kinds)
         spans = [f"{k.upper()} targets {m.min():.1f}-{m.max():.1f} %" for k, m in tv["mape"].groupby(kind)]
         out.append(f"\nMAPE range over variants, K and selections: {', '.join(spans)}\n")
         cpu = tv[kind == "cpu"]
@@ -497,7 +498,7 @@ def report(args) -> str:
                        "(mean over the CPUs and sources)\n")
             out.append(_md(w.reset_index()))
             rows = df[(df["vs"] == "validation") & df["setting"].str.startswith("timm")
-                      & (df["target"].map(lambda t: device_kind(t) or "unregistered") == "cpu")]
+                      & (df["target"].map(kinds) == "cpu")]
             cv = rows.groupby(["k", "selection", "variant"])["cov_scaled"].mean().unstack("variant")
             out.append("\nThe same calibrations' 90 % interval (`scaled` rule, its `c(K)` table): share of the CPUs' "
                        "test rows inside\n")

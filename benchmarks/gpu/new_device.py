@@ -224,7 +224,8 @@ def main(argv=None) -> int:
     graphs = held_out_graphs(held, source.weight_work)  # the calibrated card reads graphs as its source does
     rows_cal = predict_rows(calibrated, held, graphs, args.metric)
     rows_src = predict_rows(source, held, graphs, args.metric)
-    fit = cost_fit(cal, held_out_graphs(cal, source.weight_work), held, graphs, args.metric)
+    cal_graphs = held_out_graphs(cal, source.weight_work)
+    fit = cost_fit(cal, cal_graphs, held, graphs, args.metric)
     result = {"device": device, "source": args.predictor, "card": str(card),
               "calibration": {"rows": int(len(cal)), "models": int(cal["model"].nunique())},
               "held_out": {"calibrated": score(y, [r["value"] for r in rows_cal], rows_cal),
@@ -250,7 +251,8 @@ def main(argv=None) -> int:
             for row, r in zip(result["rows"], zs):
                 row[f"zero_shot_{prefer}"] = r["value"]
         if args.calibrate_transfer and "transfer" in zero:
-            vals, factor, variant = calibrated_transfer(cal, held_out_graphs(cal), held, zs_graphs,
+            vals, factor, variant = calibrated_transfer(cal, held_out_graphs(cal) if source.weight_work else cal_graphs,
+                                                        held, zs_graphs,
                                                         [r["value"] for r in zero["transfer"]], args.zero_shot,
                                                         args.metric)
             rows_ct = [{"value": float(v), "interval": [v / factor, v * factor] if factor else None}

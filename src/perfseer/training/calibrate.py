@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -1022,15 +1021,11 @@ CROSS_KIND = ("calibrated across device kinds: the source predictor was trained 
 CROSS_KIND_VARIANT = "cost"
 
 
-# the setting part of a device string written by the collection kit (`perfseer collect`): its
-# backend's ``setting`` (perfseer.profiling.backends), e.g. ``xeon_platinum_8370c/torch-t4``
-_KIT_SETTING_KIND = ((re.compile(r"^(torch|ort)-t\d+\b"), "cpu"), (re.compile(r"^torch-cuda\b"), "gpu"))
-
-
 def device_kind(name: str) -> str | None:
     """``gpu`` / ``cpu`` of a device name or measurement-table device string, by the device
-    registry, else by the setting the collection kit wrote after the ``/`` (``torch-t1``,
-    ``ort-t4``: a CPU backend; ``torch-cuda``: a GPU); ``None`` otherwise (HELP's devices, a
+    registry, else by the setting the collection kit wrote after the ``/``
+    (:func:`perfseer.profiling.backends.setting_kind`: ``torch-t1``, ``ort-t4``: a CPU backend;
+    ``torch-cuda``: a GPU); ``None`` otherwise (HELP's devices, a
     user's own names)."""
     from perfseer.devices import get_device
 
@@ -1038,8 +1033,9 @@ def device_kind(name: str) -> str | None:
         return get_device(str(name)).kind
     except Exception:  # noqa: BLE001 - any lookup failure means "kind unknown", never an error here
         pass
-    setting = str(name).partition("/")[2]
-    return next((kind for pattern, kind in _KIT_SETTING_KIND if pattern.match(setting)), None)
+    from perfseer.profiling.backends import setting_kind
+
+    return setting_kind(str(name).partition("/")[2])
 
 
 def device_kinds(source, device: str) -> tuple[str | None, str | None]:

@@ -26,6 +26,20 @@ BACKENDS = {
 }
 
 
+def setting_kind(setting: str) -> str | None:
+    """The device kind (``cpu`` / ``gpu``) of a registered backend whose device-column setting
+    this is (:meth:`.base.Backend.setting`, plus the optimizer suffix of
+    :func:`perfseer.profiling.jobs.device_name`): ``torch-t4`` and ``ort-t2`` are CPU backends,
+    ``torch-cuda-adamw`` a GPU; ``None`` for any other text."""
+    import re
+
+    from perfseer.profiling.jobs import OPTIMIZERS
+
+    suffix = rf"(-t\d+)?(-({'|'.join(OPTIMIZERS)}))?"
+    return next((cls.kind for cls in map(backend_class, BACKENDS)
+                 if re.fullmatch(re.escape(cls.short) + suffix, setting)), None)
+
+
 def backend_class(name: str) -> type[Backend]:
     """The class of a registered backend name, or of ``package.module:Class``."""
     spec = BACKENDS.get(name)

@@ -47,6 +47,7 @@ class Backend:
 
     name: ClassVar[str] = ""
     short: ClassVar[str] = ""
+    kind: ClassVar[str] = "cpu"  # the device kind it measures (gpu / cpu), read back from a device column
     phases: ClassVar[tuple[str, ...]] = PHASES
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     isolation: ClassVar[str] = "fork"

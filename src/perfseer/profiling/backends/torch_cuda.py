@@ -106,6 +106,7 @@ class TorchCudaBackend(Backend):
 
     name = "torch-cuda"
     short = "torch-cuda"
+    kind = "gpu"
     precisions = ("fp32", "amp_fp16", "amp_bf16")
     isolation = "inline"
 
