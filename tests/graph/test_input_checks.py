@@ -31,6 +31,17 @@ def test_module_input_with_the_wrong_channels():
     assert_user_error(str(info.value), "32x32x3", "weight [8, 3, 3, 3]", "expects 3", "channels first, 3x32x32")
 
 
+@pytest.mark.parametrize("shape,axes,example", [((3, 32), "2 axes", "3x32x32"), ((32,), "1 axis", "Cx32x32")])
+def test_module_input_with_too_few_axes(shape, axes, example):
+    """A 2-D convolution reads channels x height x width: a shape short of an axis says so, with a
+    shape that would do (not a channel count read off the wrong axis)."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    with pytest.raises(ShapeError) as info:
+        perfseer.extract(model, input_shape=shape)
+    assert_user_error(str(info.value), f"input shape {'x'.join(map(str, shape))} has {axes}", "convolution",
+                      "reads 3 (channels x height x width", f"e.g. {example}")
+
+
 def test_grouped_conv_channels_are_accepted():
     # group 3 with weight (6, 1, 3, 3) reads 3 channels: no error; 6 x 6 x 6 outputs, 9 MACs each
     conv = helper.make_node("Conv", ["x", "w"], ["y"], group=3, name="conv")

@@ -220,13 +220,20 @@ def test_cli_errors(tmp_path):
     assert main(args) == 2  # two devices
     assert main(args + ["--device", "g"]) == 2  # train rows for an inference predictor
     assert main(args + ["--device", "h"]) == 2  # one model
+    from perfseer.cli.calibrate import _rows, graphs_of
+    from perfseer.data.table import read_table
+
+    empty = tmp_path / "empty.csv"  # a metric measured nowhere: say which ones were
+    empty.write_text("model,input_shape,batch_size,phase,device,latency_ms,memory_mb\n"
+                     "example:resnet18,3x224x224,1,infer,g,,12.0\nexample:resnet50,3x224x224,1,infer,g,,30.0\n")
+    assert main(args[:4] + [str(empty)] + args[5:]) == 2
+    with pytest.raises(PerfseerError, match="no row of the measurements has a value of latency_ms") as info:
+        _rows(read_table(empty), None, None, "latency_ms")
+    assert "--metric, one of memory_mb" in str(info.value)
     bad = tmp_path / "bad.csv"
     bad.write_text("model,input_shape,batch_size,phase,device,latency_ms\n"
                    "example:resnet18,3x224x224,1,infer,g,1.0\nexample:nonesuch,3x224x224,1,infer,g,2.0\n"
                    "example:resnet50,3x224x224,1,infer,g,1.0\n")
-    from perfseer.cli.calibrate import graphs_of
-    from perfseer.data.table import read_table
-
     with pytest.raises(PerfseerError, match="example:nonesuch"):
         graphs_of(read_table(bad))
 
@@ -246,6 +253,7 @@ def test_cli_warns_across_device_kinds(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "warning: calibrated across device kinds" in err and "GPU" in err and "CPU" in err
     assert "variant cost (cost: the source predictor is of another device kind)" in out
+    assert "only 4 calibration models: below 5" in err  # the smallest K; the card is still written
     card = json.loads(next((tmp_path / "card").glob("*.json")).read_text())
     assert card["calibration"]["warnings"] and card["calibration"]["extra"]["variant"] == "cost"
 

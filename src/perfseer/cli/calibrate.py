@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
         "calibrate", help="calibrate a trained predictor to a new device from a few measurements",
         description="Turn K measurements of a new device (K = 5-50 rows of a measurement table, e.g. the "
                     "calibration set measured by perfseer collect; docs/calibration.md) and a source predictor "
-                    "into a predictor card for the new device, with a 90 %% interval from leave-one-model-out "
+                    "into a predictor card for the new device, with a 90 % interval from leave-one-model-out "
                     "residuals that widens with a model's distance from the calibration models, and a domain (the "
                     "calibration rows' feature ranges; models far from every calibration model are flagged).  The card records the source "
                     "predictor (name and file digests) and the calibration rows.")
@@ -53,12 +53,21 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run_calibrate)
 
 
+FEW_MODELS = 5  # the issue's smallest K; fewer models still make a card, with a warning
+
+
 def _rows(table, device, phase, metric):
     import numpy as np
 
     if metric not in table.columns:
         raise PerfseerError(f"the measurements have no {metric} column", "measure it, or pass --metric")
     rows = table[table[metric].notna()]
+    if rows.empty:
+        measured = [c for c in ("latency_ms", "memory_mb", "util_pct", "energy_j", "power_w")
+                    if c in table.columns and table[c].notna().any()]
+        raise PerfseerError(f"no row of the measurements has a value of {metric}",
+                            f"pass --metric, one of {', '.join(measured)}" if measured
+                            else f"measure {metric} (perfseer collect) and calibrate on that table")
     devices = sorted(rows["device"].astype(str).unique())
     if device is None:
         if len(devices) != 1:
@@ -74,6 +83,11 @@ def _rows(table, device, phase, metric):
         if len(phases) != 1:
             raise PerfseerError(f"{device} has rows of phases {', '.join(phases)}", "pass --phase")
         phase = phases[0]
+    skipped = int(((table["device"].astype(str) == device) & (table["phase"].astype(str) == phase)
+                   & table[metric].isna()).sum())
+    if skipped:
+        print(f"note: {skipped} row{'s' if skipped > 1 else ''} of {device} ({phase}) without a {metric} value "
+              "skipped", file=sys.stderr)
     rows = rows[rows["phase"].astype(str) == phase]
     if rows.empty:
         raise PerfseerError(f"no {phase} row of {device}", f"phases measured: {', '.join(phases)}")
@@ -186,4 +200,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
               + (f" ({cal.extra['variant_rule']})" if cal.extra.get("variant_rule") else ""))
     for w in c.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
+    if iv["models"] < FEW_MODELS:
+        print(f"warning: only {iv['models']} calibration models: below {FEW_MODELS} the interval is the Student-t "
+              f"bound of a few residuals (x/÷ {iv['factor']:.3g} here) and the correction is barely tested; measure "
+              "the 20-model calibration set (datasets/calibration/calibration-set-20.txt)", file=sys.stderr)
     return 0

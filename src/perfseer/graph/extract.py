@@ -733,7 +733,7 @@ class _Extraction:
                 continue
             where = f"Conv node '{n.name or n.output[0]}' (weight {list(w.shape)}, group {group})"
             if n.input[0] in inputs:
-                raise input_channel_error(x.shape[1:], expected, x.shape[1], where)
+                raise input_channel_error(x.shape[1:], expected, x.shape[1], where, weight_rank=w.rank)
             raise ShapeError(f"tensor '{n.input[0]}' has {x.shape[1]} channels but {where} expects {expected}",
                              "check --input-shape against the model's input")
 

@@ -118,11 +118,17 @@ def _normalise_shapes(input_shape) -> list[tuple[int, ...]]:
 
 @contextlib.contextmanager
 def _quiet():
-    """The exporter logs progress and warnings on every call; keep the user's terminal clean."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    """The exporter logs progress and warnings on every call; keep the user's terminal clean.
+
+    ``torch.export`` also logs its failures at ERROR level ("always_classified is unsupported.");
+    perfseer raises each one as its own error naming the problem, so those lines are dropped too.
+    """
+    quiet = {"torch.onnx": logging.ERROR, "torch.export": logging.CRITICAL, "torch._dynamo": logging.ERROR,
+             "onnxscript": logging.ERROR}
+    loggers = [logging.getLogger(n) for n in quiet]
     levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
+    for lg, level in zip(loggers, quiet.values()):
+        lg.setLevel(level)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
@@ -361,20 +367,42 @@ _CHANNELS = re.compile(r"weight of size \[([\d, ]+)\], expected input\[([\d, ]+)
                        r"but got (\d+) channels")
 
 
+_RANK = re.compile(r"Expected (\d)D \(unbatched\) or (\d)D \(batched\) input to conv(\d)d")
+
+
 def _channel_mismatch(error: BaseException, shapes) -> ShapeError | None:
-    """A convolution's channel error anywhere in ``error``'s chain, as a ShapeError naming the mismatch."""
+    """A convolution's channel or rank error anywhere in ``error``'s chain, as a ShapeError naming
+    the mismatch."""
     seen = 0
     while error is not None and seen < 8:
         m = _CHANNELS.search(str(error))
         if m:
-            return input_channel_error(shapes[0], int(m.group(3)), int(m.group(4)), f"a convolution with weight [{m.group(1)}]")
+            return input_channel_error(shapes[0], int(m.group(3)), int(m.group(4)), f"a convolution with weight [{m.group(1)}]",
+                                       weight_rank=len(m.group(1).split(",")))
+        m = _RANK.search(str(error))
+        if m:  # too few axes even for an unbatched call; the channel count is not in the message
+            dims = int(m.group(3))
+            return input_channel_error(shapes[0], 0, 0, f"a {dims}-D convolution", weight_rank=dims + 2)
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
 
 
-def input_channel_error(shape, expected: int, got: int, where: str) -> ShapeError:
-    """The error for an input whose channel axis (axis 1, NCHW) contradicts the model's first convolution."""
+def input_channel_error(shape, expected: int, got: int, where: str, weight_rank: int | None = None) -> ShapeError:
+    """The error for an input whose channel axis (axis 1, NCHW) contradicts the model's first convolution.
+
+    ``weight_rank`` (the convolution weight's rank, when known) tells a shape with too few axes
+    (``3x224`` for a 2-D convolution, which reads channels x height x width) from one whose
+    channels are wrong.
+    """
     shown = "x".join(map(str, shape))
+    if weight_rank is not None and len(shape) < weight_rank - 1:
+        axes = ["channels"] + ["depth", "height", "width"][-(weight_rank - 2):]
+        spatial = list(shape[1:] if len(shape) > 1 or (expected and shape[0] == expected) else shape) or [224]
+        example = [expected or "C"] + spatial + [spatial[-1]] * (weight_rank - 2 - len(spatial))
+        return ShapeError(f"input shape {shown} has {len(shape)} ax{'is' if len(shape) == 1 else 'es'}, but {where} "
+                          f"reads {weight_rank - 1} "
+                          f"({' x '.join(axes)}, the batch apart)",
+                          f"give all {weight_rank - 1}, e.g. {'x'.join(map(str, example))}")
     channels_last = len(shape) >= 3 and shape[-1] == expected and shape[0] != expected
     fix = (f"the shape looks channels-last (HxWxC): give it channels first, "
            f"{'x'.join(map(str, (shape[-1], *shape[:-1])))}" if channels_last
