@@ -89,6 +89,10 @@ def test_cli_device_alone(capsys):
                              "--precision", "fp32")
     assert code == 0, err
     assert "basis: spec model" in out and "l4" in out
+    assert " ms*" not in out and "*: the prediction" not in out  # no flags here
+    code, out, err = run_cli(capsys, "predict", "example:resnet18", "--device", "h200", "--batch", "8")
+    assert code == 0, err  # a calibrated card flags its rows: the mark is explained under the table
+    assert " ms*" in out and "*: the prediction carries flags" in out and "calibrated:loglinear" in out
     code, out, err = run_cli(capsys, "predict", "example:resnet50", "--device", "h100-sxm", "--precision", "bf16",
                              "--json")
     rows = json.loads(out)["predictions"]

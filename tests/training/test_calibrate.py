@@ -265,3 +265,13 @@ def test_device_kind_reads_the_collection_kits_setting_of_an_unregistered_device
     assert C.device_kind("mygpu/torch-cuda") == "gpu" and C.device_kind("mygpu/torch-cuda-adamw") == "gpu"
     assert C.device_kind("my-npu") is None and C.device_kind("box/torch-tx") is None
     assert C.device_kind("rtx4090") == "gpu"  # the registry first
+
+
+def test_domain_reason_when_every_calibration_row_shares_a_value():
+    """Calibrated at batch 1 only, a batch-16 model is outside the domain, said without a
+    "1-1 (+25 % of the log range)" that a zero-width range makes meaningless."""
+    rng = np.random.default_rng(3)
+    graphs = [chain_graph(rng, batch=1) for _ in range(6)]
+    domain = C.domain_of(C.global_design(graphs, ()))
+    reasons = C.domain_check(domain, [chain_graph(rng, batch=16), graphs[0]])
+    assert "batch_size 16 is above 1, every calibration row's" in reasons[0] and reasons[1] == []

@@ -59,6 +59,12 @@ def test_each_reason_is_named(domain):
         assert part in text, part
 
 
+def test_one_training_batch_size_is_named_as_one():
+    d, _ = dom.build_domain([graph(), graph(flops=1e10)], ["Conv"], [1, 1], [None, None])
+    (ok, reasons), = dom.verdicts(d, [graph(batch=16)], [["Conv"]])
+    assert not ok and "batch 16 is not the training batch size 1" in reasons
+
+
 def test_an_unseen_family_is_out_of_domain(domain):
     d, stored = domain
     d = dict(d)

@@ -161,6 +161,8 @@ def _print_rows(rows: list[dict], title: str) -> None:
     Console().print(t)
     for n, (k,) in notes.items():
         print(f"  [{k}] {n}")
+    if any(r.get("flags") for r in rows):
+        print("*: the prediction carries flags (among the numbered notes)")
     for b in dict.fromkeys(r.get("basis", "") for r in rows if r.get("basis")):
         print(f"basis: {b}")
     if any(r.get("throughput_per_s") for r in rows):

@@ -991,9 +991,10 @@ def domain_check(domain: dict, graphs: Sequence) -> list[list[str]]:
         for j, name in enumerate(domain["features"]):
             if row[j] < lo[j] - 1e-9 or row[j] > hi[j] + 1e-9:
                 side = "below" if row[j] < lo[j] else "above"
-                reasons.append(f"{name} {math.exp(row[j]):.4g} is {side} the calibration rows' "
-                               f"{domain['min'][j]:.4g}-{domain['max'][j]:.4g} (+{int(domain['margin'] * 100)} % of "
-                               f"the log range)")
+                a, b = domain["min"][j], domain["max"][j]
+                reasons.append(f"{name} {math.exp(row[j]):.4g} is {side} the calibration rows' {a:.4g}-{b:.4g} "
+                               f"(+{int(domain['margin'] * 100)} % of the log range)" if f"{a:.4g}" != f"{b:.4g}"
+                               else f"{name} {math.exp(row[j]):.4g} is {side} {a:.4g}, every calibration row's")
         out.append(reasons)
     return out
 

@@ -194,7 +194,8 @@ def verdicts(domain: dict | None, graphs: Sequence, op_types: Sequence[Sequence[
         b = int(round(u[names.index("batch_size")]))
         br = domain.get("batch_sizes")
         if br and not br[0] <= b <= br[1]:
-            reasons.append(f"batch {b} outside the training batch sizes {br[0]}-{br[1]}")
+            reasons.append(f"batch {b} outside the training batch sizes {br[0]}-{br[1]}" if br[0] != br[1]
+                           else f"batch {b} is not the training batch size {br[0]}")
         inp = parse_input(input_shapes[i]) if input_shapes is not None else None
         di = domain.get("inputs")
         if inp and di:
