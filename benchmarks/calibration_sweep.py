@@ -59,7 +59,9 @@ HELP_PUBLISHED = {"titan_rtx@256": 0.987, "gold_6226": 0.989, "pixel2": 0.802, "
 TIMM = {"rtx3090-amp-nchw-pt240.infer": (("rtx5090/amp-nchw-pt291", "i9_10940x/fp32-nchw-pt240-dynamo",
                                            "i7_12700h/fp32-nchw-pt240-dynamo"), ("rtx4090/amp-nchw-pt291",)),
         "rtx4090-amp-nchw-pt291.infer": (("rtx5090/amp-nchw-pt291", "i9_10940x/fp32-nchw-pt240-dynamo",
-                                          "i7_12700h/fp32-nchw-pt240-dynamo"), ("rtxpro6000maxq/amp-nchw-pt291",))}
+                                          "i7_12700h/fp32-nchw-pt240-dynamo"), ("rtxpro6000maxq/amp-nchw-pt291",)),
+        # a CPU source (the train-only i9 card, c25d608^): the other CPU is its one same-kind validation device
+        "i9_10940x-fp32-nchw-pt240-dynamo.infer": (("i7_12700h/fp32-nchw-pt240-dynamo", "rtx5090/amp-nchw-pt291"), ())}
 
 
 def _hash(s: str) -> str:
@@ -395,10 +397,14 @@ def _read(path) -> dict:
     return json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
 
 
+SOURCE_KIND = {"timm 3090 source": "gpu", "timm 4090 source": "gpu", "timm i9 source": "cpu"}  # of _setting's names
+
+
 def _setting(path) -> str:
     stem = Path(path).name
     return "NAS-Bench-201" if "nb201" in stem else ("timm 3090 source" if "3090" in stem else
-                                                    "timm 4090 source" if "4090" in stem else stem)
+                                                    "timm 4090 source" if "4090" in stem else
+                                                    "timm i9 source" if "i9" in stem else stem)
 
 
 def learn_scale(args, console) -> None:
@@ -487,21 +493,24 @@ def report(args) -> str:
         kind = tv["target"].map(kinds)
         spans = [f"{k.upper()} targets {m.min():.1f}-{m.max():.1f} %" for k, m in tv["mape"].groupby(kind)]
         out.append(f"\nMAPE range over variants, K and selections: {', '.join(spans)}\n")
-        cpu = tv[kind == "cpu"]
-        if (cpu["variant"] == "cost").any():  # --cost-fit sweeps: the choice across device kinds (the timm sources are GPUs)
-            ck = cpu.groupby(["k", "selection", "variant"])[["rho", "mape"]].mean().reset_index()
+        src_kind = tv["setting"].map(SOURCE_KIND)
+        for (sk, tk), part in tv.groupby([src_kind, kind]):
+            if not (part["variant"] == "cost").any():  # only --cost-fit sweeps compare the rows' own cost fit
+                continue
+            ck = part.groupby(["k", "selection", "variant"])[["rho", "mape"]].mean().reset_index()
             cells = ck.assign(cell=[f"{a:.3f} / {b:.1f}" for a, b in zip(ck["rho"], ck["mape"])])
             w = cells.pivot_table(index=["k", "selection"], columns="variant", values="cell", aggfunc="first")
             mean = ck.groupby("variant")[["rho", "mape"]].mean()
             w.loc[("mean", ""), :] = [f"{mean.loc[v, 'rho']:.3f} / {mean.loc[v, 'mape']:.1f}" for v in w.columns]
-            out.append("\n### Across device kinds: GPU sources calibrated to the validation CPUs, Spearman / MAPE % "
-                       "(mean over the CPUs and sources)\n")
+            what = "Across device kinds" if sk != tk else "The same kind"
+            out.append(f"\n### {what}: {sk.upper()} sources calibrated to the validation {tk.upper()}s, Spearman / "
+                       f"MAPE % (mean over the {tk.upper()}s and sources)\n")
             out.append(_md(w.reset_index()))
-            rows = df[(df["vs"] == "validation") & df["setting"].str.startswith("timm")
-                      & (df["target"].map(kinds) == "cpu")]
+            rows = df[(df["vs"] == "validation") & df["setting"].isin(part["setting"].unique())
+                      & (df["target"].map(kinds) == tk)]
             cv = rows.groupby(["k", "selection", "variant"])["cov_scaled"].mean().unstack("variant")
-            out.append("\nThe same calibrations' 90 % interval (`scaled` rule, its `c(K)` table): share of the CPUs' "
-                       "test rows inside\n")
+            out.append(f"\nThe same calibrations' 90 % interval (`scaled` rule, its `c(K)` table): share of the "
+                       f"{tk.upper()}s' test rows inside\n")
             out.append(_md(cv.round(3).reset_index()))
     # 3. coverage of the 90 % interval per setting
     g = df.groupby(["setting", "live", "vs", "selection", "variant", "k"])
