@@ -63,8 +63,9 @@ def _rows(table, device, phase, metric):
         raise PerfseerError(f"the measurements have no {metric} column", "measure it, or pass --metric")
     rows = table[table[metric].notna()]
     if rows.empty:
-        measured = [c for c in ("latency_ms", "memory_mb", "util_pct", "energy_j", "power_w")
-                    if c in table.columns and table[c].notna().any()]
+        from perfseer.data.table import METRIC_COLUMNS
+
+        measured = [c for c in METRIC_COLUMNS if c in table.columns and table[c].notna().any()]
         raise PerfseerError(f"no row of the measurements has a value of {metric}",
                             f"pass --metric, one of {', '.join(measured)}" if measured
                             else f"measure {metric} (perfseer collect) and calibrate on that table")

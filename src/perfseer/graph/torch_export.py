@@ -367,7 +367,7 @@ _CHANNELS = re.compile(r"weight of size \[([\d, ]+)\], expected input\[([\d, ]+)
                        r"but got (\d+) channels")
 
 
-_RANK = re.compile(r"Expected (\d)D \(unbatched\) or (\d)D \(batched\) input to conv(\d)d")
+_RANK = re.compile(r"Expected \dD \(unbatched\) or \dD \(batched\) input to conv(\d)d")
 
 
 def _channel_mismatch(error: BaseException, shapes) -> ShapeError | None:
@@ -381,10 +381,21 @@ def _channel_mismatch(error: BaseException, shapes) -> ShapeError | None:
                                        weight_rank=len(m.group(1).split(",")))
         m = _RANK.search(str(error))
         if m:  # too few axes even for an unbatched call; the channel count is not in the message
-            dims = int(m.group(3))
-            return input_channel_error(shapes[0], 0, 0, f"a {dims}-D convolution", weight_rank=dims + 2)
+            dims = int(m.group(1))
+            return input_rank_error(shapes[0], f"a {dims}-D convolution", dims + 2)
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
+
+
+def input_rank_error(shape, where: str, weight_rank: int, channels: int | None = None) -> ShapeError:
+    """The error for an input with fewer axes than a convolution of weight rank ``weight_rank``
+    reads (channels and its spatial axes, the batch apart), with a shape that would do."""
+    axes = ["channels"] + ["depth", "height", "width"][-(weight_rank - 2):]
+    spatial = list(shape[1:] if len(shape) > 1 or (channels and shape[0] == channels) else shape) or [224]
+    example = [channels or "C"] + spatial + [spatial[-1]] * (weight_rank - 2 - len(spatial))
+    return ShapeError(f"input shape {'x'.join(map(str, shape))} has {len(shape)} ax{'is' if len(shape) == 1 else 'es'}, "
+                      f"but {where} reads {weight_rank - 1} ({' x '.join(axes)}, the batch apart)",
+                      f"give all {weight_rank - 1}, e.g. {'x'.join(map(str, example))}")
 
 
 def input_channel_error(shape, expected: int, got: int, where: str, weight_rank: int | None = None) -> ShapeError:
@@ -394,15 +405,9 @@ def input_channel_error(shape, expected: int, got: int, where: str, weight_rank:
     (``3x224`` for a 2-D convolution, which reads channels x height x width) from one whose
     channels are wrong.
     """
-    shown = "x".join(map(str, shape))
     if weight_rank is not None and len(shape) < weight_rank - 1:
-        axes = ["channels"] + ["depth", "height", "width"][-(weight_rank - 2):]
-        spatial = list(shape[1:] if len(shape) > 1 or (expected and shape[0] == expected) else shape) or [224]
-        example = [expected or "C"] + spatial + [spatial[-1]] * (weight_rank - 2 - len(spatial))
-        return ShapeError(f"input shape {shown} has {len(shape)} ax{'is' if len(shape) == 1 else 'es'}, but {where} "
-                          f"reads {weight_rank - 1} "
-                          f"({' x '.join(axes)}, the batch apart)",
-                          f"give all {weight_rank - 1}, e.g. {'x'.join(map(str, example))}")
+        return input_rank_error(shape, where, weight_rank, expected)
+    shown = "x".join(map(str, shape))
     channels_last = len(shape) >= 3 and shape[-1] == expected and shape[0] != expected
     fix = (f"the shape looks channels-last (HxWxC): give it channels first, "
            f"{'x'.join(map(str, (shape[-1], *shape[:-1])))}" if channels_last
