@@ -61,7 +61,9 @@ TIMM = {"rtx3090-amp-nchw-pt240.infer": (("rtx5090/amp-nchw-pt291", "i9_10940x/f
         "rtx4090-amp-nchw-pt291.infer": (("rtx5090/amp-nchw-pt291", "i9_10940x/fp32-nchw-pt240-dynamo",
                                           "i7_12700h/fp32-nchw-pt240-dynamo"), ("rtxpro6000maxq/amp-nchw-pt291",)),
         # a CPU source (the train-only i9 card, c25d608^): the other CPU is its one same-kind validation device
-        "i9_10940x-fp32-nchw-pt240-dynamo.infer": (("i7_12700h/fp32-nchw-pt240-dynamo", "rtx5090/amp-nchw-pt291"), ())}
+        "i9_10940x-fp32-nchw-pt240-dynamo.infer": (("i7_12700h/fp32-nchw-pt240-dynamo", "rtx5090/amp-nchw-pt291"), ()),
+        # the other way round: an i7 SeerNet trained on the train split (benchmarks/data/calibration/source_i7)
+        "i7_12700h-fp32-nchw-pt240-dynamo.infer": (("i9_10940x/fp32-nchw-pt240-dynamo", "rtx5090/amp-nchw-pt291"), ())}
 
 
 def _hash(s: str) -> str:
@@ -280,7 +282,9 @@ def cost_variants(fitted: dict) -> dict:
       default: lowest nested RMS among :data:`~perfseer.training.calibrate.AUTO_VARIANTS` that ran;
       ``report`` adds its rows itself); residuals: the mean of the two's;
     - ``auto|cost``: whichever of ``auto`` and ``cost`` has the lower nested leave-one-model-out RMS
-      on the K rows.
+      on the K rows;
+    - ``auto|blend``: the same between ``auto`` and ``auto+cost`` (the blend's residuals are the
+      mean of its parts'), ``auto|all``: among ``auto``, ``cost`` and ``auto+cost``.
 
     ``fitted``: variant -> (test log predictions, nested residuals).  Returns the same for these."""
     from perfseer.training import calibrate as C
@@ -289,8 +293,10 @@ def cost_variants(fitted: dict) -> dict:
         raise SystemExit("--cost-fit blends the cost variant with auto: add cost to --variants")
     rms = lambda r: float(np.sqrt(np.mean(r ** 2)))  # noqa: E731
     auto, cost = fitted[min((v for v in C.AUTO_VARIANTS if v in fitted), key=lambda v: rms(fitted[v][1]))], fitted["cost"]
-    return {"auto+cost": ((auto[0] + cost[0]) / 2, (auto[1] + cost[1]) / 2),
-            "auto|cost": cost if rms(cost[1]) < rms(auto[1]) else auto}
+    blend = ((auto[0] + cost[0]) / 2, (auto[1] + cost[1]) / 2)
+    return {"auto+cost": blend, "auto|cost": cost if rms(cost[1]) < rms(auto[1]) else auto,
+            "auto|blend": blend if rms(blend[1]) < rms(auto[1]) else auto,
+            "auto|all": min((auto, cost, blend), key=lambda f: rms(f[1]))}
 
 
 def sweep(args, console) -> None:
@@ -397,14 +403,16 @@ def _read(path) -> dict:
     return json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
 
 
-SOURCE_KIND = {"timm 3090 source": "gpu", "timm 4090 source": "gpu", "timm i9 source": "cpu"}  # of _setting's names
+SOURCE_KIND = {"timm 3090 source": "gpu", "timm 4090 source": "gpu", "timm i9 source": "cpu",
+               "timm i7 source": "cpu"}  # of _setting's names
 
 
 def _setting(path) -> str:
     stem = Path(path).name
     return "NAS-Bench-201" if "nb201" in stem else ("timm 3090 source" if "3090" in stem else
                                                     "timm 4090 source" if "4090" in stem else
-                                                    "timm i9 source" if "i9" in stem else stem)
+                                                    "timm i9 source" if "i9" in stem else
+                                                    "timm i7 source" if "i7" in stem else stem)
 
 
 def learn_scale(args, console) -> None:

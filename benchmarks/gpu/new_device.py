@@ -227,7 +227,9 @@ def main(argv=None) -> int:
     cal_graphs = held_out_graphs(cal, source.weight_work)
     fit = cost_fit(cal, cal_graphs, held, graphs, args.metric)
     result = {"device": device, "source": args.predictor, "card": str(card),
-              "calibration": {"rows": int(len(cal)), "models": int(cal["model"].nunique())},
+              "calibration": {"rows": int(len(cal)), "models": int(cal["model"].nunique()),
+                              "variant": calibrated.card["calibration"]["extra"].get("variant"),
+                              "factor": calibrated.card["calibration"]["interval"]["factor"]},
               "held_out": {"calibrated": score(y, [r["value"] for r in rows_cal], rows_cal),
                            "source as is": score(y, [r["value"] for r in rows_src], rows_src),
                            "FLOPs + bytes fit on the calibration rows (no source)": score(y, fit)},

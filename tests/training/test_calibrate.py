@@ -97,6 +97,59 @@ def test_auto_is_the_cost_variant_across_device_kinds_only(source):
     assert named.extra["variant"] == "full"  # a variant asked for by name is kept
 
 
+def test_auto_weighs_the_blend_with_the_cost_fit_from_a_cpu_to_a_cpu(source, tmp_path):
+    """A CPU source calibrated to a CPU: ``auto`` also weighs ``auto+cost``, the geometric mean of
+    the correction it chose and the rows' own cost fit, and keeps it when its nested
+    leave-one-model-out RMS (the parts' residuals averaged) is lower (validated on the timm CPUs,
+    docs/calibration.md).  Asked for by name, the blend applies to any device; the card round-trips."""
+    src, ref = source
+    src.targets = [Target("latency_ms", "i9_10940x/fp32-nchw-pt240-dynamo", "infer"),
+                   Target("latency_ms", "epyc/torch-t1", "infer")]
+    cfg = C.CalibrationConfig(method="loglinear")
+    cpu = "i7_12700h/fp32-nchw-pt240-dynamo"
+    rng = np.random.default_rng(1)
+    graphs = [chain_graph(rng) for _ in range(12)]
+    models = [f"m{i}" for i in range(12)]
+    scaled = 3.0 * src.predict_graphs(graphs)[:, 1] * np.exp(rng.normal(0, 0.02, 12))  # the source's device x 3
+    by_cost = 3e-6 * np.exp(C.global_design(graphs)[:, 0]) ** 0.9 * np.exp(rng.normal(0, 0.05, 12))  # FLOPs-bound
+    kept = {}
+    for name, y in (("scaled", scaled), ("cost", by_cost)):
+        cal = C.calibrate(src, graphs, y, models, config=cfg, device=cpu)
+        assert "CPU source" in cal.extra["variant_rule"]
+        b = cal.extra["blend_rms"]
+        first = next(v for v in b if v not in ("auto+cost", "cost"))
+        assert first in C.AUTO_VARIANTS
+        assert (cal.extra["variant"] == "auto+cost") == (b["auto+cost"] < b[first])
+        kept[name] = cal
+    assert kept["scaled"].extra["variant"] in C.AUTO_VARIANTS  # the source alone explains these rows
+    cal = kept["cost"]
+    assert cal.extra["variant"] == C.BLEND_VARIANT == "auto+cost"
+    first, second = cal.extra["blend_of"]
+    assert second == "cost" and isinstance(cal.correction, C.BlendedCorrection)
+    assert [p.variant for p in cal.correction.parts] == [first, "cost"]
+    # the parts are the fits each variant makes on its own, the prediction their geometric mean
+    alone = {v: C.calibrate(src, graphs, by_cost, models, config=C.CalibrationConfig(method="loglinear", variant=v))
+             for v in (first, "cost")}
+    test_g = _rows(src, 15, seed=4)[0]
+    np.testing.assert_allclose(cal.predict(test_g), np.sqrt(alone[first].predict(test_g) * alone["cost"].predict(test_g)),
+                               rtol=1e-6)
+    auto = C.calibrate(src, graphs, by_cost, models, config=cfg)  # no device: auto's own choice, no blend
+    assert auto.extra["variant"] == first and "blend_rms" not in auto.extra
+    np.testing.assert_allclose(cal.residuals, (auto.residuals + alone["cost"].residuals) / 2)
+    rows = [{"model": m, "input_shape": "3x32x32", "batch_size": 1, "latency_ms": float(v)} for m, v in zip(models, by_cost)]
+    p = C.calibrated_predictor(src, ref, cal, Target("latency_ms", cpu, "infer"), rows, cfg)
+    back = load_predictor(p.save(tmp_path / "card"))
+    assert back.card["calibration"]["correction"]["variant"] == "auto+cost"
+    np.testing.assert_allclose(back.predict_graphs(test_g)[:, 0], cal.predict(test_g), rtol=1e-6)
+    # a GPU source to a GPU never weighs it; by name the blend applies to a device of unknown kind
+    src.targets = [Target("latency_ms", "rtx3090/amp-nchw-pt240", "infer"), Target("latency_ms", "rtx4090", "infer")]
+    gpu = C.calibrate(src, graphs, by_cost, models, config=cfg, device="rtx5090/amp-nchw-pt291")
+    assert gpu.extra["variant"] in C.AUTO_VARIANTS and "blend_rms" not in gpu.extra
+    named = C.calibrate(src, graphs, scaled, models, config=C.CalibrationConfig(method="loglinear", variant="auto+cost"),
+                        device="my-npu")
+    assert named.extra["variant"] == "auto+cost" and "variant_rule" not in named.extra
+
+
 @pytest.mark.parametrize("method", ["head", "full", "meta"])
 def test_fine_tuning_methods_run_and_give_an_interval(source, method):
     src, _ = source

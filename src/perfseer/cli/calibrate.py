@@ -10,8 +10,8 @@ from perfseer.errors import PerfseerError
 
 
 def add_parser(sub) -> None:
-    from perfseer.training.calibrate import (DEFAULT_INTERVAL, DEFAULT_METHOD, DEFAULT_VARIANT, INTERVAL_RULES, METHODS,
-                                             VARIANTS)
+    from perfseer.training.calibrate import (BLEND_VARIANT, DEFAULT_INTERVAL, DEFAULT_METHOD, DEFAULT_VARIANT,
+                                             INTERVAL_RULES, METHODS, VARIANTS)
 
     p = sub.add_parser(
         "calibrate", help="calibrate a trained predictor to a new device from a few measurements",
@@ -31,10 +31,11 @@ def add_parser(sub) -> None:
                    help=f"default {DEFAULT_METHOD} (chosen on validation devices, docs/calibration.md)")
     p.add_argument("--meta-data", default=None, metavar="DATASET",
                    help="--method meta: a graph dataset of source devices to meta-learn the head's start over")
-    p.add_argument("--variant", default=DEFAULT_VARIANT, choices=["auto", *VARIANTS],
-                   help=f"--method loglinear: the correction's inputs (default {DEFAULT_VARIANT}: chosen on the K rows, "
-                        "or cost -- the rows' own FLOPs and memory access -- when the source predictor is of "
-                        "another device kind; docs/calibration.md)")
+    p.add_argument("--variant", default=DEFAULT_VARIANT, choices=["auto", BLEND_VARIANT, *VARIANTS],
+                   help=f"--method loglinear: the correction's inputs (default {DEFAULT_VARIANT}: chosen on the K rows; "
+                        "cost -- the rows' own FLOPs and memory access -- when the source predictor is of "
+                        f"another device kind; {BLEND_VARIANT} -- the geometric mean of both -- from a CPU to a CPU; "
+                        "docs/calibration.md)")
     p.add_argument("--interval", default=DEFAULT_INTERVAL, choices=INTERVAL_RULES,
                    help=f"how the interval's half-width is set (default {DEFAULT_INTERVAL}, chosen on validation "
                         "and source devices; docs/calibration.md)")
@@ -198,6 +199,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(f"{path}: {target.key} from {source.name} by {cal.method}, {len(records)} rows of {iv['models']} models; "
               f"leave-one-model-out MAPE {loo['mape']:.2f} %; {int(iv['level'] * 100)} % interval x/÷ {iv['factor']:.3f} "
               f"({iv['basis']}, {iv.get('selection', '')} selection); variant {cal.extra.get('variant', '-')}"
+              + (f" of {' and '.join(cal.extra['blend_of'])}" if cal.extra.get("blend_of") else "")
               + (f" ({cal.extra['variant_rule']})" if cal.extra.get("variant_rule") else ""))
     for w in c.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
