@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
     p.add_argument("--variant", default=DEFAULT_VARIANT, choices=["auto", BLEND_VARIANT, *VARIANTS],
                    help=f"--method loglinear: the correction's inputs (default {DEFAULT_VARIANT}: chosen on the K rows; "
                         "cost -- the rows' own FLOPs and memory access -- when the source predictor is of "
-                        f"another device kind; {BLEND_VARIANT} -- the geometric mean of both -- from a CPU to a CPU; "
+                        f"another device kind; {BLEND_VARIANT} -- the geometric mean of both -- when the K rows favour it, "
+                        "from a CPU predictor to a CPU; "
                         "docs/calibration.md)")
     p.add_argument("--interval", default=DEFAULT_INTERVAL, choices=INTERVAL_RULES,
                    help=f"how the interval's half-width is set (default {DEFAULT_INTERVAL}, chosen on validation "

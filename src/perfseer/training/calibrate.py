@@ -113,7 +113,7 @@ AUTO_VARIANTS = ("full", "cols", "emb")  # what ``auto`` chooses among (emb only
 # leave-one-model-out error on the K rows themselves -- was at or near the best on both.
 DEFAULT_VARIANT = "auto"
 # ``auto+cost``: the geometric mean of ``auto``'s correction and ``cost``'s fit (a
-# :class:`BlendedCorrection`); the default from a CPU source to a CPU (:data:`SAME_KIND_VARIANT`).
+# :class:`BlendedCorrection`); ``auto`` weighs it from a CPU source to a CPU (:data:`BLEND_KINDS`).
 BLEND_VARIANT = "auto+cost"
 CLIP_MARGIN = 0.25  # the correction's clip: the K rows' fitted range widened by this share on each side
 INTERVAL_RULES = ("distance", "scaled", "conformal", "student-t")
@@ -776,7 +776,8 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
             ``[K, H]`` of ``graphs`` when already computed (benchmarks reuse them across draws).
         device: the new device's name.  When its kind (device registry) differs from the source's
             (:func:`cross_kind_warning`), ``loglinear``'s ``auto`` variant is
-            :data:`CROSS_KIND_VARIANT` instead of a choice among :data:`AUTO_VARIANTS`.
+            :data:`CROSS_KIND_VARIANT` instead of a choice among :data:`AUTO_VARIANTS`; when
+            both are CPUs (:func:`blend_kind`), ``auto`` also weighs :data:`BLEND_VARIANT`.
 
     Raises:
         PerfseerError: fewer than :data:`MIN_MODELS` models, non-positive values, a source without
@@ -816,8 +817,7 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
         if cfg.variant == "auto" and device is not None and cross_kind_warning(source, device):
             candidates = [CROSS_KIND_VARIANT]  # a GPU's predictions mislead on a CPU (and back): the rows' own cost fit
             extra["variant_rule"] = f"{CROSS_KIND_VARIANT}: the source predictor is of another device kind"
-        elif cfg.variant == "auto" and device is not None and (kind := device_kinds(source, device)[0]) in BLEND_KINDS \
-                and device_kind(device) == kind:
+        elif cfg.variant == "auto" and device is not None and (kind := blend_kind(source, device)):
             blend = "if lower"  # a CPU's latency may follow its FLOPs and bytes closely: the K rows tell
             extra["variant_rule"] = (f"{BLEND_VARIANT} considered: a {kind.upper()} source calibrated to a "
                                      f"{kind.upper()}")
@@ -1110,6 +1110,12 @@ def device_kinds(source, device: str) -> tuple[str | None, str | None]:
     (when they agree) and of ``device``."""
     src = {device_kind(t.device) for t in source.targets} - {None}
     return (src.pop() if len(src) == 1 else None), device_kind(device)
+
+
+def blend_kind(source, device: str) -> str | None:
+    """The kind of :data:`BLEND_KINDS` that the source's devices and ``device`` share, else ``None``."""
+    src, dst = device_kinds(source, device)
+    return src if src == dst and src in BLEND_KINDS else None
 
 
 def cross_kind_warning(source, device: str) -> str | None:
