@@ -140,6 +140,9 @@ def test_auto_weighs_the_blend_with_the_cost_fit_from_a_cpu_to_a_cpu(source, tmp
     p = C.calibrated_predictor(src, ref, cal, Target("latency_ms", cpu, "infer"), rows, cfg)
     back = load_predictor(p.save(tmp_path / "card"))
     assert back.card["calibration"]["correction"]["variant"] == "auto+cost"
+    out = [{"value": 1.0}]
+    back.net.annotate(out, test_g[:1])
+    assert out[0]["basis"] == "calibrated from src by loglinear (auto+cost) on 12 rows"
     np.testing.assert_allclose(back.predict_graphs(test_g)[:, 0], cal.predict(test_g), rtol=1e-6)
     # a GPU source to a GPU never weighs it; by name the blend applies to a device of unknown kind
     src.targets = [Target("latency_ms", "rtx3090/amp-nchw-pt240", "infer"), Target("latency_ms", "rtx4090", "infer")]

@@ -1220,6 +1220,8 @@ class CalibratedNet:
             q_rows, far = row_halfwidths(cal["interval"],
                                          self.embeddings(graphs) if embeddings is None else embeddings)
         k = len(cal["rows"])
+        variant = (cal.get("extra") or {}).get("variant") if cal["method"] == "loglinear" else None
+        how = f"{cal['method']} ({variant})" if variant else cal["method"]
         for i, (row, why) in enumerate(zip(rows, reasons)):
             # the source network's own checks (perfseer.trust: its domain, physical bounds) stay; the
             # interval is the calibration's, which is the only one measured on the new device
@@ -1239,7 +1241,7 @@ class CalibratedNet:
                             + (["far-from-calibration-set"] if far is not None and far[i] else [])
                             + (["output-independent-of-input"] if folded[i] else [])
                             + (["cross-kind-calibration"] if cal.get("warnings") else []))
-            row["basis"] = f"calibrated from {cal['source']['name']} by {cal['method']} on {k} rows"
+            row["basis"] = f"calibrated from {cal['source']['name']} by {how} on {k} rows"
 
 
 def wrap_loaded(card: dict, net):
