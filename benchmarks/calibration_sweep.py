@@ -284,7 +284,8 @@ def cost_variants(fitted: dict) -> dict:
     - ``auto|cost``: whichever of ``auto`` and ``cost`` has the lower nested leave-one-model-out RMS
       on the K rows;
     - ``auto|blend``: the same between ``auto`` and ``auto+cost`` (the blend's residuals are the
-      mean of its parts'), ``auto|all``: among ``auto``, ``cost`` and ``auto+cost``.
+      mean of its parts'; :func:`~perfseer.training.calibrate.keeps_blend`, what ``calibrate`` does
+      between CPUs), ``auto|all``: among ``auto``, ``cost`` and ``auto+cost``.
 
     ``fitted``: variant -> (test log predictions, nested residuals).  Returns the same for these."""
     from perfseer.training import calibrate as C
@@ -295,7 +296,7 @@ def cost_variants(fitted: dict) -> dict:
     auto, cost = fitted[min((v for v in C.AUTO_VARIANTS if v in fitted), key=lambda v: rms(fitted[v][1]))], fitted["cost"]
     blend = ((auto[0] + cost[0]) / 2, (auto[1] + cost[1]) / 2)
     return {"auto+cost": blend, "auto|cost": cost if rms(cost[1]) < rms(auto[1]) else auto,
-            "auto|blend": blend if rms(blend[1]) < rms(auto[1]) else auto,
+            "auto|blend": blend if C.keeps_blend(auto[1], cost[1]) else auto,
             "auto|all": min((auto, cost, blend), key=lambda f: rms(f[1]))}
 
 
