@@ -155,7 +155,7 @@ class MemoGraphs:
 
 @dataclass
 class View:
-    """What :func:`perfseer.training.data.select` reads: graphs and (filtered) labels."""
+    """What :func:`perfseer.fit.data.select` reads: graphs and (filtered) labels."""
 
     graphs: object
     labels: object
@@ -210,7 +210,7 @@ def setting_view(setting: Setting, data_root: str | None = None, archs: int | No
 # -- training ---------------------------------------------------------------------------------------
 
 def train_config(args, **overrides):
-    from perfseer.training.trainer import TrainConfig
+    from perfseer.fit.trainer import TrainConfig
 
     kw = dict(max_epochs=args.epochs, time_limit_s=args.time_limit, early_stopping_patience=args.patience,
               seed=args.seed, num_threads=args.threads, progress=False,

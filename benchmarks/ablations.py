@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from perfseer.training.data import select
+    from perfseer.fit.data import select
 
     tb.set_threads(args.threads)
     console, err = Console(width=200), Console(stderr=True, width=200)

@@ -23,8 +23,8 @@ def main() -> None:
     from rich.table import Table
 
     from perfseer.data.dataset import load_dataset, resolve_dataset
-    from perfseer.predictor import list_predictors, load_predictor
-    from perfseer.training.metrics import evaluate
+    from perfseer.runtime.predictor import list_predictors, load_predictor
+    from perfseer.fit.metrics import evaluate
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None, help="write the results here")

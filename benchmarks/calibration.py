@@ -2,8 +2,8 @@
 
 For each (source predictor, target device): K models of the target device are drawn from the
 training split (``random``: uniformly, one draw per seed; ``spanning``: the K-centre selection of
-:func:`perfseer.training.calibrate.spanning_set`, one fixed set), each method of
-:mod:`perfseer.training.calibrate` is fitted on their rows, and the calibrated predictor is scored
+:func:`perfseer.fit.calibrate.spanning_set`, one fixed set), each method of
+:mod:`perfseer.fit.calibrate` is fitted on their rows, and the calibrated predictor is scored
 on the target device's test-split rows (architectures never used for calibration and, for the
 bundled sources, never seen in the source's training either): MAPE, Spearman, the share of rows
 inside the 90 % interval, the share flagged outside the calibration domain.
@@ -71,7 +71,7 @@ def _meta_tasks(src, ds, devices, embed_cache, task_models: int = 500):
     """``[(emb, logy)]`` of each source device on the rows of ``task_models`` training-split models."""
     import torch
 
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     tasks = []
     for dev in devices:
@@ -93,8 +93,8 @@ def _meta_tasks(src, ds, devices, embed_cache, task_models: int = 500):
 def run_pair(src_ref, src, ds, target, role, args, console, meta_devices, embed_cache):
     import torch
 
-    from perfseer.training import calibrate as C
-    from perfseer.training.metrics import evaluate
+    from perfseer.fit import calibrate as C
+    from perfseer.fit.metrics import evaluate
 
     rows = _target_rows(ds.labels, target)
     pool = rows[rows["split"].astype(str) == "train"]
@@ -210,9 +210,9 @@ def train_source(args, console) -> None:
     from perfseer.data.dataset import load_dataset, resolve_dataset
     from perfseer.features.pyg import OP_VOCAB
     from perfseer.models.registry import build_model
-    from perfseer.predictor import Predictor, Target
-    from perfseer.training.scaling import FeatureScaler, TargetScaler
-    from perfseer.training.trainer import NeuralPredictor, _model_input
+    from perfseer.runtime.predictor import Predictor, Target
+    from perfseer.runtime.scaling import FeatureScaler, TargetScaler
+    from perfseer.runtime.net import NeuralPredictor, _model_input
 
     ds = load_dataset(resolve_dataset("nb201"))
     L = ds.labels
@@ -278,7 +278,7 @@ def train_source(args, console) -> None:
     for j, t in enumerate(targets):
         yv = va[HELP_META_TRAIN[j]].to_numpy(dtype=float)
         ok = np.isfinite(yv)
-        from perfseer.training.metrics import evaluate
+        from perfseer.fit.metrics import evaluate
         scores[t.key] = evaluate(yv[ok], va_pred[ok, j])
     training = {"dataset": "datasets/nb201", "devices": list(HELP_META_TRAIN), "batch_sizes": [1, 256],
                 "rows": {"train": len(dtr), "val": len(dva)}, "archs": {"train": args.source_archs, "val": args.source_archs // 2},
@@ -385,7 +385,7 @@ def main(argv=None) -> int:
     from rich.console import Console
 
     from perfseer.data.dataset import load_dataset, resolve_dataset
-    from perfseer.predictor import load_predictor
+    from perfseer.runtime.predictor import load_predictor
 
     console = Console(stderr=True)
     results = []

@@ -9,7 +9,7 @@ calibration models) needs the rows themselves.  This script:
     ``calibration_sweep.py cache`` file -- per device, K, selection and draw, exactly as ``sweep``
     draws them -- and writes one NPZ with, per calibration, the K rows' nested leave-one-model-out
     residuals and the held-out rows' residuals, and for both the distances of
-    :data:`perfseer.training.calibrate.DISTANCE_SPACES` (a calibration row: to the nearest *other*
+    :data:`perfseer.fit.calibrate.DISTANCE_SPACES` (a calibration row: to the nearest *other*
     calibration model; a held-out row: to the nearest calibration model).
 ``learn``
     for every candidate rule (:func:`candidates`: the space, the width's growth ``beta``, one
@@ -55,7 +55,7 @@ def _setting(path: str) -> str:
 # -- rows -------------------------------------------------------------------------------------------
 
 def rows(args, console) -> None:
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     z = cs.load_cache(args.cache)
     src_devs = [str(d) for d in z["source_devices"]]
@@ -106,7 +106,7 @@ def rows(args, console) -> None:
                     new = C.distance_coords(tlogp, tglob, temb)
                     dc = np.stack([C.loo_distance(cal[sp], groups) for sp in C.DISTANCE_SPACES], 1)
                     dt = np.stack([C.nearest_distance(new[sp], cal[sp]) for sp in C.DISTANCE_SPACES], 1)
-                    from perfseer.training.metrics import evaluate
+                    from perfseer.fit.metrics import evaluate
 
                     e = evaluate(ty, np.exp(pred_log))
                     meta.append({"target": target, "role": role, "k": k, "selection": rule, "draw": d,
@@ -146,7 +146,7 @@ def source_intervals(z: dict, level: float) -> dict[str, float]:
     units on architectures it never trained on: the card's split-conformal ``intervals``
     (perfseer.trust) where it has them, else the conformal quantile of the column's own residuals
     on the test-split rows of the cache's ``sim`` devices (the source's own devices)."""
-    from perfseer.predictor import load_predictor
+    from perfseer.runtime.predictor import load_predictor
     from perfseer.trust import intervals as itv
 
     from perfseer.errors import PerfseerError
@@ -204,8 +204,8 @@ class Sims:
     def parts(self, rule: dict) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per calibration under ``rule``: the held-out rows' effective ratio (a row is covered
         exactly when it is ``<= c``), their half-width per unit ``c`` and the floor.
-        (:func:`perfseer.training.calibrate.row_halfwidths` is the same rule on one calibration.)"""
-        from perfseer.training import calibrate as C
+        (:func:`perfseer.fit.calibrate.row_halfwidths` is the same rule on one calibration.)"""
+        from perfseer.fit import calibrate as C
 
         j = self.spaces.index(rule["space"]) if rule["beta"] else 0
         out = []
@@ -391,7 +391,7 @@ def report(args) -> str:
     learned = cs._read(args.learned)  # plain or gzipped
     rules = [("before: scaled (constant c(K), one table per selection)", BEFORE),
              ("after: " + _name(learned["chosen"]), learned["chosen"])]
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     if args.shipped_min:  # the rule shipped before the nested variant choice, on the residuals it then read
 

@@ -20,7 +20,7 @@ row, so once those are cached, thousands of calibrations cost seconds.  This scr
     of each interval rule).  Devices are tagged ``sim`` (the source's own devices, column left
     out), ``val`` or ``test``; nothing tagged ``test`` chooses anything.
 ``learn-scale``
-    the interval scale ``c(K)`` of :data:`perfseer.training.calibrate.SCALE_TABLE` from the
+    the interval scale ``c(K)`` of :data:`perfseer.fit.calibrate.SCALE_TABLE` from the
     ``sim`` and ``val`` calibrations of sweep files (never ``test``), with its
     leave-one-device-out coverage.
 ``report``
@@ -76,8 +76,8 @@ def cache(args, console) -> None:
     import torch
 
     from perfseer.data.dataset import load_dataset, resolve_dataset
-    from perfseer.predictor import load_predictor
-    from perfseer.training import calibrate as C
+    from perfseer.runtime.predictor import load_predictor
+    from perfseer.fit import calibrate as C
 
     src = load_predictor(args.source)
     fit = (src.card.get("training") or {}).get("fit_splits") or []
@@ -191,7 +191,7 @@ def _standard(X: np.ndarray) -> np.ndarray:
 def select(rule: str, k: int, rng, glob, logp, emb, draw: int = 0) -> list[int]:
     """Indices of ``k`` candidate models (one row each) by ``rule``.  Every rule reads only what is
     known before measuring: features and the source's outputs."""
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     n = len(glob)
     start = None if draw == 0 else int(rng.integers(n))
@@ -241,7 +241,7 @@ def target_view(z: dict, target: str, src_devs: list[str], pool: int = 0, live: 
     first = {}
     for i in nontest:
         first.setdefault(model[i], i)
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     glob = sel_glob = z["glob"][gi]
     features, in_selection = LIVE_MODES[live]
@@ -259,8 +259,8 @@ def _scores(ty, logpred, res, groups, coverage: float) -> dict:
     """One calibration's scores on its test rows: MAPE, Spearman, ``s`` (the RMS of the K rows'
     nested residuals ``res``), the conformal / Student-t intervals' coverage and the test rows'
     ``|residual| / s`` quantiles (what ``learn-scale`` and the ``scaled`` rule read)."""
-    from perfseer.training import calibrate as C
-    from perfseer.training.metrics import evaluate
+    from perfseer.fit import calibrate as C
+    from perfseer.fit.metrics import evaluate
 
     e = evaluate(ty, np.exp(logpred))
     r_test = np.log(ty) - logpred
@@ -279,16 +279,16 @@ def cost_variants(fitted: dict) -> dict:
     must have run, ``--variants full,cols,emb,cost``):
 
     - ``auto+cost``: the geometric mean of ``cost`` and ``auto`` (the variant ``calibrate`` keeps by
-      default: lowest nested RMS among :data:`~perfseer.training.calibrate.AUTO_VARIANTS` that ran;
+      default: lowest nested RMS among :data:`~perfseer.fit.calibrate.AUTO_VARIANTS` that ran;
       ``report`` adds its rows itself); residuals: the mean of the two's;
     - ``auto|cost``: whichever of ``auto`` and ``cost`` has the lower nested leave-one-model-out RMS
       on the K rows;
     - ``auto|blend``: the same between ``auto`` and ``auto+cost`` (the blend's residuals are the
-      mean of its parts'; :func:`~perfseer.training.calibrate.keeps_blend`, what ``calibrate`` does
+      mean of its parts'; :func:`~perfseer.fit.calibrate.keeps_blend`, what ``calibrate`` does
       between CPUs), ``auto|all``: among ``auto``, ``cost`` and ``auto+cost``.
 
     ``fitted``: variant -> (test log predictions, nested residuals).  Returns the same for these."""
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     if "cost" not in fitted:
         raise SystemExit("--cost-fit blends the cost variant with auto: add cost to --variants")
@@ -301,7 +301,7 @@ def cost_variants(fitted: dict) -> dict:
 
 
 def sweep(args, console) -> None:
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     z = load_cache(args.cache)
     src_devs = [str(d) for d in z["source_devices"]]
@@ -380,11 +380,11 @@ def coverage_at(ratio_q: np.ndarray, c: float) -> float:
 
 def _frame(paths):
     """The sweep files' rows, plus ``auto`` rows: per calibration, the variant of lowest nested
-    leave-one-model-out RMS among :data:`perfseer.training.calibrate.AUTO_VARIANTS` (what
+    leave-one-model-out RMS among :data:`perfseer.fit.calibrate.AUTO_VARIANTS` (what
     ``calibrate`` does with the default variant)."""
     import pandas as pd
 
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     df = pd.concat([pd.DataFrame(_read(p)["results"]).assign(setting=_setting(p)) for p in paths], ignore_index=True)
     if "live" not in df:
@@ -417,7 +417,7 @@ def _setting(path) -> str:
 
 
 def learn_scale(args, console) -> None:
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     df = _frame(args.paths)
     df = df[df["role"].isin(("sim", "val")) & (df["variant"] == args.variant) & df["selection"].isin(SELECTION_GROUP)]
@@ -444,7 +444,7 @@ def learn_scale(args, console) -> None:
 
 def report(args) -> str:
     """The markdown tables of docs/calibration.md from sweep files (and the scale table in the code)."""
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     df = _frame(args.paths)
     df["vs"] = df["role"].where(df["role"] == "test", "validation")
@@ -486,7 +486,7 @@ def report(args) -> str:
         out.append("\n### NAS-Bench-201 validation devices, K = 10, auto: Spearman / MAPE %\n")
         out.append(_md(w.reset_index()))
     # 2c. timm validation per device (GPU and CPU targets of a GPU source: the cross-kind warning of
-    # perfseer.training.calibrate.CROSS_KIND quotes this table's range)
+    # perfseer.fit.calibrate.CROSS_KIND quotes this table's range)
     tv = dev[(dev["setting"] != "NAS-Bench-201") & (dev["vs"] == "validation") & (dev["live"] == "none")
              & dev["selection"].isin(["random", "kcentre-glob"])]
     if not tv.empty:
@@ -496,7 +496,7 @@ def report(args) -> str:
         w.columns = [f"{a} {b}" for a, b in w.columns]
         out.append("\n### timm validation devices: Spearman / MAPE % per device\n")
         out.append(_md(w.reset_index()))
-        from perfseer.training.calibrate import device_kind
+        from perfseer.fit.calibrate import device_kind
 
         kinds = {t: device_kind(t) or "unregistered" for t in df["target"].unique()}  # a registry lookup per device
         kind = tv["target"].map(kinds)

@@ -1,13 +1,13 @@
 """Why a calibrated interval is too narrow on one device: shift, batch mix, or the variant choice.
 
 For each device of a ``calibration_sweep.py cache`` file, K and random draw (the sweep's draws),
-fits every ``loglinear`` variant of :data:`perfseer.training.calibrate.AUTO_VARIANTS` and ``auto``
+fits every ``loglinear`` variant of :data:`perfseer.fit.calibrate.AUTO_VARIANTS` and ``auto``
 (the one of lowest nested leave-one-model-out RMS ``s``), and prints per variant the mean ``s``,
 the held-out test rows' RMS and mean signed log residual, and the share of test rows inside
 ``c(K) s`` (the ``scaled`` rule, random table).  ``auto``'s ``s`` below every single variant's,
 with no better test RMS, is the optimism of choosing on the same residuals; ``auto-nested`` is the
 same fit with ``s`` from the variant choice nested in the leave-one-model-out loop
-(:func:`perfseer.training.calibrate.auto_residuals`, what ``auto`` now reads).
+(:func:`perfseer.fit.calibrate.auto_residuals`, what ``auto`` now reads).
 
 Example::
 
@@ -29,7 +29,7 @@ import calibration_sweep as cs  # noqa: E402
 
 
 def main(argv=None) -> int:
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", required=True)

@@ -13,8 +13,8 @@ GAT ~2x, GIN ~2.5x, GCN ~3x), so ~35 SeerNet epochs fit in 240 s on 1,000 archit
 
 Methods: the neural models ``seernet``, ``pmgns``, ``gcn``, ``gat``, ``gin``, ``mlp-node`` (each at its
 registry defaults, the papers' sizes, unless ``--hidden``) and the baselines ``additive``, ``gbm``,
-``flops``.  All are trained by :func:`perfseer.training.run.train_method` on the examples of one
-:func:`perfseer.training.data.select` call, selected on the validation split (epoch for networks,
+``flops``.  All are trained by :func:`perfseer.fit.methods.train_method` on the examples of one
+:func:`perfseer.fit.data.select` call, selected on the validation split (epoch for networks,
 boosting round for the GBM) and scored on the test split: MAPE, RMSE (ms), the share within
 5/10/20 % of the measurement, Spearman's rho and Kendall's tau.  The best test MAPE is marked ★.
 
@@ -75,7 +75,7 @@ def fit_and_score(method: str, sel, args, console, label: str | None = None, mod
     A method that fails (a missing optional dependency, a diverged loss) gives a row with ``error``
     instead of stopping the benchmark."""
     from perfseer.errors import PerfseerError
-    from perfseer.training.run import evaluate_method, train_method
+    from perfseer.fit.methods import evaluate_method, train_method
 
     label = label or method
     method, variant = split_variant(method)
@@ -124,7 +124,7 @@ def _best(rows: list[dict], key) -> str | None:
 # -- one device -------------------------------------------------------------------------------------
 
 def run_single(setting, methods, args, console) -> dict:
-    from perfseer.training.data import select
+    from perfseer.fit.data import select
 
     view, info = tb.setting_view(setting, args.data_root, args.archs, args.batch)
     sel = select(view, setting.metric, list(setting.devices), setting.phase, setting.split_column)
@@ -193,7 +193,7 @@ def _common(values):
 
 def run_per_device(setting, methods, args, console) -> dict:
     from perfseer.errors import PerfseerError
-    from perfseer.training.data import select, select_devices
+    from perfseer.fit.data import select, select_devices
 
     view, info = tb.setting_view(setting, args.data_root, args.archs, args.batch)
     devices = list(setting.devices)
@@ -300,7 +300,7 @@ def main(argv=None) -> int:
 
     from rich.console import Console
 
-    from perfseer.training.run import ALIASES, method_names
+    from perfseer.fit.methods import ALIASES, method_names
 
     known = method_names()
     bases = [m.partition("[")[0] for m in args.methods]

@@ -20,8 +20,8 @@ def main(argv=None) -> None:
 
     from perfseer.data.dataset import load_dataset, resolve_dataset
     from perfseer.models.registry import build_model
-    from perfseer.training.data import select
-    from perfseer.training.trainer import TrainConfig, train
+    from perfseer.fit.data import select
+    from perfseer.fit.trainer import TrainConfig, train
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=2)

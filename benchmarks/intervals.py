@@ -67,7 +67,7 @@ def _verdicts(p, sel, train, val, query):
     """In-domain flags of ``query`` for network ``p`` trained on ``train`` (threshold from ``val``)."""
     from perfseer.features.pyg import OP_VOCAB
     from perfseer.trust import domain as dom
-    from perfseer.trust.calibrate import embeddings
+    from perfseer.fit.intervals import embeddings
 
     labels = sel.labels
     rows = [int(g.row) for g in train]
@@ -79,10 +79,11 @@ def _verdicts(p, sel, train, val, query):
 
 
 def kfold_part(stage_dir: Path, card: dict) -> dict:
-    from perfseer.predictor import kfold_of, load_predictor
-    from perfseer.training.data import targets_of
+    from perfseer.fit.recipe import kfold_of
+    from perfseer.runtime.predictor import load_predictor
+    from perfseer.fit.data import targets_of
     from perfseer.trust import intervals as itv
-    from perfseer.trust.calibrate import selection_for
+    from perfseer.fit.intervals import selection_for
 
     sel = selection_for(card)
     k = card["training"]["kfold"]["k"]
@@ -134,10 +135,10 @@ def kfold_part(stage_dir: Path, card: dict) -> dict:
 
 
 def family_part(card_path: Path, q_random: float) -> dict:
-    from perfseer.predictor import load_predictor
-    from perfseer.training.data import targets_of
+    from perfseer.runtime.predictor import load_predictor
+    from perfseer.fit.data import targets_of
     from perfseer.trust import intervals as itv
-    from perfseer.trust.calibrate import selection_for
+    from perfseer.fit.intervals import selection_for
 
     p = load_predictor(card_path)
     sel = selection_for(p.card)
@@ -170,9 +171,9 @@ def test_part(cards) -> list[dict]:
     """Coverage on the test split of cards fitted on train only; the test rows of families that
     have no model in the fitted rows are unseen families (a random split by architecture leaves
     some small families entirely in validation and test)."""
-    from perfseer.predictor import load_predictor
-    from perfseer.training.data import targets_of
-    from perfseer.trust.calibrate import selection_for
+    from perfseer.runtime.predictor import load_predictor
+    from perfseer.fit.data import targets_of
+    from perfseer.fit.intervals import selection_for
 
     out = []
     for card in cards:
@@ -207,7 +208,7 @@ def lfo_part(paths) -> dict:
     """Interval coverage on unseen families from leave-families-out reports (see the module docstring)."""
     import json
 
-    from perfseer.predictor import list_predictors, load_predictor
+    from perfseer.runtime.predictor import list_predictors, load_predictor
     from perfseer.trust import intervals as itv
 
     cards = {}

@@ -42,7 +42,7 @@ def main(argv=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from perfseer.predictor import list_predictors, load_predictor
+    from perfseer.runtime.predictor import list_predictors, load_predictor
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")

@@ -77,7 +77,7 @@ def fold_splits(families, folds: int, k: int, seed: int = 0) -> list[str]:
 
 def scores(y, p, fam, min_models: int, models) -> dict:
     """MAPE, Spearman and the worst family's MAPE (families with >= ``min_models`` models)."""
-    from perfseer.training.metrics import mape, spearman
+    from perfseer.fit.metrics import mape, spearman
 
     y, p = np.asarray(y, float), np.asarray(p, float)
     ape = np.abs(p - y) / y * 100
@@ -99,12 +99,12 @@ def fit_method(spec: str, sel, args, console, train_sel=None, train_overrides=No
     ``train_sel`` (``--aux-devices``): train on its rows and targets instead (the setting's device
     first, then the auxiliary devices), and predict ``sel``'s val and test rows with target 0, so the
     scored rows are the same as without auxiliary targets.  ``train_overrides``: fields of the
-    :class:`~perfseer.training.trainer.TrainConfig` to change, ``config_overrides`` of the method's
+    :class:`~perfseer.fit.trainer.TrainConfig` to change, ``config_overrides`` of the method's
     config (``--refit-from``)."""
     from compare_methods import split_variant
 
     from perfseer.errors import PerfseerError
-    from perfseer.training.run import train_method
+    from perfseer.fit.methods import train_method
 
     name, variant = split_variant(spec)
     extra = (tb.overrides_for(name, args.set) or {}) | variant | (config_overrides or {}) or None
@@ -173,8 +173,8 @@ def refit(spec: str, sel, args, console, setting: str, fold: int, val_y) -> dict
 def run_setting(setting, args, console, log_console, only=None):
     """Train and score every method on each fold; yields the report so far after each fold."""
     from perfseer.data.splits import model_family
-    from perfseer.training.data import select, select_devices
-    from perfseer.training.metrics import mape
+    from perfseer.fit.data import select, select_devices
+    from perfseer.fit.metrics import mape
 
     def family_labels(v):
         lab = v.labels.copy()
@@ -285,7 +285,7 @@ def pooled(out: dict, args) -> dict:
 
 def add_ensembles(fold: dict, pairs, min_models: int) -> None:
     """Append to ``fold["results"]`` the geometric mean of each pair ``A+B`` of its methods."""
-    from perfseer.training.metrics import mape
+    from perfseer.fit.metrics import mape
 
     by = {r["method"]: r for r in fold["results"] if "error" not in r}
     tr = fold["test_rows"]
@@ -308,7 +308,7 @@ def add_seed_means(fold: dict, bases, min_models: int) -> None:
     ``seeds``); weights not fitted, so validation cannot pick the luckiest seed."""
     import re
 
-    from perfseer.training.metrics import mape
+    from perfseer.fit.metrics import mape
 
     by = {r["method"]: r for r in fold["results"] if "error" not in r}
     tr = fold["test_rows"]
@@ -332,7 +332,7 @@ def add_stacks(fold: dict, stacks, min_models: int, shift: bool = False) -> None
     weights (``stack:A+B``; the weights in ``weights``); with ``shift`` also ``stack+shift:A+B``, the
     same blend plus a log-space constant fitted on validation after the weights (in ``shift``)."""
     from perfseer.models.blend import fit_log_shift, fit_weights, split_members
-    from perfseer.training.metrics import mape
+    from perfseer.fit.metrics import mape
 
     by = {r["method"]: r for r in fold["results"] if "error" not in r}
     tr = fold["test_rows"]

@@ -50,7 +50,7 @@ def structure(g) -> dict:
 
 
 def rho(a, b) -> float:
-    from perfseer.training.metrics import spearman
+    from perfseer.fit.metrics import spearman
 
     return float(spearman(a, b)) if len(a) > 2 else float("nan")
 
@@ -58,7 +58,7 @@ def rho(a, b) -> float:
 def analyse(report: dict, data_root=None) -> dict:
     from perfseer.data.splits import model_family
     from perfseer.features import schema
-    from perfseer.training.scaling import signed_log1p
+    from perfseer.runtime.scaling import signed_log1p
 
     out = {}
     for name, S in report["settings"].items():

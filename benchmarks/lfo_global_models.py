@@ -74,7 +74,7 @@ def main(argv=None) -> int:
 
     from perfseer.data.splits import model_family
     from perfseer.models.estimator import global_features, signed_log1p
-    from perfseer.training.data import select, targets_of
+    from perfseer.fit.data import select, targets_of
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--settings", type=tb.parse_settings, default=tb.parse_settings(lfo.DEFAULT_SETTINGS))

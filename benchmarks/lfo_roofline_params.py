@@ -26,7 +26,7 @@ SPECS = {"timm-3090-infer": ("rtx3090", "fp16"), "timm-i9": ("i9-10940x", "fp32"
 def main(argv=None) -> int:
     from perfseer.data.splits import model_family
     from perfseer.models import roofline as rl
-    from perfseer.training.data import select
+    from perfseer.fit.data import select
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--folds", type=int, default=4)

@@ -73,9 +73,9 @@ def reserved_predictions(pred: np.ndarray, cols: list[str], rows, phase: str, ki
 
 
 def fit_and_score(ds, phase, method, kind, split_column, epochs, ship=False):
-    from perfseer.training.data import select
-    from perfseer.training.run import train_method
-    from perfseer.training.trainer import TrainConfig
+    from perfseer.fit.data import select
+    from perfseer.fit.methods import train_method
+    from perfseer.fit.trainer import TrainConfig
 
     cols = targets(phase, kind)
     tc = TrainConfig(max_epochs=epochs, early_stopping_patience=20, num_threads=1, progress=False, seed=0)
@@ -83,7 +83,7 @@ def fit_and_score(ds, phase, method, kind, split_column, epochs, ship=False):
     name = "seernet-multi" if method == "seernet" else method
     config = {"hidden_dim": 64} if method == "seernet" else {}
     if ship:
-        from perfseer.predictor import train_predictor
+        from perfseer.fit.recipe import train_predictor
 
         predictor, fitted = train_predictor(ds, method=name, devices="cuda-sim/fp32", phase=phase, metrics=cols,
                                             split_column=split_column, name=f"memory-sim.{phase}",
@@ -108,7 +108,7 @@ def activation_sum(ds, phase, split_column) -> dict:
     """A one-feature baseline: ``log(extra) = a + b log(sum of the graph's node output bytes)``,
     least squares on the training families, persistent bytes added back."""
     from perfseer.features import schema
-    from perfseer.training.data import select
+    from perfseer.fit.data import select
 
     cols = targets(phase, "extra")
     sel = select(ds, cols, "cuda-sim/fp32", phase, split_column)
@@ -210,7 +210,7 @@ def main(argv=None) -> int:
                     r, predictor, rows = fit_and_score(ds, phase, method, kind, split_column, args.epochs, ship)
                     res[key] = r
                     if predictor is not None:
-                        from perfseer.predictor import BUNDLED
+                        from perfseer.runtime.predictor import BUNDLED
 
                         predictor.card["role"] = "memory-fallback"  # not served as a latency predictor
                         predictor.card["basis"] = (f"simulator-trained predictor {predictor.name} (rest of the peak "

@@ -35,7 +35,7 @@ DEFAULT_METRICS = ("latency_ms", "memory_mb", "util_pct")
 
 def run(args, console) -> dict:
     from perfseer.data.dataset import load_dataset, resolve_dataset
-    from perfseer.training.data import select
+    from perfseer.fit.data import select
 
     ds = load_dataset(resolve_dataset(args.data))
     out: dict = {"benchmark": "multi_metric", "environment": tb.environment(), "data": str(args.data),

@@ -60,7 +60,7 @@ def timed(fn, repeats: int) -> tuple[float, list[float]]:
 
 def get_predictor(args, console):
     """``(predictor, how, load_seconds)``: a bundled predictor, or a SeerNet trained here."""
-    from perfseer.predictor import list_predictors, load_predictor
+    from perfseer.runtime.predictor import list_predictors, load_predictor
 
     if args.predictor:
         t0 = time.perf_counter()
@@ -73,7 +73,7 @@ def get_predictor(args, console):
         p = load_predictor(name)
         return p, f"bundled predictor {name} ({p.card['model']['name']})", time.perf_counter() - t0
 
-    from perfseer.predictor import train_predictor
+    from perfseer.fit.recipe import train_predictor
 
     setting = tb.SETTINGS["fbnet-gpus"]
     view, info = tb.setting_view(setting, args.data_root, args.train_archs, None, devices=["1080ti"])
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
 
     import perfseer
     from perfseer.graph.load import example_path
-    from perfseer.predictor import UnseenOperatorWarning
+    from perfseer.runtime.predictor import UnseenOperatorWarning
 
     tb.set_threads(args.threads)
     console, err = Console(width=180), Console(stderr=True, width=180)

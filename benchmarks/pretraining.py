@@ -63,7 +63,7 @@ def unlabelled(nas: int) -> tuple[list, dict]:
 
 
 def cmd_pretrain(args, console) -> None:
-    from perfseer.training.pretrain import PretrainConfig, pretrain, save_pretrained
+    from perfseer.fit.pretrain import PretrainConfig, pretrain, save_pretrained
 
     graphs, counts = unlabelled(args.nas)
     tb.log(console, f"pre-training on {len(graphs)} unlabelled graphs {counts}")
@@ -79,10 +79,10 @@ def cmd_finetune(args, console) -> list[dict]:
 
     from perfseer.data.dataset import load_dataset, resolve_dataset
     from perfseer.models.registry import build_model
-    from perfseer.training.data import select
-    from perfseer.training.metrics import evaluate
-    from perfseer.training.pretrain import init_from_pretrained
-    from perfseer.training.trainer import TrainConfig, train
+    from perfseer.fit.data import select
+    from perfseer.fit.metrics import evaluate
+    from perfseer.fit.pretrain import init_from_pretrained
+    from perfseer.fit.trainer import TrainConfig, train
 
     sel = select(load_dataset(resolve_dataset("timm")), "latency_ms", DEVICE, "infer", "split")
     models = sel.labels["model"].astype(str).to_numpy()

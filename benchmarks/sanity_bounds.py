@@ -77,7 +77,7 @@ def _sources(per: int, seed: int) -> dict[str, list]:
     """``source -> [(label, graph_at(batch) -> Data, op types, input shape)]``."""
     import perfseer
     from perfseer.data.dataset import load_dataset, resolve_dataset
-    from perfseer.predictor import _input_shape
+    from perfseer.runtime.predictor import _input_shape
 
     rng = random.Random(seed)
     out: dict[str, list] = {}
@@ -112,7 +112,7 @@ def _sources(per: int, seed: int) -> dict[str, list]:
 
 
 def sweep(args) -> dict:
-    from perfseer.predictor import list_predictors, load_predictor
+    from perfseer.runtime.predictor import list_predictors, load_predictor
     from perfseer.trust import bounds as bnd
 
     sources = _sources(args.per_source, args.seed)

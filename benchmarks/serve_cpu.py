@@ -95,7 +95,7 @@ def main(argv=None) -> int:
                 results["row-cache hits, Service.predict alone"] = {
                     "requests": len(reqs), "cpu_ms_mean": round((time.process_time() - c0) * 1e3 / len(reqs), 4)}
             if args.multi and setting == "row cache off":
-                from perfseer.predictor import list_predictors
+                from perfseer.runtime.predictor import list_predictors
 
                 names = [p["name"] for p in list_predictors()]
                 multi = [{"model": m, "batch": [1, 8, 32, 128], "predictors": names} for m in EXAMPLES] * 3

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     from perfseer.devices import get_device
     from perfseer.specmodel import kernels as kt
     from perfseer.specmodel import neusight as ns
-    from perfseer.specmodel.predictor import load_spec_model
+    from perfseer.runtime.spec import load_spec_model
 
     k = ns.load_kernels(args.data)
     specs = {d: get_device(d) for d in k["device"].unique()}

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
 
     from perfseer.devices import get_device
     from perfseer.specmodel import neusight as ns
-    from perfseer.specmodel.predictor import load_spec_model
+    from perfseer.runtime.spec import load_spec_model
 
     torch.set_num_threads(1)
     sm = load_spec_model(args.card)

@@ -6,7 +6,7 @@ For every labelled end-to-end run of NeuSight's training GPUs (NVIDIA A100-40GB 
 P4, V100; AMD MI100, MI210), inference and training, the model is built from NeuSight's own
 configuration (``models/<stem>.json``) as ``hf:/path/config.json@eager`` at the label's sequence
 length and batch size, and the bundled spec card predicts it at FP32
-(:meth:`perfseer.specmodel.predictor.SpecModel.graph_latency`, the composition ``perfseer predict
+(:meth:`perfseer.runtime.spec.SpecModel.graph_latency`, the composition ``perfseer predict
 --basis spec`` uses).  The same card predicts the same run from NeuSight's trace
 (``spec_neusight.predict_workload``).  Roofline is summed over the graph's kernels.
 
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     from perfseer.specmodel import kernels as kt
     from perfseer.specmodel import neusight as ns
     from perfseer.specmodel.compose import DROPOUT_NODE
-    from perfseer.specmodel.predictor import load_spec_model
+    from perfseer.runtime.spec import load_spec_model
 
     torch.set_num_threads(1)
     root = Path(args.data)

@@ -7,7 +7,7 @@ Settings (``datasets/timm``, AMP, NCHW, eager): ``rtx3090/amp-nchw-pt240``,
   no RTX measurement at all) composed over each model's PerfGraph at FP16, from the GPU's spec
   sheet;
 - **calibrated**: plus a whole-model linear correction of ``log10`` latency
-  (:func:`perfseer.specmodel.predictor.calibration_features`: log predicted ms, log kernel
+  (:func:`perfseer.runtime.spec.calibration_features`: log predicted ms, log kernel
   count, GEMM/conv share; no device feature) fitted on the *other three* GPUs' runs of the
   train and validation split models.
 
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     from perfseer.features.pyg import OP_VOCAB
     from perfseer.specmodel import kernels as kt
     from perfseer.specmodel.compose import node_kernels
-    from perfseer.specmodel.predictor import calibration_features, load_spec_model
+    from perfseer.runtime.spec import calibration_features, load_spec_model
 
     sm = load_spec_model(args.spec_model)
     ds = load_dataset(resolve_dataset(args.data))

@@ -182,7 +182,7 @@ def build_table(ds, lab) -> Table:
 
 def seernet_logy(ds, tab: Table, gpos: np.ndarray) -> dict:
     """log10 SeerNet predictions of each source GPU on the graphs at positions ``gpos`` (NaN elsewhere)."""
-    from perfseer.predictor import load_predictor
+    from perfseer.runtime.predictor import load_predictor
 
     gpos = np.unique(gpos)
     graphs = [ds.graphs[int(tab.graphs[i])] for i in gpos]

@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     from perfseer.data.dataset import load_dataset
-    from perfseer.predictor import load_predictor
+    from perfseer.runtime.predictor import load_predictor
 
     old, new = load_dataset(args.dataset), load_dataset(args.refreshed)
     screen = json.loads(open(args.screen).read())

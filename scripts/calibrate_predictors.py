@@ -2,7 +2,7 @@
 
 Cards trained before ``perfseer train`` computed these (``card["domain"]``, ``card["intervals"]``)
 name their dataset, split column, fitted splits and ``max_train_models``; this re-selects those
-rows (:func:`perfseer.trust.calibrate.selection_for`), computes the domain over the fitted graphs,
+rows (:func:`perfseer.fit.intervals.selection_for`), computes the domain over the fitted graphs,
 the embedding threshold and the conformal quantiles on the validation graphs, and rewrites the card
 and its weights file (atomically; the weights are unchanged, the training embeddings are added).
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from perfseer.predictor import BUNDLED, load_predictor
-    from perfseer.trust.calibrate import calibrate, selection_for
+    from perfseer.runtime.predictor import BUNDLED, load_predictor
+    from perfseer.fit.intervals import calibrate, selection_for
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cards", nargs="*", help="predictor cards (default: the bundled ones)")

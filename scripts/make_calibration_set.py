@@ -4,7 +4,7 @@ Candidates: the timm models of the committed timm dataset benchmarked at 3x224x2
 fused form) and the 342 PerfSeer model-space networks of the committed CPU dataset (built at
 3x32x32; their per-sample FLOPs and memory access are scaled by 49 to 3x224x224).  Each is described by five batch-free log features — FLOPs per
 sample, memory access per sample, parameters, node count and arithmetic intensity — and the K-centre
-selection of :func:`perfseer.training.calibrate.spanning_set` (standardised features; start at
+selection of :func:`perfseer.fit.calibrate.spanning_set` (standardised features; start at
 the candidate nearest the median, then repeatedly the candidate farthest from every pick) keeps
 ``--k`` of them.  K-centre puts a calibration model near every candidate, which is what the
 calibrated card's domain check and the correction's slopes need; random picks crowd the dense
@@ -28,7 +28,7 @@ import numpy as np
 
 from perfseer.data.dataset import load_dataset, resolve_dataset
 from perfseer.features.schema import GLOBAL_FEATURES
-from perfseer.training.calibrate import spanning_set
+from perfseer.fit.calibrate import spanning_set
 
 G = {n: i for i, n in enumerate(GLOBAL_FEATURES)}
 

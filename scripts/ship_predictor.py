@@ -26,7 +26,7 @@ CARRIED = ("role", "basis")
 
 
 def main(argv=None) -> int:
-    from perfseer.predictor import BUNDLED
+    from perfseer.runtime.predictor import BUNDLED
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("card", help="the retrained predictor's card")

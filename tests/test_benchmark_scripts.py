@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "training"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fit"))
 
 import _training_bench as tb  # noqa: E402
 import ablations  # noqa: E402

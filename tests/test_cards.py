@@ -73,9 +73,9 @@ def test_each_bad_weights_file_names_its_problem(tmp_path):
 
 
 def test_the_three_loaders_share_the_reader(tmp_path):
-    from perfseer.predictor import PredictorError, load_predictor
+    from perfseer.runtime.predictor import PredictorError, load_predictor
     from perfseer.specmodel.net import KernelModel, SpecModelError
-    from perfseer.training.pretrain import init_from_pretrained, pretrained_config
+    from perfseer.fit.pretrain import init_from_pretrained, pretrained_config
 
     for fmt, loader, error in (("perfseer.predictor", load_predictor, PredictorError),
                                ("perfseer.specmodel", KernelModel.load, SpecModelError),

@@ -13,9 +13,10 @@ from helpers import nb201_arch as arch
 from helpers import run_cli
 from perfseer.data.dataset import load_dataset
 from perfseer.data.table import write_table
-from perfseer.evaluate import evaluate_predictor
-from perfseer.predictor import PredictorError, UnseenOperatorWarning, load_predictor, train_predictor
-from perfseer.training.trainer import TrainConfig
+from perfseer.fit.evaluate import evaluate_predictor
+from perfseer.runtime.predictor import PredictorError, UnseenOperatorWarning, load_predictor
+from perfseer.fit.recipe import train_predictor
+from perfseer.fit.trainer import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +239,7 @@ def test_a_card_extracts_the_way_its_training_graphs_were(trained, dataset, tmp_
     import perfseer
     from helpers import make_model
     from perfseer.data.dataset import load_dataset
-    from perfseer.predictor import Predictor
+    from perfseer.runtime.predictor import Predictor
 
     assert load_dataset(dataset / "ds").manifest["extraction"] == {"weight_work": False}
     assert trained.card["extraction"] == {"weight_work": False} and trained.weight_work is False
@@ -270,14 +271,13 @@ def test_a_card_extracts_the_way_its_training_graphs_were(trained, dataset, tmp_
 def test_the_device_route_extracts_the_way_the_routed_card_wants(monkeypatch, capsys):
     """``perfseer predict --device D`` extracts the model again when the measured card D routes to
     learned from graphs extracted the other way; the spec model takes the default extraction."""
-    import perfseer.api
-    from perfseer.specmodel import route
+    from perfseer.runtime import route
 
     assert route.routed_extraction("rtx3090", "infer") is False  # the bundled card: folded graphs
     assert route.routed_extraction("rtx3090", "infer", prefer="spec") is None
     calls = []
-    real = perfseer.api.extract
-    monkeypatch.setattr(perfseer.api, "extract", lambda *a, **k: calls.append(k.get("weight_work")) or real(*a, **k))
+    real = route.extract
+    monkeypatch.setattr(route, "extract", lambda *a, **k: calls.append(k.get("weight_work")) or real(*a, **k))
     monkeypatch.setattr(route, "routed_extraction", lambda *a, **k: True)  # as if its card had kept the work
     code, out, _ = run_cli(capsys, "predict", "example:resnet18", "--device", "rtx3090", "--json")
     assert code == 0 and calls == [True]  # the card's extraction only

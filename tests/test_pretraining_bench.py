@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "training"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fit"))
 
 import _training_bench as tb  # noqa: E402
 import pretraining  # noqa: E402
@@ -19,7 +19,7 @@ from train_helpers import GLOBAL, chain_graph  # noqa: E402
 
 def _tiny(monkeypatch, tmp_path):
     import perfseer.data.dataset as ds
-    from perfseer.training.pretrain import PretrainConfig, pretrain, save_pretrained
+    from perfseer.fit.pretrain import PretrainConfig, pretrain, save_pretrained
 
     rng = np.random.default_rng(0)
     graphs, rows = [], []

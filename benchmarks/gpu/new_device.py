@@ -51,9 +51,9 @@ def split_rows(table, calibration: list[str], device: str | None, metric: str):
 
 
 def score(y, pred, rows=None) -> dict:
-    """The project's metrics (:func:`perfseer.training.metrics.evaluate`), the mean log ratio, and
+    """The project's metrics (:func:`perfseer.fit.metrics.evaluate`), the mean log ratio, and
     for predictions with intervals their coverage and the share in domain."""
-    from perfseer.training.metrics import evaluate
+    from perfseer.fit.metrics import evaluate
 
     y, pred = np.asarray(y, float), np.asarray(pred, float)
     m = evaluate(y, pred)
@@ -71,7 +71,7 @@ def score(y, pred, rows=None) -> dict:
 
 def held_out_graphs(held, weight_work: bool | None = None) -> list:
     """One PerfGraph per held-out row (each (model, input shape) extracted once), extracted the
-    way ``weight_work`` says (a card's :attr:`~perfseer.predictor.Predictor.weight_work`; ``None``:
+    way ``weight_work`` says (a card's :attr:`~perfseer.runtime.predictor.Predictor.weight_work`; ``None``:
     the default)."""
     from perfseer.api import extract
 
@@ -120,7 +120,7 @@ def by_batch(batch_sizes, y, rows_cal: list[dict], rows_src: list[dict], fit) ->
     return out
 
 
-#: the table's precision -> the one ``perfseer.specmodel.route.predict_on_device`` takes
+#: the table's precision -> the one ``perfseer.runtime.route.predict_on_device`` takes
 ROUTE_PRECISION = {"amp_fp16": "fp16", "amp_bf16": "bf16", "fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 
@@ -129,7 +129,7 @@ def zero_shot_rows(held, graphs, registry_device: str, prefer: str) -> list[dict
     it: ``prefer`` ``transfer`` (the spec transfer; AMP inference only, else a PerfseerError) or
     ``spec`` (the spec model).  Named, not ``auto``: once a card of the device is bundled (as the
     H200's is), ``auto`` would answer from it."""
-    from perfseer.specmodel.route import predict_on_device
+    from perfseer.runtime.route import predict_on_device
 
     out = []
     for g, b, phase, prec in zip(graphs, held["batch_size"], held["phase"], held["precision"]):
@@ -140,14 +140,14 @@ def zero_shot_rows(held, graphs, registry_device: str, prefer: str) -> list[dict
 
 
 def calibrated_transfer(cal, cal_graphs, held, held_graphs, held_transfer, registry_device: str, metric: str):
-    """The spec transfer corrected by ``perfseer.training.calibrate.calibrate`` (``loglinear``, the
+    """The spec transfer corrected by ``perfseer.fit.calibrate.calibrate`` (``loglinear``, the
     default configuration) on the calibration rows, applied to the held-out rows: what calibrating
     the transfer, instead of one source card, would give.  Benchmark only: ``perfseer calibrate``
     takes predictor cards, and the transfer is not one.  Returns the held-out predictions and the
     calibration's constant 90 % factor (``None`` if its interval has none) and the chosen variant.
     ``held_transfer``: the transfer's predictions of the held-out rows (:func:`zero_shot_rows`)."""
-    from perfseer.predictor import Target
-    from perfseer.training.calibrate import CalibrationConfig, calibrate, global_design
+    from perfseer.runtime.predictor import Target
+    from perfseer.fit.calibrate import CalibrationConfig, calibrate, global_design
 
     class _Transfer:  # the little of a Predictor that the loglinear fit reads, with its outputs given
         name, net = "spec-transfer", None
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
     from perfseer.cli.collect import read_model_file
     from perfseer.cli.main import main as cli
     from perfseer.data.table import read_table
-    from perfseer.predictor import load_predictor
+    from perfseer.runtime.predictor import load_predictor
 
     import pandas as pd
 

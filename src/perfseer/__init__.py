@@ -13,11 +13,13 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS = {
     "extract": "perfseer.api",
+    "predict": "perfseer.api",
     "PerfseerError": "perfseer.errors",
     "PerfGraph": "perfseer.features.perfgraph",
-    "Predictor": "perfseer.predictor",
-    "load_predictor": "perfseer.predictor",
-    "list_predictors": "perfseer.predictor",
+    "Predictor": "perfseer.runtime.predictor",
+    "load_predictor": "perfseer.api",
+    "list_predictors": "perfseer.api",
+    "train_predictor": "perfseer.fit.recipe",
     "memory": None,  # the subpackage itself, callable: perfseer.memory(model, batch=...)
 }
 

@@ -86,6 +86,14 @@ def read_card(path: str | os.PathLike, fmt: CardFormat) -> dict:
     return card
 
 
+def peek_card(path: str | os.PathLike, fmt: CardFormat) -> dict | None:
+    """:func:`read_card`, or ``None`` where it would raise (listing a folder skips what is not a card)."""
+    try:
+        return read_card(path, fmt)
+    except PerfseerError:
+        return None
+
+
 def read_weights(path: str | os.PathLike, fmt: CardFormat, required: Iterable[str] = ()) -> dict:
     """The tensors of a ``.safetensors`` file (name -> ``torch.Tensor``).
 

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import assert_cli_error, run_cli
 from perfseer.cli.bounds import dumps
-from perfseer.predictor import BUNDLED, PredictorError, load_predictor
+from perfseer.runtime.predictor import BUNDLED, PredictorError, load_predictor
 
 
 def _usage_error(capsys, *argv) -> str:

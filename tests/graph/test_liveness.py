@@ -43,7 +43,7 @@ def test_work_on_a_zero_node_is_dead_and_weighted_by_flops():
 
 
 def test_pyg_data_carries_the_shares_and_calibration_reads_them():
-    from perfseer.training.calibrate import global_design, graph_liveness
+    from perfseer.fit.calibrate import global_design, graph_liveness
 
     graphs = [_pg(a).to_pyg(live=True) for a in (CONNECTED, DISCONNECTED)]
     assert getattr(_pg(CONNECTED).to_pyg(), "live", None) is None  # only on request: models do not read it

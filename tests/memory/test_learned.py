@@ -40,7 +40,7 @@ def skeleton():
 @pytest.fixture
 def cached_extract(skeleton, monkeypatch):
     """The fallbacks' ONNX export, done once for the module (the export is what takes time)."""
-    import perfseer.api
+    import perfseer.features.extract
     import perfseer.graph.load
 
     calls = []
@@ -49,7 +49,7 @@ def cached_extract(skeleton, monkeypatch):
         calls.append(kw.get("input_shape"))
         return skeleton
 
-    monkeypatch.setattr(perfseer.api, "load_skeleton", load)
+    monkeypatch.setattr(perfseer.features.extract, "load_skeleton", load)
     monkeypatch.setattr(perfseer.graph.load, "load_skeleton", load)
     return calls
 
@@ -122,13 +122,13 @@ def test_cli_report_states_the_basis(cached_extract):
 
 @pytest.mark.parametrize("phase", ["train", "infer"])
 def test_simulation_and_export_both_failing_is_a_clear_error(phase, monkeypatch):
-    import perfseer.api
+    import perfseer.features.extract
     import perfseer.graph.load
 
     def load(model, **kw):
         raise UnsupportedModelError("the output shape of NonZero depends on its input", "export with a static size")
 
-    monkeypatch.setattr(perfseer.api, "load_skeleton", load)
+    monkeypatch.setattr(perfseer.features.extract, "load_skeleton", load)
     monkeypatch.setattr(perfseer.graph.load, "load_skeleton", load)
     with pytest.raises(SimulationError, match="could not run .*nonzero.*could not be extracted either"):
         perfseer.memory(ExportOnly(), batch=2, phase=phase, input_shape=(3, 32, 32))

@@ -54,7 +54,7 @@ def test_the_same_graph_is_extracted_once(client):
 
 def test_a_request_whose_predictors_extract_one_way_extracts_once(client):
     from perfseer.graph.extract import weight_work_enabled
-    from perfseer.predictor import load_predictor
+    from perfseer.runtime.predictor import load_predictor
 
     svc = client.app.state.service
     i9 = next(n for n in svc.predictor_names() if load_predictor(n).weight_work)  # the card that keeps weight work
@@ -217,7 +217,7 @@ def test_a_repeated_request_is_answered_from_the_row_cache(client):
 def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypatch):
     from perfseer.features.perfgraph import PerfGraph
     from perfseer.models.seernet import SeerNetTrunk
-    from perfseer.predictor import Predictor, card_weight_work, load_predictor
+    from perfseer.runtime.predictor import Predictor, card_weight_work, load_predictor
 
     binds, forwards, trunks = [], [], []
     with_batch, predict = PerfGraph.with_batch, Predictor.predict_with_embeddings
@@ -300,7 +300,7 @@ def test_a_predictor_trained_with_weight_work_answers_from_its_own_extraction(cl
     others keep the default extraction (neither is then out of domain for the extraction)."""
     import copy
 
-    from perfseer.predictor import Predictor
+    from perfseer.runtime.predictor import Predictor
 
     svc = client.app.state.service
     real = svc.predictor(P4090)

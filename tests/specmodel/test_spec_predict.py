@@ -12,8 +12,8 @@ from helpers import assert_cli_error, run_cli
 from perfseer.devices import get_device
 from perfseer.specmodel import kernels as kt
 from perfseer.specmodel.net import SpecModelError
-from perfseer.specmodel.predictor import load_spec_model
-from perfseer.specmodel.route import measured_predictors, predict_on_device, setting_precision
+from perfseer.runtime.spec import load_spec_model
+from perfseer.runtime.route import measured_predictors, predict_on_device, setting_precision
 
 
 @pytest.fixture(scope="module")

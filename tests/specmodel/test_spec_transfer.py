@@ -10,8 +10,8 @@ import pytest
 from helpers import assert_cli_error, run_cli
 from perfseer.devices import get_device
 from perfseer.features import schema
-from perfseer.specmodel import transfer_predictor as xp
-from perfseer.specmodel.route import predict_on_device
+from perfseer.runtime import transfer as xp
+from perfseer.runtime.route import predict_on_device
 from perfseer.specmodel.transfer import (FEATURE_SETS, SPEC_KEYS, Transfer, TransferError, roofline_ms,
                                          spec_vector)
 
@@ -125,7 +125,7 @@ def test_predict_on_an_unmeasured_gpu_uses_the_transfer(capsys):
 
 
 def test_the_sources_reasons_are_merged_by_kind():
-    from perfseer.specmodel.transfer_predictor import merge_source_reasons
+    from perfseer.runtime.transfer import merge_source_reasons
 
     out = merge_source_reasons([
         ("rtx3090", ["batch 1 outside the training batch sizes 6-1024", "global features outside the training range: a 1 < 2"]),

@@ -14,7 +14,7 @@ from perfseer.devices import get_device
 from perfseer.features import schema
 from perfseer.specmodel import kernels as kt
 from perfseer.specmodel import trust
-from perfseer.specmodel.predictor import load_spec_model
+from perfseer.runtime.spec import load_spec_model
 
 TRAIN = ("a100-40gb-pcie", "t4", "tesla-p100-pcie-16gb", "tesla-p4", "v100-pcie-32gb")
 

@@ -19,7 +19,7 @@ from perfseer.graph.load import load_skeleton  # noqa: E402
 from perfseer.specmodel import kernels as kt  # noqa: E402
 from perfseer.specmodel.backward import backward_kernels  # noqa: E402
 from perfseer.specmodel.compose import DROPOUT_NODE, step_kernels  # noqa: E402
-from perfseer.specmodel.predictor import load_spec_model  # noqa: E402
+from perfseer.runtime.spec import load_spec_model  # noqa: E402
 
 TOKENS, WIDTH, HIDDEN, HEADS = 6, 16, 32, 2
 

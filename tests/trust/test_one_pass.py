@@ -11,8 +11,8 @@ import torch
 
 from helpers import nb201_arch
 from perfseer.api import extract
-from perfseer.predictor import Predictor, load_predictor
-from perfseer.trust.calibrate import embeddings
+from perfseer.runtime.predictor import Predictor, load_predictor
+from perfseer.fit.intervals import embeddings
 
 # bundled predictors the serve tests use: SeerNet, SeerNet-Multi (one device), SeerNet-Multi (5 GPUs)
 BUNDLED = ("rtx3090-amp-nchw-pt240.infer", "epyc-torch-t1.infer", "nb201-gpus.infer")

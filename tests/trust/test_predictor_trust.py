@@ -11,8 +11,9 @@ import pytest
 from helpers import nb201_arch as arch
 from helpers import run_cli
 from perfseer.data.dataset import load_dataset
-from perfseer.predictor import PredictorError, UnseenOperatorWarning, kfold_of, load_predictor, train_predictor
-from perfseer.training.trainer import TrainConfig
+from perfseer.runtime.predictor import PredictorError, UnseenOperatorWarning, load_predictor
+from perfseer.fit.recipe import kfold_of, train_predictor
+from perfseer.fit.trainer import TrainConfig
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ def _card(mape: float, fit: list[str], **extra) -> dict:
 
 @pytest.fixture()
 def bundled(tmp_path, monkeypatch):
-    import perfseer.predictor as P
+    import perfseer.runtime.predictor as P
 
     d = tmp_path / "bundled"
     d.mkdir()

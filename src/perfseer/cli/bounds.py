@@ -15,6 +15,7 @@ import re
 from perfseer.atomic import atomic_write_text, tmp_sibling
 from perfseer.errors import PerfseerError
 from perfseer.graph.validate import MAX_DIM, MAX_INPUT_ELEMENTS
+from perfseer.shapes import check_shape  # noqa: F401 - its old home
 
 MAX_BATCH = 1 << 16  # samples per step a prediction or measurement may bind (65,536)
 MAX_HIDDEN = 4096  # hidden width of a predictor network
@@ -45,14 +46,6 @@ def check_name(name: str, what: str = "--name") -> str:
                             "use letters, digits, '.', '_' and '-' only, starting with a letter or digit "
                             "(at most 128 characters)")
     return name
-
-
-def check_shape(dims: tuple[int, ...], what: str = "--input-shape") -> tuple[int, ...]:
-    """One sample's shape: each dimension at most ``MAX_DIM``, the sample at most ``MAX_INPUT_ELEMENTS``."""
-    if any(d > MAX_DIM for d in dims) or math.prod(dims) > MAX_INPUT_ELEMENTS:
-        raise PerfseerError(f"{what} {'x'.join(map(str, dims))} is too large (each dimension at most {MAX_DIM:,}, "
-                            f"a sample at most {MAX_INPUT_ELEMENTS:,} elements)", "give the real input size")
-    return dims
 
 
 def _finite(obj):

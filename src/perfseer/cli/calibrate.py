@@ -10,7 +10,7 @@ from perfseer.errors import PerfseerError
 
 
 def add_parser(sub) -> None:
-    from perfseer.training.calibrate import (BLEND_VARIANT, DEFAULT_INTERVAL, DEFAULT_METHOD, DEFAULT_VARIANT,
+    from perfseer.fit.calibrate import (BLEND_VARIANT, DEFAULT_INTERVAL, DEFAULT_METHOD, DEFAULT_VARIANT,
                                              INTERVAL_RULES, METHODS, VARIANTS)
 
     p = sub.add_parser(
@@ -103,14 +103,14 @@ def _rows(table, device, phase, metric):
 def graphs_of(rows, base_dir=None, weight_work: bool | None = None) -> list:
     """Each row's PyG graph: every ``(model, input_shape)`` extracted once, re-bound per batch size,
     the way the source predictor's training graphs were (``weight_work``, its
-    :attr:`~perfseer.predictor.Predictor.weight_work`; ``None``: the environment's).
+    :attr:`~perfseer.runtime.predictor.Predictor.weight_work`; ``None``: the environment's).
 
     Raises:
         PerfseerError: a model that cannot be extracted, named with its error.
     """
     import os
 
-    from perfseer.api import extract
+    from perfseer.features.extract import extract
     from perfseer.data.dataset import parse_shape
 
     from perfseer.features.pyg import attach_liveness
@@ -142,7 +142,7 @@ def _meta_head(source, data, device, phase, metric):
     import torch
 
     from perfseer.data.dataset import load_dataset, resolve_dataset
-    from perfseer.training import calibrate as C
+    from perfseer.fit import calibrate as C
 
     ds = load_dataset(resolve_dataset(data))
     L = ds.labels
@@ -166,8 +166,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from perfseer.data.table import read_table
-    from perfseer.predictor import Target, load_predictor
-    from perfseer.training.calibrate import CalibrationConfig, calibrate, calibrated_predictor
+    from perfseer.runtime.predictor import Target, load_predictor
+    from perfseer.fit.calibrate import CalibrationConfig, calibrate, calibrated_predictor
 
     source = load_predictor(args.predictor)
     table = read_table(args.measurements)

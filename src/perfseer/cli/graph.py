@@ -6,37 +6,7 @@ import argparse
 from pathlib import Path
 
 from perfseer.errors import PerfseerError, ShapeError
-from perfseer.graph.validate import MAX_DIM
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``"3x224x224"`` -> ``(3, 224, 224)``."""
-    try:
-        dims = tuple(int(p) for p in text.lower().replace(",", "x").split("x"))
-    except ValueError:
-        dims = ()
-    if not dims or any(d <= 0 for d in dims):
-        raise ShapeError(f"cannot read input shape '{text}'",
-                         "write the dimensions of one sample without the batch, e.g. 3x224x224")
-    from perfseer.cli.bounds import check_shape
-
-    return check_shape(dims)
-
-
-def parse_dims(items: list[str] | None) -> dict[str, int]:
-    out = {}
-    for item in items or []:
-        name, sep, value = item.partition("=")
-        if not sep or not value.strip().isdigit() or not 0 < int(value) <= MAX_DIM:
-            raise ShapeError(f"cannot read --dim '{item}'",
-                             f"write NAME=VALUE with an integer from 1 to {MAX_DIM}, e.g. seq=128")
-        out[name.strip()] = int(value)
-    return out
-
-
-def check_seq_len(seq_len: int | None) -> None:
-    if seq_len is not None and seq_len < 1:
-        raise ShapeError(f"--seq-len must be at least 1, got {seq_len}", "pass --seq-len N with N >= 1")
+from perfseer.shapes import check_seq_len, parse_dims, parse_shape  # noqa: F401 - their old home
 
 
 def add_parser(sub) -> None:
@@ -63,7 +33,7 @@ def add_parser(sub) -> None:
 
 def graph_summary(model, batch=None, input_shape=None, dims=None, seq_len=None) -> tuple[dict, object]:
     """Extract and summarise: the plain function behind the subcommand (tests call it directly)."""
-    from perfseer.api import extract
+    from perfseer.features.extract import extract
 
     pg = extract(model, batch=batch, input_shape=input_shape, dims=dims, seq_len=seq_len)
     return pg.summary(), pg

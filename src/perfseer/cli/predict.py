@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
                         "device of perfseer devices")
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="only this phase's targets")
     p.add_argument("--precision", default=None, choices=("fp32", "tf32", "fp16", "bf16"),
-                   help="with --device alone: the precision (default: a measured predictor's own, else fp32)")
+                   help="the precision (default: a measured predictor's own, else fp32); a measured predictor "
+                        "refuses another")
     p.add_argument("--basis", default="auto", choices=("auto", "spec", "transfer", "measured"),
                    help="with --device alone: auto (measured where available, else for AMP inference the transfer "
                         "from the measured GPUs via specs, else the spec model), or force one")
@@ -55,56 +56,28 @@ def add_parser(sub) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from perfseer.api import extract
+    """``perfseer predict``: :func:`perfseer.predict` (routing included), then the table or JSON."""
+    from perfseer.api import predict
     from perfseer.cli.graph import check_seq_len, parse_dims, parse_shape
     from perfseer.errors import PerfseerError
-    from perfseer.predictor import UnseenOperatorWarning, load_predictor
+    from perfseer.runtime.predictor import UnseenOperatorWarning
 
     check_seq_len(args.seq_len)
     devices = args.device or []
-    if args.predictor is None and not devices:
-        raise PerfseerError("predict needs --predictor NAME or --device DEVICE",
-                            "pass --device h100-sxm (perfseer devices lists them) or --predictor NAME")
     if args.plot and not args.plot.lower().endswith((".png", ".svg", ".pdf")):
         raise PerfseerError(f"--plot {args.plot}: the file name must end in .png, .svg or .pdf", "e.g. --plot sweep.png")
     dims = parse_dims(args.dim) or None
     shape = parse_shape(args.input_shape) if args.input_shape else None
-    rows: list[dict] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnseenOperatorWarning)
-        # extracted once, re-bound to every batch size for every device; the way the predictor's
-        # training graphs were (its card's extraction), or as PERFSEER_WEIGHT_WORK says
-        predictor = load_predictor(args.predictor) if args.predictor is not None else None
-        if predictor is None:  # any registered device: the measured card it routes to, or the spec model
-            from perfseer.specmodel.route import predict_on_device, routed_extraction
-
-            from perfseer.graph.extract import weight_work_enabled
-
-            # the extraction each device's measured card wants (the spec model: the default), the
-            # first device's first: devices that all want one setting extract once
-            routes = {d: routed_extraction(d, args.phase or "infer", args.precision, args.basis) for d in devices}
-            routes = {d: weight_work_enabled() if kept is None else kept for d, kept in routes.items()}
-        pg = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims, seq_len=args.seq_len,
-                     weight_work=routes[devices[0]] if predictor is None else predictor.weight_work)
-        if predictor is None:
-            graphs = {pg.graph.weight_work: pg}  # one extraction per setting the routed cards need
-            for device in devices:
-                kept = routes[device]
-                if kept not in graphs:
-                    graphs[kept] = extract(args.model, batch=args.batch[0], input_shape=shape, dims=dims,
-                                           seq_len=args.seq_len, weight_work=kept)
-                rows += predict_on_device(graphs[kept], device,
-                                          batch=args.batch, phase=args.phase or "infer",
-                                          precision=args.precision, prefer=args.basis)
-            label = ", ".join(devices)
-        else:
-            for device in devices or [None]:
-                rows += predictor.predict(pg, batch=args.batch, device=device, phase=args.phase)
-            label = predictor.name
+        rows = predict(args.model, device=devices, predictor=args.predictor, batch=args.batch,
+                       phase=args.phase, precision=args.precision, basis=args.basis, input_shape=shape, dims=dims,
+                       seq_len=args.seq_len)
+    label = args.predictor if args.predictor is not None else ", ".join(devices)
+    if args.predictor is not None:
+        label = next((r["predictor"] for r in rows if r.get("predictor")), label)
     for r in rows:
-        r["model"] = args.model
-        if r.get("metric") == "latency_ms" and r.get("value"):
-            r["throughput_per_s"] = r["batch_size"] * 1000.0 / r["value"]
+        r.pop("predictor", None)
     if getattr(args, "memory", False):
         from perfseer.memory.api import memory_rows
 
@@ -224,7 +197,7 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
 
 
 def run_predictors(args: argparse.Namespace) -> int:
-    from perfseer.predictor import list_predictors
+    from perfseer.runtime.predictor import list_predictors
 
     items = list_predictors(args.dir)
     if args.json:

@@ -36,7 +36,7 @@ def positive(kind):
 def add_parser(sub) -> None:
     from perfseer.cli.bounds import MAX_GRAPHS_PER_STEP, MAX_HIDDEN, bounded_int
 
-    from perfseer.training.trainer import TrainConfig
+    from perfseer.fit.trainer import TrainConfig
 
     d = TrainConfig()
     p = sub.add_parser(
@@ -108,8 +108,8 @@ def add_parser(sub) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from perfseer.predictor import train_predictor
-    from perfseer.training.trainer import TrainConfig
+    from perfseer.fit.recipe import train_predictor
+    from perfseer.fit.trainer import TrainConfig
 
     from perfseer.cli.bounds import check_name
 
@@ -125,7 +125,7 @@ def run_train(args: argparse.Namespace) -> int:
                       device="cuda" if args.cuda else "cpu", progress=sys.stderr.isatty(),
                       checkpoint_dir=str(out / ".checkpoint"), resume=args.resume)
     from perfseer.models.registry import parse_overrides
-    from perfseer.training.run import ALIASES
+    from perfseer.fit.methods import ALIASES
 
     model_config = (({"hidden_dim": args.hidden} if args.hidden else {})
                     | parse_overrides(ALIASES.get(args.model, args.model), args.set))
@@ -173,8 +173,8 @@ def _print_scores(card: dict, title: str) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from perfseer.evaluate import evaluate_predictor
-    from perfseer.predictor import load_predictor
+    from perfseer.fit.evaluate import evaluate_predictor
+    from perfseer.runtime.predictor import load_predictor
 
     predictor = load_predictor(args.predictor)
     report = evaluate_predictor(predictor, args.measurements, split=args.split)

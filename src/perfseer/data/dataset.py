@@ -81,6 +81,7 @@ from pathlib import Path
 import numpy as np
 
 from perfseer.errors import MissingDependencyError, PerfseerError
+from perfseer.shapes import parse_shape
 
 # Version of what a cached skeleton holds; part of every cache key.  Bump it when the exporter or
 # the stored metadata changes in a way that makes old entries wrong.
@@ -118,11 +119,6 @@ def default_cache_dir() -> Path:
         return Path(root).expanduser() / "skeletons"
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "perfseer" / "skeletons"
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``"3x224x224"`` -> ``(3, 224, 224)`` (the table's ``input_shape``, already validated)."""
-    return tuple(int(d) for d in str(text).split("x"))
 
 
 def _versions() -> dict[str, str]:

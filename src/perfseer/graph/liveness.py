@@ -15,7 +15,7 @@ graph:
 
 :func:`liveness` returns the live share of operators and of FLOPs and the outputs that do not
 depend on the input.  The ONNX graph is all it reads; the shares feed the calibration's
-correction and K-centre selection (:mod:`perfseer.training.calibrate`), and a graph with an
+correction and K-centre selection (:mod:`perfseer.fit.calibrate`), and a graph with an
 input-independent output gets a flag in predictions of a calibrated card.
 """
 

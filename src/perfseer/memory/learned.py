@@ -83,7 +83,7 @@ def graph_bytes(pg) -> dict:
 @functools.lru_cache(maxsize=4)
 def load_card(phase: str):
     """The bundled memory predictor of ``phase`` (loaded once)."""
-    from perfseer.predictor import load_predictor
+    from perfseer.runtime.predictor import load_predictor
 
     return load_predictor(CARDS[phase])
 
@@ -157,7 +157,7 @@ def learned_estimate(src, batch: int, config, device_name, capacity, over, notes
 
 def _inputs(src, config, reason):
     """``(graph at batch 1, exact bytes, card, why)`` of a model the simulator could not run."""
-    from perfseer.api import extract
+    from perfseer.features.extract import extract
 
     why = f"the simulator could not run ({reason})" if reason else "the simulator could not run"
     if config.precision != "fp32":

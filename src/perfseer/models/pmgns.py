@@ -10,9 +10,9 @@ from torch import Tensor
 from torch_geometric.nn import SAGEConv
 
 from perfseer.errors import PerfseerError
+from perfseer.features.schema import NODE_FEATURES
 from perfseer.models.base import _check_choice
 from perfseer.models.gnn import ConvStack, ConvStackConfig
-from perfseer.features.schema import NODE_FEATURES
 from perfseer.models.roofline import BYTES_COL, FLOPS_COL, STEPS_COLS
 
 SHAPE_COLS = tuple(NODE_FEATURES.index(n) for n in ("kernel_h", "kernel_w", "groups"))
@@ -196,6 +196,6 @@ class PMGNS(ConvStack):
             return out
         if not bool(self.baseline_fitted):
             raise PerfseerError("this PMGNS has a roofline baseline that was never fitted",
-                                "train it with perfseer.training (the trainer calls fit_baseline)")
+                                "train it with perfseer.fit (the trainer calls fit_baseline)")
         off = (self.log_baseline(data) - self.target_mean) / self.target_std
         return out + off.to(out.dtype)

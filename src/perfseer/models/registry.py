@@ -52,10 +52,6 @@ for _config, _model in ((AdditiveConfig, Additive), (GBMConfig, GBM), (FlopsOnly
                         (RooflineConfig, Roofline)):
     register(_model.name, _config, _model)
 
-# A weighted geometric mean of separately trained networks (trained by models/blend.py's train_blend).
-from perfseer.models.blend import Blend, BlendConfig  # noqa: E402
-
-register(Blend.name, BlendConfig, Blend)
 
 
 def _lookup(name: str) -> tuple[type, type]:

@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 
+from perfseer import shapes
 from perfseer.errors import PerfseerError
 
 PHASES = ("infer", "train")
@@ -32,18 +33,8 @@ class CollectError(PerfseerError):
 
 
 def parse_shape(text: str | tuple | list) -> tuple[int, ...]:
-    """``"3x64x64"`` -> ``(3, 64, 64)``."""
-    if isinstance(text, (tuple, list)):
-        text = "x".join(str(d) for d in text)
-    t = str(text).strip().lower()
-    if not _SHAPE.fullmatch(t):
-        raise CollectError(f"input shape {text!r} is not like 3x64x64",
-                           "give one sample's dimensions without the batch, joined by 'x'")
-    dims = tuple(int(d) for d in t.split("x"))
-    if any(d > (1 << 24) for d in dims) or math.prod(dims) > (1 << 31):  # graph.validate's bounds
-        raise CollectError(f"input shape {text!r} is too large (each dimension at most 16,777,216, a sample at "
-                           "most 2,147,483,648 elements)", "give the real input size")
-    return dims
+    """``"3x64x64"`` -> ``(3, 64, 64)`` (:func:`perfseer.shapes.parse_shape`, a :class:`CollectError` if bad)."""
+    return shapes.parse_shape(text, error=CollectError)
 
 
 def shape_text(shape) -> str:

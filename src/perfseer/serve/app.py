@@ -132,12 +132,12 @@ class Service:
         self._names: list[str] | None = None
         self._served: list[str] | None = None
         self._memory_cache: dict = {}
-        self._routes: dict = {}  # (device, phase, precision, basis) -> routed_extraction
+        self._routes: dict = {}  # Unit -> the extraction its basis wants
         self.started = time.time()
 
     # -- predictors ------------------------------------------------------------------------------
     def predictor_names(self) -> list[str]:
-        from perfseer.predictor import list_predictors
+        from perfseer.runtime.predictor import list_predictors
 
         if self._served is None:  # read once: the bundled cards do not change under a running server
             # by default the latency predictors; the learned memory fallback cards (role
@@ -147,7 +147,7 @@ class Service:
         return list(self._served)
 
     def predictor(self, name: str):
-        from perfseer.predictor import load_predictor
+        from perfseer.runtime.predictor import load_predictor
 
         if name not in self.predictor_names():
             raise ApiError(404, f"no predictor named '{name}' on this server",
@@ -157,21 +157,23 @@ class Service:
                 self._predictors[name] = load_predictor(name)
             return self._predictors[name]
 
-    def routed_extraction(self, route: tuple) -> bool | None:
-        """:func:`perfseer.specmodel.route.routed_extraction` of ``(device, phase, precision, basis)``,
-        read once per route (the bundled cards do not change under a running server); ``None`` for a
-        device that does not resolve (its rows fail later, with the error, as before)."""
-        from perfseer.specmodel.route import routed_extraction
+    def extraction(self, unit) -> bool | None:
+        """:func:`perfseer.runtime.route.extraction` of ``unit``, read once per device unit (the
+        bundled cards do not change under a running server); ``None`` for a device that does not
+        resolve (its rows fail later, with the error)."""
+        from perfseer.runtime.route import extraction
 
+        if unit.kind == "predictor":  # its card's own, read from the loaded predictor
+            return self.predictor(unit.name).weight_work
         with self._lock:
-            if route in self._routes:
-                return self._routes[route]
+            if unit in self._routes:
+                return self._routes[unit]
         try:
-            kept = routed_extraction(*route)
+            kept = extraction(unit, load=self.predictor)
         except PerfseerError:
             return None
         with self._lock:
-            self._routes[route] = kept
+            self._routes[unit] = kept
         return kept
 
     def describe_predictors(self) -> list[dict]:
@@ -203,7 +205,7 @@ class Service:
         return out
 
     def memory(self, req: MemoryRequest) -> dict:
-        from perfseer.cli.graph import parse_shape
+        from perfseer.shapes import parse_shape
         from perfseer.serve.jobs import memory_job
 
         c = self.config
@@ -265,7 +267,7 @@ class Service:
         computed together: each missing batch size is bound and its features built once for every
         predictor, and each predictor runs one forward pass for all its devices and phases.
         """
-        from perfseer.cli.graph import parse_shape
+        from perfseer.shapes import parse_shape
 
         c = self.config
         if not req.batch:
@@ -291,8 +293,7 @@ class Service:
         from perfseer.graph.extract import weight_work_enabled
 
         default = weight_work_enabled()
-        kept_of = {unit: (self.predictor(unit[1]).weight_work if unit[0] == "predictor"
-                          else self.routed_extraction(unit[1:])) for unit in units}
+        kept_of = {unit: self.extraction(unit) for unit in units}
         kept_of = {unit: default if kept is None else kept for unit, kept in kept_of.items()}
         t0 = time.perf_counter()
         entry, cached = self.graphs.entry(req.model, shape, dims, wait_s=c.queue_wait_s, seq_len=req.seq_len,
@@ -333,81 +334,30 @@ class Service:
                 "timing_ms": {"extract": round((t1 - t0) * 1e3, 2),
                               "predict": round((time.perf_counter() - t1) * 1e3, 2)}}
 
-    def _units(self, req: PredictRequest, notes: list[str]) -> list[tuple]:
-        """The units of a request, in the order its rows are answered (see :meth:`predict`)."""
-        if req.devices and not req.predictors:
-            return [("device", d, req.phase or "infer", req.precision, req.basis) for d in req.devices]
-        units = []
-        for name in req.predictors or self.predictor_names():
-            card = self.predictor(name).card
-            devices = [d for d in card["devices"] if not req.devices or d in req.devices]
-            phases = [ph for ph in card["phases"] if req.phase is None or ph == req.phase]
-            if (not devices or not phases) and req.predictors:
-                notes.append(f"predictor {name} covers none of the devices/phase asked for")
-            units += [("predictor", name, d, ph) for d in devices for ph in phases]
+    def _units(self, req: PredictRequest, notes: list[str]) -> list:
+        """The units of a request, in the order its rows are answered (:func:`perfseer.runtime.route.plan`)."""
+        from perfseer.runtime.route import plan
+
+        if req.predictors:
+            for name in req.predictors:
+                self.predictor(name)  # 404 for a predictor this server does not serve
+        predictors = req.predictors or ([] if req.devices else self.predictor_names())
+        units, skipped = plan(req.devices, predictors, req.phase, req.precision, req.basis, load=self.predictor,
+                              strict=False)
+        if req.predictors:
+            notes += skipped
         return units
 
     def _compute(self, entry, missing: list[tuple], model: str) -> dict:
-        """Rows for the (batch, unit) pairs the row cache lacked; each is put in the cache."""
-        import warnings
-
+        """Rows for the (batch, unit) pairs the row cache lacked (:func:`perfseer.runtime.route.answer_units`,
+        a failing unit's error as its note); each is put in the cache."""
         from perfseer.data.splits import model_family
+        from perfseer.runtime.route import answer_units
 
-        from perfseer.predictor import PredictorError, UnseenOperatorWarning
-
-        pg, out = entry.pg, {}
-
-        def keep(b: int, unit: tuple, rows: list[dict], notes: list[str]) -> None:
-            for r in rows:
-                if r.get("metric") == "latency_ms" and r.get("value"):
-                    r["throughput_per_s"] = r["batch_size"] * 1000.0 / r["value"]
+        got = answer_units(entry.pg, missing, family=model_family(model), load=self.predictor, errors="note")
+        for (b, unit), (rows, notes) in got.items():
             self.rows.put((entry.token, b, unit), rows, notes)
-            out[b, unit] = (rows, notes)
-
-        def caught(fn):
-            with warnings.catch_warnings(record=True) as seen:
-                warnings.simplefilter("always", UnseenOperatorWarning)
-                result = fn()
-            return result, [str(w.message) for w in seen]
-
-        bound: dict = {}  # batch -> PyG graph, built once for every predictor of this request
-
-        def graph_at(b: int):
-            if b not in bound:
-                bound[b] = (pg if b == pg.batch_size else pg.with_batch(b)).to_pyg()
-            return bound[b]
-
-        groups: dict = {}
-        for b, unit in missing:
-            groups.setdefault(unit[:2] if unit[0] == "predictor" else unit, []).append(b)
-        for group, bs in groups.items():
-            bs = sorted(set(bs))
-            if group[0] == "device":
-                from perfseer.specmodel.route import predict_on_device
-
-                _, device, phase, precision, basis = group
-                rows, notes = caught(lambda: predict_on_device(pg, device, batch=bs, phase=phase,
-                                                               precision=precision, prefer=basis))
-                for b in bs:
-                    keep(b, group, [r for r in rows if r["batch_size"] == b], notes)
-                continue
-            name = group[1]
-            p = self.predictor(name)
-            try:  # every device and phase of the predictor in one forward pass
-                rows, notes = caught(lambda: p.predict_bound(pg, bs, graphs=[graph_at(b) for b in bs],
-                                                             family=model_family(model)))
-            except PredictorError as e:
-                out.update({(b, u): ([], [f"{name}: {e}"]) for b, u in missing if u[:2] == group})
-                continue
-            for r in rows:
-                r["predictor"] = name
-            for device in p.card["devices"]:
-                for phase in p.card["phases"]:
-                    for b in bs:
-                        keep(b, ("predictor", name, device, phase),
-                             [r for r in rows if r["batch_size"] == b and r["device"] == device
-                              and r["phase"] == phase], notes)
-        return out
+        return got
 
 
 def create_app(config: ServeConfig | None = None) -> FastAPI:

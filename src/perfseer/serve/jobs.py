@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def extract_job(model: str, input_shape, dims, seq_len=None, weight_work=None):
     """The PerfGraph of ``model`` at batch 1 (``weight_work``: as :func:`perfseer.extract`)."""
-    from perfseer.api import extract
+    from perfseer.features.extract import extract
 
     return extract(model, batch=1, input_shape=input_shape, dims=dims or None, seq_len=seq_len, weight_work=weight_work)
 

@@ -1,21 +1,17 @@
-"""Training and evaluating predictors: examples, scaling, the trainer, PCGrad, metrics.
+"""Deprecated: the fitting code moved to :mod:`perfseer.fit` (the scalers to
+:mod:`perfseer.runtime.scaling`, the network wrapper to :mod:`perfseer.runtime.net`)."""
 
-- :mod:`~perfseer.training.data`: a dataset's rows of one device, phase and metric(s) -> examples
-  per split (:func:`select`);
-- :mod:`~perfseer.training.scaling`: log + standardise features and targets, fitted on train;
-- :mod:`~perfseer.training.trainer`: PerfSeer's recipe (:func:`train`, :class:`TrainConfig`);
-- :mod:`~perfseer.training.pcgrad`: projecting conflicting gradients for multi-task training;
-- :mod:`~perfseer.training.metrics`: MAPE, RMSE, x % accuracy, rank correlations;
-- :mod:`~perfseer.training.run`: train any method, neural or baseline, the same way.
-"""
+from perfseer._deprecated import forward
 
-from perfseer.training.data import Selection, select
-from perfseer.training.metrics import evaluate, evaluate_targets
-from perfseer.training.run import FittedMethod, evaluate_method, train_method
-from perfseer.training.scaling import FeatureScaler, TargetScaler
-from perfseer.training.trainer import NeuralPredictor, TrainConfig, TrainResult, train
-
-__all__ = [
-    "FeatureScaler", "FittedMethod", "NeuralPredictor", "Selection", "TargetScaler", "TrainConfig", "TrainResult",
-    "evaluate", "evaluate_method", "evaluate_targets", "select", "train", "train_method",
-]
+__getattr__ = forward(__name__, {
+    "Selection": "perfseer.fit.data", "select": "perfseer.fit.data",
+    "evaluate": "perfseer.fit.metrics", "evaluate_targets": "perfseer.fit.metrics",
+    "FittedMethod": "perfseer.fit.trainer", "evaluate_method": "perfseer.fit.methods", "train_method": "perfseer.fit.methods",
+    "FeatureScaler": "perfseer.runtime.scaling", "TargetScaler": "perfseer.runtime.scaling",
+    "NeuralPredictor": "perfseer.runtime.net", "TrainConfig": "perfseer.fit.trainer", "TrainResult": "perfseer.fit.trainer",
+    "train": "perfseer.fit.trainer",
+    # the submodules
+    "calibrate": "perfseer.fit.calibrate", "data": "perfseer.fit.data", "metrics": "perfseer.fit.metrics",
+    "pcgrad": "perfseer.fit.pcgrad", "pretrain": "perfseer.fit.pretrain", "run": "perfseer.fit.methods",
+    "scaling": "perfseer.runtime.scaling", "trainer": "perfseer.fit.trainer",
+})

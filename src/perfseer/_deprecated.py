@@ -1,0 +1,24 @@
+"""Old module paths kept importable for one release: each name warns once where it is used and
+points to its new home (the runtime/fitting split of 2026-11, docs/history.md)."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+
+def forward(old: str, names: dict[str, str]):
+    """A module ``__getattr__`` for ``old`` that imports each of ``names`` (name -> new module, or
+    the new path of a moved submodule) from its new home, with a :class:`DeprecationWarning` naming it."""
+
+    def __getattr__(name: str):
+        if name not in names:
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        new = names[name]
+        warnings.warn(f"{old}.{name} moved to {new}.{name}; import it from there ({old} will be removed)",
+                      DeprecationWarning, stacklevel=2)
+        if new.rpartition(".")[2] == name or (name == "run" and new.endswith(".methods")):  # a moved submodule
+            return importlib.import_module(new)
+        return getattr(importlib.import_module(new), name)
+
+    return __getattr__

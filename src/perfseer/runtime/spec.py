@@ -1,0 +1,166 @@
+"""The spec model as users hold it: a whole model's latency on any registered GPU, from the
+GPU's spec sheet and the model's PerfGraph, with no measurement of that GPU.
+
+Example::
+
+    from perfseer.runtime.spec import load_spec_model
+
+    sm = load_spec_model()
+    sm.predict("timm:resnet50", batch=[1, 32], device="l4", precision="fp16")
+    # [{"model": ..., "batch_size": 1, "metric": "latency_ms", "value": ..., "basis": "spec model ..."}, ...]
+
+The bundled model (``perfseer/predictors/spec-kernels.*``) is a :class:`~perfseer.specmodel.net.KernelModel`
+trained on NeuSight's kernel measurements of five GPUs (P4, P100, T4, V100, A100-40GB; FP32);
+its card records the command that trained it.  For inference at ``fp16``/``bf16`` an optional
+whole-model calibration (``calibration`` in the card: a linear correction of ``log10`` latency learned on
+measured GPUs' timm runs, without any device feature) is applied; the card says on which data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from perfseer.devices import get_device
+from perfseer.errors import PerfseerError
+from perfseer.features.extract import extract
+from perfseer.features.perfgraph import PerfGraph
+from perfseer.specmodel import kernels as kt
+from perfseer.specmodel.compose import PRECISION_BYTES, step_kernels
+from perfseer.specmodel.net import KernelModel, SpecModelError
+from perfseer.specmodel.trust import assess_row
+
+BUNDLED_CARD = Path(__file__).resolve().parents[1] / "predictors" / "spec-kernels.json"
+PRECISIONS = tuple(PRECISION_BYTES)
+
+
+def calibration_features(table, pred_us: np.ndarray) -> np.ndarray:
+    """Whole-model inputs of the calibration: log10 of the summed kernel prediction (ms), of the
+    number of kernels, and the share of the prediction in GEMM/conv kernels."""
+    total = max(float(pred_us.sum()), 1e-6)
+    mm = float(pred_us[table["family"].isin(["gemm", "conv"]).to_numpy()].sum())
+    return np.array([1.0, np.log10(total / 1000), np.log10(max(len(table), 1)), mm / total])
+
+
+class SpecModel:
+    """A kernel model plus the rules that compose kernels into a model's step."""
+
+    def __init__(self, kernels: KernelModel, card: dict | None = None):
+        self.kernels = kernels
+        self.card = card or {}
+        self.name = self.card.get("name", "spec-kernels")
+
+    def graph_latency(self, x: np.ndarray, op_types, spec, phase: str = "infer", precision: str = "fp32",
+                      params: float = 0.0, optimizer: str = "adamw", calibrate: bool = True,
+                      edge_index: np.ndarray | None = None, dropout=()) -> dict:
+        """Latency of one step of a graph (node features ``x`` and ``op_types``; its
+        ``edge_index``, when given, joins linear layers' bias ``Add`` to their GEMM:
+        :func:`perfseer.specmodel.compose.node_kernels`; ``dropout``, the element counts of a
+        training step's dropouts, :attr:`~perfseer.features.perfgraph.PerfGraph.dropout_elements`)
+        on ``spec``.
+
+        Returns:
+            ``{"latency_ms", "kernels", "by_pass": {fw, bw, opt}, "by_family": {...},
+            "calibrated": bool, "kernel_table", "kernel_us"}`` (the last two: the step's kernels
+            and each one's predicted µs, before any calibration).
+        """
+        if spec.kind != "gpu":
+            raise SpecModelError(
+                f"the spec model predicts GPUs; {spec.name} is a {spec.kind}",
+                "use a measured predictor for a CPU (perfseer predictors lists them), or collect measurements "
+                "(perfseer collect)")
+        if precision not in PRECISIONS:
+            raise SpecModelError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+        table = step_kernels(x, op_types, phase=phase, precision=precision, optimizer=optimizer, params=params,
+                             edge_index=edge_index, dropout=dropout)
+        if not len(table):
+            return {"latency_ms": 0.0, "kernels": 0, "kernel_table": table, "kernel_us": np.zeros(0), "by_pass": {},
+                    "by_family": {}, "calibrated": False}
+        dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
+        us = self.kernels.predict(table.drop(columns=["node", "op", "pass"]), dev)
+        total = float(us.sum()) / 1000
+        cal = (self.card.get("calibration") or {}).get(precision if precision in ("fp16", "bf16") else "none")
+        calibrated = False
+        if calibrate and cal and phase == "infer":  # fitted on inference runs only
+            z = float(calibration_features(table, us) @ np.asarray(cal["coef"], dtype=float))
+            total *= 10 ** z
+            calibrated = True
+        return {"latency_ms": total, "kernels": int(len(table)), "kernel_table": table, "kernel_us": us,
+                "by_pass": {k: float(v) / 1000 for k, v in table.assign(us=us).groupby("pass")["us"].sum().items()},
+                "by_family": {k: float(v) / 1000 for k, v in table.assign(us=us).groupby("family")["us"].sum().items()},
+                "calibrated": calibrated}
+
+    def predict(self, model, batch: int | Sequence[int] = 1, device: str = "h100-sxm", phase: str = "infer",
+                precision: str = "fp32", input_shape=None, dims=None, optimizer: str = "adamw",
+                seq_len: int | None = None) -> list[dict]:
+        """Predict ``model``'s step latency on ``device`` at each batch size.
+
+        Returns:
+            One dict per batch size: ``model``, ``batch_size``, ``metric`` (``latency_ms``),
+            ``unit``, ``device`` (the registry name), ``phase``, ``precision``, ``value``,
+            ``interval`` (90 %, or ``None``), ``in_domain``, ``domain_reasons``, ``flags``
+            (:mod:`perfseer.specmodel.trust`), ``basis`` and ``kernels`` (how many kernels the
+            step launches).
+        """
+
+        spec = get_device(device)
+        batches = [batch] if isinstance(batch, int) else list(batch)
+        if not batches or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 for b in batches):
+            raise SpecModelError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
+        pg = model if isinstance(model, PerfGraph) else extract(model, batch=int(batches[0]), input_shape=input_shape,
+                                                                 dims=dims, seq_len=seq_len)
+        name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
+        out = []
+        for b in batches:
+            g = pg if b == pg.batch_size else pg.with_batch(int(b))
+            r = self.graph_latency(g.x, g.op_types, spec, phase=phase, precision=precision, params=float(g.params),
+                                   optimizer=optimizer, edge_index=g.edge_index, dropout=g.dropout_elements)
+            trust = assess_row(r["latency_ms"], spec, precision, phase, r["calibrated"], self.card,
+                               r["kernel_table"], r["kernel_us"], g.x, g.op_types, g.u)
+            out.append({"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
+                        "phase": phase, "precision": precision, **trust,
+                        "basis": self.basis(spec, precision, r["calibrated"]), "kernels": r["kernels"],
+                        "unseen_ops": []})
+        return out
+
+    def answer(self, pg, batches: Sequence[int], options, graphs=None, family=None) -> list[dict]:
+        """:class:`~perfseer.runtime.answer.Answerer`: :meth:`predict` of ``pg`` on ``options.device``
+        (phase ``infer`` and precision fp32 unless the options say otherwise)."""
+        options.single_device(f"the spec model ({self.name})")
+        return self.predict(pg, batch=list(batches), device=options.device, phase=options.phase or "infer",
+                            precision=options.precision or "fp32")
+
+    def basis(self, spec, precision: str, calibrated: bool) -> str:
+        cal = " + whole-model calibration" if calibrated else ""
+        trained = spec.name in ((self.card.get("training") or {}).get("devices") or [])
+        seen = "its FP32 kernels in the training data" if trained else "no measurement of it"
+        return f"spec model ({self.name}{cal}; {spec.name} from its spec sheet, {precision}, {seen})"
+
+
+_BUNDLED: SpecModel | None = None
+
+
+def load_spec_model(card_path=None) -> SpecModel:
+    """The bundled spec model, or one saved by :meth:`KernelModel.save` at ``card_path``.
+
+    Raises:
+        SpecModelError: the files are missing or corrupt.
+    """
+    global _BUNDLED
+    if card_path is None and _BUNDLED is not None:
+        return _BUNDLED
+    path = Path(card_path) if card_path is not None else BUNDLED_CARD
+    if not path.is_file():
+        raise SpecModelError(f"no spec model at {path}", "reinstall perfseer, or train one with "
+                                                         "scripts/train_spec_model.py")
+    km, card = KernelModel.load(path)
+    sm = SpecModel(km, card)
+    if card_path is None:
+        _BUNDLED = sm
+    return sm
+
+
+class NoPredictorForDeviceError(PerfseerError):
+    """Neither a measured predictor nor the spec model can answer for a device."""
