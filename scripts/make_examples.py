@@ -9,7 +9,7 @@ from pathlib import Path
 
 import onnx
 
-from perfseer.graph.load import load_skeleton
+from perfseer.sources.load import load_skeleton
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "perfseer" / "examples"
 MODELS = ("resnet18", "resnet50", "mobilenet_v3_small", "vit_b_16")

@@ -70,9 +70,9 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     from perfseer.data.dataset import load_dataset, parse_shape
-    from perfseer.graph.load import split_reference
+    from perfseer.sources.load import split_reference
     from perfseer.graph.torch_export import meta_twin
-    from perfseer.graph.zoo import build_zoo_model
+    from perfseer.sources.zoo import build_zoo_model
 
     ds = load_dataset(args.dataset)
     keys = sorted({(m["model"], m["input_shape"]) for m in ds.graphs.meta})

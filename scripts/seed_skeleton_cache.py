@@ -62,7 +62,7 @@ def main() -> None:
 def _fusable(name: str) -> bool:
     import torch
 
-    from perfseer.graph.zoo import import_zoo
+    from perfseer.sources.zoo import import_zoo
 
     timm = import_zoo("timm")  # defines torchvision's operator schemas first
     with torch.device("meta"):

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 @pytest.fixture(scope="module")
 def tiny_gpt2(tmp_path_factory):
     # GPT-2's shipped values, one layer of width 64: a seconds-long export
-    from perfseer.graph.hf import resolve_config
+    from perfseer.sources.hf import resolve_config
 
     config, _ = resolve_config("gpt2")
     config.update(n_layer=1, n_embd=64, n_head=4)

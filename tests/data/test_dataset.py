@@ -23,8 +23,8 @@ from perfseer.data.dataset import (FAILURE_COLUMNS, SkeletonCache, build_dataset
 from perfseer.data.table import read_table, write_table
 from perfseer.errors import ModelLoadError
 from perfseer.features.pyg import load_graphs
-from perfseer.graph import load as graph_load
-from perfseer.graph.load import example_path
+from perfseer.sources import load as sources_load
+from perfseer.sources.load import example_path
 from perfseer.graph.onnx_io import read_skeleton
 
 RESNET, MOBILENET = "example:resnet18", "example:mobilenet_v3_small"
@@ -111,7 +111,7 @@ def fake_zoo(monkeypatch):
     """``timm:fake_resnet`` 'exports' to the bundled resnet18 graph; ``timm:does_not_exist`` fails.
     Returns the list of references exported so far."""
     calls = []
-    real = graph_load.load_skeleton
+    real = sources_load.load_skeleton
 
     def load_skeleton(model, input_shape=None, input_dtypes=None):
         if not str(model).startswith("timm:"):
@@ -123,7 +123,7 @@ def fake_zoo(monkeypatch):
         skel.input_shape_applied = True  # as the exporter reports
         return skel
 
-    monkeypatch.setattr(graph_load, "load_skeleton", load_skeleton)
+    monkeypatch.setattr(sources_load, "load_skeleton", load_skeleton)
     return calls
 
 

@@ -69,7 +69,7 @@ def test_prediction_path_attaches_liveness_for_a_calibrated_card(source):  # noq
 
     from perfseer.features.perfgraph import build_perfgraph
     from perfseer.graph.extract import extract_graph
-    from perfseer.graph.spaces.nb201_onnx import nb201_skeleton
+    from perfseer.sources.nas.nb201_onnx import nb201_skeleton
 
     src, ref = source
     graphs, y, models = _rows(src, 10)

@@ -15,7 +15,7 @@ import pytest
 if importlib.util.find_spec("torchvision") is None:
     pytest.skip("torchvision detectors need the zoo extra (pip install 'perfseer[zoo]')", allow_module_level=True)
 
-from perfseer.graph.zoo import import_zoo  # noqa: E402
+from perfseer.sources.zoo import import_zoo  # noqa: E402
 
 import_zoo("torchvision")
 
@@ -28,7 +28,7 @@ import onnx  # noqa: E402
 import perfseer  # noqa: E402
 from perfseer.features.perfgraph import build_perfgraph  # noqa: E402
 from perfseer.graph.extract import extract_graph  # noqa: E402
-from perfseer.graph.load import load_skeleton  # noqa: E402
+from perfseer.sources.load import load_skeleton  # noqa: E402
 from perfseer.graph.onnx_io import Skeleton  # noqa: E402
 from helpers import assert_user_error  # noqa: E402
 from perfseer.errors import ShapeError  # noqa: E402
@@ -127,7 +127,7 @@ def test_names_of_other_torchvision_families_are_a_clear_error():
 
 
 def test_detection_and_segmentation_names_resolve_to_their_default_inputs():
-    from perfseer.graph.zoo import build_zoo_model
+    from perfseer.sources.zoo import build_zoo_model
 
     sizes = {name: build_zoo_model("torchvision", name)[1]
              for name in ("fasterrcnn_resnet50_fpn", "ssd300_vgg16", "ssdlite320_mobilenet_v3_large", "fcn_resnet50")}

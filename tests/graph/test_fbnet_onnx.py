@@ -1,4 +1,4 @@
-"""The ``fbnet:`` reference emits ONNX directly (:mod:`perfseer.graph.spaces.fbnet_onnx`): its
+"""The ``fbnet:`` reference emits ONNX directly (:mod:`perfseer.sources.nas.fbnet_onnx`): its
 PerfGraph equals that of the PyTorch builder's ``torch.onnx`` export, node for node, and its
 parameter counts match hand counts from the specification in ``../shared/datasets/README.md``."""
 
@@ -15,8 +15,8 @@ from helpers import assert_user_error
 from perfseer.errors import ModelLoadError, ShapeError
 from perfseer.features.perfgraph import build_perfgraph
 from perfseer.graph.extract import extract_graph
-from perfseer.graph.spaces.fbnet import NUM_BLOCKS, SEARCH_SPACE, block_positions, build_fbnet
-from perfseer.graph.spaces.fbnet_onnx import fbnet_skeleton
+from perfseer.sources.nas.fbnet import NUM_BLOCKS, SEARCH_SPACE, block_positions, build_fbnet
+from perfseer.sources.nas.fbnet_onnx import fbnet_skeleton
 from perfseer.graph.torch_export import skeleton_from_module
 
 BATCH = 3

@@ -1,4 +1,4 @@
-"""``hf:`` references (perfseer.graph.hf): HuggingFace transformers from their configuration.
+"""``hf:`` references (perfseer.sources.hf): HuggingFace transformers from their configuration.
 
 Counts are checked against hand computations (written out in ``tests/hf_counts.py``).  Exporting a full-size model
 takes tens of seconds, so most tests build the real widths (hidden size, heads, vocabulary) with
@@ -29,7 +29,7 @@ from helpers import make_model
 from hf_counts import bert_mlm_counts, gpt2_counts, opt_counts
 from perfseer.errors import MissingDependencyError, ModelLoadError, ShapeError, UnsupportedModelError
 from perfseer.features.schema import NODE_FEATURES
-from perfseer.graph import hf
+from perfseer.sources import hf
 
 pytest.importorskip("transformers")
 

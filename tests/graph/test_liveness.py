@@ -6,7 +6,7 @@ import pytest
 from perfseer.features.perfgraph import build_perfgraph
 from perfseer.graph.extract import extract_graph
 from perfseer.graph.liveness import liveness
-from perfseer.graph.spaces.nb201_onnx import nb201_skeleton
+from perfseer.sources.nas.nb201_onnx import nb201_skeleton
 
 DISCONNECTED = "|none~0|+|none~0|nor_conv_3x3~1|+|none~0|none~1|skip_connect~2|"  # node 3 <- node 2 <- zero
 CONNECTED = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"

@@ -11,10 +11,10 @@ import math
 import pytest
 
 # `ofa` imports torchvision unconditionally (the ofa extra installs both); torchvision's import
-# needs perfseer's fix for its CPU-incompatible compiled ops (perfseer.graph.zoo) first.
+# needs perfseer's fix for its CPU-incompatible compiled ops (perfseer.sources.zoo) first.
 if importlib.util.find_spec("torchvision") is None:
     pytest.skip("the ofa: references need torchvision (pip install 'perfseer[ofa]')", allow_module_level=True)
-from perfseer.graph.zoo import import_zoo  # noqa: E402
+from perfseer.sources.zoo import import_zoo  # noqa: E402
 
 import_zoo("torchvision")
 pytest.importorskip("ofa")
@@ -22,7 +22,7 @@ pytest.importorskip("ofa")
 import perfseer  # noqa: E402
 from helpers import assert_user_error  # noqa: E402
 from perfseer.errors import MissingDependencyError, ModelLoadError  # noqa: E402
-from perfseer.graph.spaces import ofa as ofa_space  # noqa: E402
+from perfseer.sources.nas import ofa as ofa_space  # noqa: E402
 
 BATCH = 2
 
@@ -126,7 +126,7 @@ def test_resolution_changes_macs_not_params():
 def test_a_help_reference_from_the_imported_table_builds(tmp_path):
     from perfseer.data.dataset import _NOT_CACHED
     from perfseer.data.importers.help_nas import import_help_nas
-    from perfseer.graph.load import split_reference
+    from perfseer.sources.load import split_reference
 
     (tmp_path / "ofa_latency.csv").write_text(HELP_HEADER + "\n" + HELP_ROW + "\n")
     table, _ = import_help_nas(tmp_path)

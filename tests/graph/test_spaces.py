@@ -14,7 +14,7 @@ import torch
 import perfseer
 from helpers import assert_user_error
 from perfseer.errors import ModelLoadError
-from perfseer.graph.spaces import build_fbnet, build_nb201
+from perfseer.sources.nas import build_fbnet, build_nb201
 
 BATCH = 2
 
@@ -271,7 +271,7 @@ def test_direct_onnx_nb201_equals_the_pytorch_export(arch):
 
     from perfseer.features.perfgraph import build_perfgraph
     from perfseer.graph.extract import extract_graph
-    from perfseer.graph.spaces.nb201 import build_nb201
+    from perfseer.sources.nas.nb201 import build_nb201
     from perfseer.graph.torch_export import skeleton_from_module
 
     with torch.device("meta"):

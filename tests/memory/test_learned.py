@@ -32,7 +32,7 @@ class ExportOnly(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def skeleton():
-    from perfseer.graph.load import load_skeleton
+    from perfseer.sources.load import load_skeleton
 
     return load_skeleton(ExportOnly(), input_shape=(3, 32, 32))
 
@@ -41,7 +41,7 @@ def skeleton():
 def cached_extract(skeleton, monkeypatch):
     """The fallbacks' ONNX export, done once for the module (the export is what takes time)."""
     import perfseer.features.extract
-    import perfseer.graph.load
+    import perfseer.sources.load
 
     calls = []
 
@@ -50,7 +50,7 @@ def cached_extract(skeleton, monkeypatch):
         return skeleton
 
     monkeypatch.setattr(perfseer.features.extract, "load_skeleton", load)
-    monkeypatch.setattr(perfseer.graph.load, "load_skeleton", load)
+    monkeypatch.setattr(perfseer.sources.load, "load_skeleton", load)
     return calls
 
 
@@ -123,13 +123,13 @@ def test_cli_report_states_the_basis(cached_extract):
 @pytest.mark.parametrize("phase", ["train", "infer"])
 def test_simulation_and_export_both_failing_is_a_clear_error(phase, monkeypatch):
     import perfseer.features.extract
-    import perfseer.graph.load
+    import perfseer.sources.load
 
     def load(model, **kw):
         raise UnsupportedModelError("the output shape of NonZero depends on its input", "export with a static size")
 
     monkeypatch.setattr(perfseer.features.extract, "load_skeleton", load)
-    monkeypatch.setattr(perfseer.graph.load, "load_skeleton", load)
+    monkeypatch.setattr(perfseer.sources.load, "load_skeleton", load)
     with pytest.raises(SimulationError, match="could not run .*nonzero.*could not be extracted either"):
         perfseer.memory(ExportOnly(), batch=2, phase=phase, input_shape=(3, 32, 32))
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from perfseer.graph import hf
+from perfseer.sources import hf
 from perfseer.memory.api import memory, resolve_model
 from perfseer.memory.emulate import _cuda_dropout_sdpa
 

@@ -30,7 +30,7 @@ def _same(build, shape, batch, cfg):
 @pytest.mark.parametrize("name", ["resnet18", "test_vit"])
 def test_meta_backend_gives_the_fake_backends_trace(name, cfg):
     pytest.importorskip("timm")
-    from perfseer.graph.zoo import build_zoo_model
+    from perfseer.sources.zoo import build_zoo_model
 
     def build():
         return build_zoo_model("timm", name, meta=True)[0]

@@ -11,7 +11,7 @@ from perfseer.profiling.backends import create_backend
 from perfseer.profiling.backends.base import RssProbe, is_oom
 from perfseer.profiling.jobs import Job
 from perfseer.profiling.protocol import Protocol
-from perfseer.profiling.space import space_ref
+from perfseer.sources.space import space_ref
 from perfseer.profiling.worker import Worker
 
 FAST = Protocol(warmup_reps=1, warmup_s=0.0, min_reps=6, max_reps=30, time_cap_s=1.0).to_dict()
@@ -61,7 +61,7 @@ def test_an_export_that_fixes_the_batch_axis_is_refused_with_both_exporters_name
     import torch
 
     from perfseer.errors import ModelLoadError
-    from perfseer.profiling.models import export_onnx
+    from perfseer.sources.runnable import export_onnx
 
     real = torch.onnx.export
 

@@ -12,8 +12,8 @@ import torch
 import perfseer
 from helpers import assert_user_error
 from perfseer.errors import ModelLoadError
-from perfseer.graph.load import REFERENCE_KINDS, split_reference
-from perfseer.profiling.space import (STYLES, build_space_model, canonical_json, canonical_ref, describe,
+from perfseer.sources.load import REFERENCE_KINDS, split_reference
+from perfseer.sources.space import (STYLES, build_space_model, canonical_json, canonical_ref, describe,
                                       parse_space, sample_configs, space_ref, validate_config)
 
 

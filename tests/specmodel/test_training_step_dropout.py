@@ -15,7 +15,7 @@ F = torch.nn.functional
 import perfseer  # noqa: E402
 from perfseer.devices import get_device  # noqa: E402
 from perfseer.graph import torch_export  # noqa: E402
-from perfseer.graph.load import load_skeleton  # noqa: E402
+from perfseer.sources.load import load_skeleton  # noqa: E402
 from perfseer.specmodel import kernels as kt  # noqa: E402
 from perfseer.specmodel.backward import backward_kernels  # noqa: E402
 from perfseer.specmodel.compose import DROPOUT_NODE, step_kernels  # noqa: E402
@@ -115,7 +115,7 @@ def test_hf_gpt2_dropouts_as_neusights_traces_show_them(tmp_path, attention, sit
     pytest.importorskip("transformers")
     import types
 
-    from perfseer.graph import hf
+    from perfseer.sources import hf
 
     cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2,
            "n_positions": 64, "vocab_size": 100, "attn_pdrop": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.1}

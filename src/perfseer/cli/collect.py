@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 from perfseer.profiling.jobs import OPTIMIZERS, PHASES, PRECISIONS, CollectError
+from perfseer.sources import NAMES, scheme_word, split_reference
+from perfseer.sources.space import canonical_ref
 
 _BACKENDS = ("torch-cpu", "ort-cpu", "torch-cuda")  # perfseer.profiling.backends.BACKENDS, without importing
 
@@ -188,14 +190,11 @@ def check_backend_spec(name: str) -> None:
 def check_reference(ref: str) -> str:
     """A model reference as the store will key it (``space:`` in canonical spelling); raises for a
     malformed one before any worker starts."""
-    from perfseer.data.table import MODEL_SCHEMES
-    from perfseer.profiling.space import canonical_ref
-
-    kind, sep, name = ref.partition(":")
-    if sep and len(kind) > 1 and not ref.lower().endswith(".onnx"):
-        if kind not in MODEL_SCHEMES or not name.strip():
+    if scheme_word(ref) is not None:
+        split = split_reference(ref)
+        if split is None or not split[1].strip():
             raise CollectError(f"model reference {ref[:80]!r} has an unknown scheme or no name",
-                               f"write SCHEME:NAME with SCHEME one of {', '.join(MODEL_SCHEMES)}, or an .onnx path")
+                               f"write SCHEME:NAME with SCHEME one of {', '.join(NAMES)}, or an .onnx path")
         return canonical_ref(ref)
     if not ref.lower().endswith(".onnx"):
         raise CollectError(f"model {ref[:80]!r} is neither a model reference nor an .onnx path",

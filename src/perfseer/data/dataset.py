@@ -4,7 +4,7 @@ Each distinct ``(model, input_shape)`` of the table is turned into a PerfGraph *
 its distinct batch sizes is then re-bound with :meth:`PerfGraph.with_batch` (milliseconds, exact),
 and the table's rows are joined to the graphs as labels.
 
-Models are resolved with :func:`perfseer.graph.load.load_skeleton`: ``timm:``, ``torchvision:``
+Models are resolved with :func:`perfseer.sources.load.load_skeleton`: ``timm:``, ``torchvision:``
 and ``space:`` references are *exported* (seconds each: they are built and traced), ``nb201:``
 and ``fbnet:`` graphs are emitted directly (milliseconds, not cached),
 ``example:`` references and ``.onnx`` paths are *read* (milliseconds: the file is already a graph;
@@ -82,6 +82,8 @@ import numpy as np
 
 from perfseer.errors import MissingDependencyError, PerfseerError
 from perfseer.shapes import parse_shape
+from perfseer.sources import SCHEMES, choices, scheme_word, split_reference
+from perfseer.sources.hf import is_local_config
 
 # Version of what a cached skeleton holds; part of every cache key.  Bump it when the exporter or
 # the stored metadata changes in a way that makes old entries wrong.
@@ -339,7 +341,7 @@ def _arrays(pg) -> dict[str, np.ndarray]:
 
 
 def _load(task: BuildTask):
-    from perfseer.graph.load import load_skeleton
+    from perfseer.sources.load import load_skeleton  # imports onnx: deferred for CLI start-up
 
     if task.unsupported:
         raise PerfseerError(task.unsupported, "remove these rows, or convert the models to ONNX files")
@@ -528,12 +530,9 @@ class BuildReport:
 
 
 def _unsupported(model: str) -> str:
-    from perfseer.graph.load import REFERENCE_KINDS
-
-    scheme, sep, _ = model.partition(":")
-    if sep and not model.lower().endswith(".onnx") and scheme not in REFERENCE_KINDS and len(scheme) > 1:
-        return (f"this perfseer cannot build {scheme}: references "
-                f"(it builds {', '.join(k + ':' for k in REFERENCE_KINDS)} and .onnx files)")
+    scheme = scheme_word(model)
+    if scheme is not None and scheme not in SCHEMES:
+        return f"this perfseer cannot build {scheme}: references (it builds {choices()} and .onnx files)"
     return ""
 
 
@@ -547,8 +546,6 @@ def _resolve(model: str, table_dir: Path) -> str:
 
 def make_tasks(table, table_dir: Path, cache_dir: Path | None, retry_failed: bool = False) -> list[BuildTask]:
     """One :class:`BuildTask` per distinct ``(model, input_shape)`` of a validated table, in table order."""
-    from perfseer.graph.load import split_reference
-
     tasks = []
     groups = table.groupby(["model", "input_shape"], sort=False)["batch_size"]
     for (model, shape), batches in groups:
@@ -559,8 +556,6 @@ def make_tasks(table, table_dir: Path, cache_dir: Path | None, retry_failed: boo
         # example: files and nb201: graphs (emitted directly as ONNX) cost milliseconds: not cached.
         exported = ref is not None and ref[0] not in _NOT_CACHED
         if exported and ref[0] == "hf":
-            from perfseer.graph.hf import is_local_config
-
             # a local config.json can change under the same path: export it every time
             cached = not is_local_config(ref[1])
         else:

@@ -34,10 +34,13 @@ import hashlib
 import re
 from collections.abc import Sequence
 
+from perfseer.sources import split_reference
+from perfseer.sources.zoo import REPARAM_SUFFIX
+
 SPLITS = ("train", "val", "test")
 DEFAULT_RATIOS = (2, 1, 1)  # PerfSeer: 50 % train, 25 % validation, 25 % test
 _HASH_PREFIX = "perfseer-split-v1"  # bump (and say so in the manifest) if the assignment changes
-_REPARAM_SUFFIX = "@reparam"  # perfseer.graph.zoo.REPARAM_SUFFIX, without importing the graph stage
+_REPARAM_SUFFIX = REPARAM_SUFFIX  # a timm name fused to its inference form: the same family
 FAMILY_SCHEMES = ("timm", "torchvision", "example")
 
 # Prefixes naming where old timm weights came from or how they were trained, not the architecture
@@ -120,10 +123,10 @@ def family_of(name: str) -> str:
 
 def model_family(model: str) -> str | None:
     """The family of a ``timm:`` / ``torchvision:`` / ``example:`` reference, else ``None``."""
-    scheme, sep, name = str(model).strip().partition(":")
-    if not sep or scheme not in FAMILY_SCHEMES or not name.strip():
+    split = split_reference(str(model).strip())
+    if split is None or split[0] not in FAMILY_SCHEMES or not split[1].strip():
         return None
-    return family_of(name)
+    return family_of(split[1])
 
 
 def _check_ratios(ratios: Sequence[float]) -> tuple[float, ...]:

@@ -15,7 +15,7 @@ model          text     a model reference: a path to an ``.onnx`` file, ``timm:N
                         cell string), ``fbnet:BLOCKS`` (22 space-separated FBNet block choices),
                         ``ofa:ks=..;e=..;d=..;r=..`` (Once-for-All MobileNetV3 sub-network, see
                         :mod:`perfseer.data.importers.help_nas`), ``space:CONFIG`` or ``hf:NAME``
-                        (a HuggingFace transformer, :mod:`perfseer.graph.hf`)
+                        (a HuggingFace transformer, :mod:`perfseer.sources.hf`)
 input_shape    text     one sample's shape without the batch, dimensions joined by ``x``:
                         ``3x224x224`` (``hf:`` models: the sequence length, ``512``)
 batch_size     integer  samples per step, >= 1
@@ -67,11 +67,12 @@ import numpy as np
 import pandas as pd
 
 from perfseer.errors import MissingDependencyError, TableError
+from perfseer.sources import NAMES
 
 REQUIRED = ("model", "input_shape", "batch_size", "phase", "device")
 OPTIONAL = ("precision", "source")
 PHASES = ("infer", "train")
-MODEL_SCHEMES = ("timm", "torchvision", "example", "nb201", "fbnet", "ofa", "space", "hf")
+MODEL_SCHEMES = NAMES  # the table of perfseer.sources
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 

@@ -8,7 +8,7 @@ import re
 from perfseer.errors import ShapeError
 from perfseer.features.perfgraph import PerfGraph, build_perfgraph
 from perfseer.graph.extract import extract_graph
-from perfseer.graph.load import load_skeleton
+from perfseer.sources.load import load_skeleton
 
 
 def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, int] | None = None,
@@ -20,7 +20,7 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
             ``torch.nn.Module`` (with ``input_shape``), or a reference: ``"timm:NAME"`` (append
             ``@reparam`` for the fused inference form), ``"torchvision:NAME"``, ``"nb201:ARCH_STR"``,
             ``"fbnet:BLOCKS"``, ``"example:NAME"`` or ``"hf:NAME"`` (a HuggingFace transformer
-            from its configuration, see :mod:`perfseer.graph.hf`).
+            from its configuration, see :mod:`perfseer.sources.hf`).
         batch: the batch size to bind (default 1).
         input_shape: one sample's shape without the batch, e.g. ``(3, 224, 224)``; required for a
             module, optional otherwise (overrides the first input's shape).

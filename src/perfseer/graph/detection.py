@@ -19,7 +19,7 @@ candidates go on.  A PerfGraph needs one number, so the export states it:
 
 The costs of ``NonMaxSuppression``, ``RoiAlign`` and ``TopK`` are in
 :mod:`perfseer.features.ops.detection`.  torchvision's own compiled ``nms``/``roi_align`` are
-never called (the CPU machine cannot load them, see :mod:`perfseer.graph.zoo`): perfseer defines
+never called (the CPU machine cannot load them, see :mod:`perfseer.sources.zoo`): perfseer defines
 ``perfseer::nms`` and ``perfseer::roi_align`` with shape-only (fake) kernels for the export.
 """
 

@@ -920,7 +920,7 @@ def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None
     """Build the IR of ``skeleton`` at ``batch``.
 
     Args:
-        skeleton: from :func:`perfseer.graph.load.load_skeleton`; it is consumed (modified).
+        skeleton: from :func:`perfseer.sources.load.load_skeleton`; it is consumed (modified).
         batch: batch size to bind (default 1, or the model's own fixed batch).
         input_shape: the first input's shape without the batch, overriding the model's.
         dims: values for other symbolic input dimensions, by name.

@@ -9,10 +9,15 @@ from dataclasses import dataclass
 
 from perfseer.errors import ModelLoadError, PerfseerError
 from perfseer.memory.breakdown import MemoryEstimate, analyse, fits_in
+from perfseer.memory.imports import import_zoo, skip_meta_init, without_dynamo
+from perfseer.memory.mig import GIB, MIG_DEVICES, TIGHT_SHARE, MigFit, device_spec, mig_advice
 from perfseer.memory.overheads import Overheads, overheads_for
 from perfseer.memory.step import MemoryConfigError, SimulationError, StepConfig, trace_step
+from perfseer.sources import SCHEMES, Scheme, hf, split_reference
+from perfseer.sources.zoo import ZOOS
 
-GIB = 1 << 30
+__all__ = ["GIB", "MIG_DEVICES", "TIGHT_SHARE", "MigFit", "ModelSource", "device_spec", "estimate_from_trace",
+           "max_batch_for", "memory", "memory_rows", "mig_advice", "resolve_model", "simulate", "trace_model"]
 
 
 @dataclass
@@ -23,7 +28,7 @@ class ModelSource:
     label: str
     build: object = None          # () -> torch.nn.Module
     input_shape: tuple | None = None
-    onnx: object = None           # path / ModelProto / reference for perfseer.graph.load
+    onnx: object = None           # path / ModelProto / reference for perfseer.sources.load
     export: object = None         # what load_skeleton exports when the simulation fails
     input_dtype: str = "float32"  # the input's dtype ("int64": token ids)
     loss: str = "auto"            # the training loss (perfseer.memory.step.LOSSES)
@@ -46,25 +51,14 @@ def resolve_model(model, input_shape=None) -> ModelSource:
     if isinstance(model, (str, os.PathLike)) and not isinstance(model, str):
         model = str(model)
     if isinstance(model, str):
-        kind, sep, name = model.partition(":")
-        if sep and kind in ("timm", "torchvision"):
-            from perfseer.graph.zoo import build_zoo_model
-            from perfseer.memory.imports import import_zoo, skip_meta_init, without_dynamo
-
-            import_zoo(kind)  # without torch._dynamo: a faster first call
-            with without_dynamo(), skip_meta_init():
-                module, default, _ = build_zoo_model(kind, name, meta=True)
-            module = module.to("meta") if _on_cpu(module) else module
-            return ModelSource(model, lambda: copy.deepcopy(module), shape or default, export=model)
-        if sep and kind == "hf":
-            return _hf_source(model, name, shape)
-        if sep and kind in ("nb201", "fbnet", "space"):
-            from perfseer.profiling.models import build_module
-
-            with torch.device("meta"):
-                module = build_module(model)
-            default = (3, 32, 32) if kind != "space" else (3, 224, 224)
-            return ModelSource(model, lambda: copy.deepcopy(module), shape or default, export=model)
+        split = split_reference(model)  # the table of perfseer.sources: None for a path
+        if split is not None:
+            scheme, name = SCHEMES[split[0]], split[1]
+            if scheme.name == "hf":
+                return _hf_source(model, name, shape)
+            if scheme.simulable:
+                module, default = _meta_module(scheme, name)
+                return ModelSource(model, lambda: copy.deepcopy(module), shape or default, export=model)
         return ModelSource(model, onnx=model, input_shape=shape)
     try:
         import onnx
@@ -78,14 +72,23 @@ def resolve_model(model, input_shape=None) -> ModelSource:
                          "torch.nn.Module with input_shape")
 
 
+def _meta_module(scheme: Scheme, name: str):
+    """``(module, default input shape)`` of a reference, on the meta device (a zoo model some of
+    whose constructors compute on their tensors is built on CPU, then moved)."""
+    if scheme.name not in ZOOS:
+        return scheme.build(name, meta=True)
+    import_zoo(scheme.name)  # without torch._dynamo: a faster first call
+    with without_dynamo(), skip_meta_init():
+        module, default = scheme.build(name, meta=True)
+    return (module.to("meta") if _on_cpu(module) else module), default
+
+
 def _hf_source(reference: str, name: str, shape) -> ModelSource:
     """``hf:NAME`` for the simulator: the ``transformers`` model on the meta device, fed token ids
-    of ``(seq_len,)`` (``shape``, default :data:`perfseer.graph.hf.DEFAULT_SEQ_LEN`), its first
+    of ``(seq_len,)`` (``shape``, default :data:`perfseer.sources.hf.DEFAULT_SEQ_LEN`), its first
     output (the logits, or the hidden states of ``@base``) trained with a token-level cross-entropy.
     An encoder-decoder reads the same ids on both sides; a model with other inputs (Whisper's
     audio features) is left to the ONNX liveness analysis (inference only)."""
-    from perfseer.graph import hf
-
     ref = hf.parse_reference(name)
     seq = hf._seq_len(ref, shape, None)
     module, config = hf.build_model(ref)
@@ -99,8 +102,6 @@ def _token_source(label: str, module, names: list[str], model_type: str, seq: in
     """A meta-device ``transformers`` ``module`` whose id inputs ``names`` all read the one tensor
     the simulator passes, its first output trained with the token-level loss."""
     import types
-
-    from perfseer.graph import hf
 
     forward = hf._forward_with(names, model_type in hf._NEEDS_MASK)
 
@@ -116,8 +117,6 @@ def _hf_module_source(model, shape) -> ModelSource | None:
     """A ``transformers`` model object that takes token ids, as :func:`_hf_source` treats ``hf:NAME``
     (``shape``: ``(tokens,)``); ``None`` for any other module (speech models included)."""
     import inspect
-
-    from perfseer.graph import hf
 
     if not hf.is_hf_module(model):
         return None
@@ -151,13 +150,6 @@ def _meta_copy(module):
     for b in module.buffers():
         memo[id(b)] = torch.empty_like(b, device="meta")
     return copy.deepcopy(module, memo)
-
-
-def device_spec(device: str):
-    """The registry's spec of ``device`` (``perfseer.devices.get_device``)."""
-    from perfseer.devices import get_device
-
-    return get_device(device)
 
 
 def _config(phase, optimizer, precision, foreach) -> StepConfig:
@@ -323,14 +315,6 @@ def estimate_from_trace(trace, label, batch, config: StepConfig, device_name, ca
         breakdown=r.breakdown, capacity=capacity, fits=fits, notes=list(notes or []))
 
 
-#: The GPUs ``--mig`` covers when no device is named (the registry's names).
-MIG_DEVICES = ("a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm", "h100-nvl", "h200")
-#: A job whose total is within this share of a slice's nominal size is reported as tight: a MIG
-#: slice reports somewhat less memory than its profile's name (the driver keeps part of each
-#: slice), and the registry's slice sizes are nominal.
-TIGHT_SHARE = 0.95
-
-
 def max_batch_for(model, device: str | None = None, phase: str = "train", optimizer: str | None = "adamw",
                   precision: str = "fp32", input_shape=None, context_mib: float | None = None,
                   capacity_gib: float | None = None, foreach: bool | None = None, _src: ModelSource | None = None):
@@ -356,44 +340,6 @@ def max_batch_for(model, device: str | None = None, phase: str = "train", optimi
         from perfseer.memory.learned import learned_max_batch
 
         return learned_max_batch(src, config, capacity, over, e.problem)
-
-
-@dataclass
-class MigFit:
-    """One MIG profile checked for a job."""
-
-    device: str
-    profile: str
-    memory_gib: float
-    fits: bool
-    tight: bool
-
-
-def mig_advice(trace, devices=None, context_mib: float | None = None) -> list[dict]:
-    """For each MIG-capable GPU, every profile checked and the smallest that fits ``trace``.
-
-    Returns:
-        one dict per GPU: ``device``, ``smallest`` (profile name or ``None``), ``profiles``
-        (list of :class:`MigFit` as dicts), ordered by memory then compute.
-    """
-    from dataclasses import asdict
-
-    out = []
-    for name in devices or MIG_DEVICES:
-        spec = device_spec(name)
-        if not spec.mig_profiles:
-            raise MemoryConfigError(f"{spec.name} has no MIG profiles",
-                                    f"use one of: {', '.join(MIG_DEVICES)}")
-        over = overheads_for(spec.architecture, context_mib)
-        total = analyse(trace, over).peak_reserved + over.context
-        rows = []
-        for p in sorted(spec.mig_profiles, key=lambda p: (p.memory_gib, p.compute_fraction)):
-            cap = int(p.memory_gib * GIB)
-            ok = fits_in(trace, over, cap)
-            rows.append(MigFit(spec.name, p.name, p.memory_gib, ok, ok and total > TIGHT_SHARE * cap))
-        smallest = next((r.profile for r in rows if r.fits), None)
-        out.append({"device": spec.name, "smallest": smallest, "profiles": [asdict(r) for r in rows]})
-    return out
 
 
 def _precision_of(setting: str) -> str:

@@ -238,7 +238,7 @@ def import_zoo(zoo: str):
     """``import timm`` / ``import torchvision`` without importing ``torch._dynamo``."""
     if zoo not in ("timm", "torchvision") or zoo in sys.modules:
         return importlib.import_module(zoo)
-    from perfseer.graph.zoo import _prepare_torchvision
+    from perfseer.sources.zoo import _prepare_torchvision
 
     _prepare_torchvision()
     # timm imports huggingface_hub (and its HTTP stack, about 0.2 s) only to download pretrained

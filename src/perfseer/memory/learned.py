@@ -24,9 +24,12 @@ liveness analysis and a gradient-boosting baseline, and the commands that measur
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict
 
 from perfseer.errors import MemoryConfigError, PerfseerError, SimulationError
+from perfseer.memory.breakdown import LINES, MemoryEstimate
+from perfseer.memory.fit import MaxBatch
+from perfseer.memory.mig import mig_table
+from perfseer.memory.overheads import overheads_for
 
 MIB = 1 << 20
 #: Optimizer-state buffers per trainable parameter (torch.optim: SGD with momentum keeps
@@ -100,15 +103,14 @@ def learned_estimate(src, batch: int, config, device_name, capacity, over, notes
 
     Args:
         src: the :class:`~perfseer.memory.api.ModelSource` (its module gives the exact bytes; its
-            export or ONNX reference gives the graph).
+            export or ONNX reference gives the graph; read by attribute: :mod:`perfseer.memory.api`
+            imports this module, never the other way round).
         reason: why the simulator did not run (first line of the notes).
 
     Raises:
         SimulationError: the graph cannot be extracted either (both reasons in the message).
         MemoryConfigError: a precision other than fp32, or training without a PyTorch model.
     """
-    from perfseer.memory.breakdown import LINES, MemoryEstimate
-
     pg, exact, card, why = _inputs(src, config, reason)
     opt = config.optimizer if config.phase == "train" else None
     fixed = persistent_bytes(config.phase, opt, exact["param_bytes"], exact["trainable_param_bytes"],
@@ -185,8 +187,6 @@ def learned_max_batch(src, config, capacity: int, over, reason: str | None = Non
     """The largest batch whose learned total fits ``capacity`` (doubling, then bisection over the
     card's predictions; one graph extraction).  A :class:`~perfseer.memory.fit.MaxBatch` with
     ``traces_run`` 0 and ``basis`` set."""
-    from perfseer.memory.fit import MaxBatch
-
     pg, exact, card, why = _inputs(src, config, reason)
     opt = config.optimizer if config.phase == "train" else None
     fixed = persistent_bytes(config.phase, opt, exact["param_bytes"], exact["trainable_param_bytes"],
@@ -214,29 +214,15 @@ def learned_max_batch(src, config, capacity: int, over, reason: str | None = Non
 
 
 def _default_workspace() -> int:
-    from perfseer.memory.overheads import overheads_for
-
     return overheads_for(None).cublas_workspace
 
 
 def learned_mig(est, devices=None, context_mib: float | None = None) -> list[dict]:
-    """:func:`perfseer.memory.api.mig_advice` for a learned estimate: a profile fits when the
+    """:func:`perfseer.memory.mig.mig_advice` for a learned estimate: a profile fits when the
     estimated total (with that GPU's workspace and context) is within its memory."""
-    from perfseer.memory.api import GIB, MIG_DEVICES, TIGHT_SHARE, MigFit, device_spec
-    from perfseer.memory.overheads import overheads_for
 
-    out = []
-    for name in devices or MIG_DEVICES:
-        spec = device_spec(name)
-        if not spec.mig_profiles:
-            raise MemoryConfigError(f"{spec.name} has no MIG profiles", f"use one of: {', '.join(MIG_DEVICES)}")
-        over = overheads_for(spec.architecture, context_mib)
+    def total_and_fit(over, cap):
         total = est.peak_reserved - est.breakdown["workspace"] + over.cublas_workspace + over.context
-        rows = []
-        for p in sorted(spec.mig_profiles, key=lambda p: (p.memory_gib, p.compute_fraction)):
-            cap = int(p.memory_gib * GIB)
-            ok = total <= cap
-            rows.append(MigFit(spec.name, p.name, p.memory_gib, ok, ok and total > TIGHT_SHARE * cap))
-        smallest = next((r.profile for r in rows if r.fits), None)
-        out.append({"device": spec.name, "smallest": smallest, "profiles": [asdict(r) for r in rows]})
-    return out
+        return total, total <= cap
+
+    return mig_table(devices, context_mib, total_and_fit)

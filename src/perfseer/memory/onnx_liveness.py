@@ -28,7 +28,7 @@ VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", 
 def liveness_trace(model, batch: int, input_shape=None) -> Trace:
     """Trace of the inference of ``model`` (path, ``example:NAME``, ``onnx.ModelProto``) at ``batch``."""
     from perfseer.graph.extract import extract_graph
-    from perfseer.graph.load import load_skeleton
+    from perfseer.sources.load import load_skeleton
 
     skel = load_skeleton(model, input_shape=input_shape)
     graph = extract_graph(skel, batch=batch, input_shape=None if skel.input_shape_applied else input_shape)

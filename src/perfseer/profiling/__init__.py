@@ -1,7 +1,8 @@
 """The collection kit: generate models, measure them, keep the measurements.
 
-- :mod:`.space` -- the PerfSeer model space (VGG / Inception / ResNe(X)t / DenseNet / MobileNet
-  stages), sampled from a seed; each network is named by its reference ``space:CONFIG``.
+- :mod:`perfseer.sources.space` -- the PerfSeer model space (VGG / Inception / ResNe(X)t / DenseNet /
+  MobileNet stages), sampled from a seed; each network is named by its reference ``space:CONFIG``
+  (its names are re-exported here; :mod:`.space` is a deprecated alias).
 - :mod:`.backends` -- measurement backends (``torch-cpu``, ``ort-cpu``, ``torch-cuda``), one
   interface: ``Backend.measure(model, input_shape, batch, phase, precision) -> Measurement``.
 - :mod:`.protocol` -- warm-up, then timed steps until the median is known to 2 % (95 % CI).
@@ -28,13 +29,15 @@ From Python::
         run_local(store, pending, worker, timeout=600)
         store.export("runs.csv")
 
-Dependencies run one way: profiling uses graph (model references) and data (the table format).
+Dependencies run one way: profiling uses sources (model references, runnable models), graph and data
+(the table format).
 """
 
 from __future__ import annotations
 
 _LAZY = {
-    "sample_configs": "space", "build_space_model": "space", "space_ref": "space", "parse_space": "space",
+    "sample_configs": "perfseer.sources.space", "build_space_model": "perfseer.sources.space",
+    "space_ref": "perfseer.sources.space", "parse_space": "perfseer.sources.space",
     "Protocol": "protocol", "run_protocol": "protocol",
     "Job": "jobs", "Measurement": "jobs", "CollectError": "jobs",
     "create_backend": "backends", "Worker": "worker", "Store": "store",
@@ -47,7 +50,8 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f"perfseer.profiling.{_LAZY[name]}"), name)
+        module = _LAZY[name]
+        return getattr(importlib.import_module(module if "." in module else f"perfseer.profiling.{module}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -181,9 +181,9 @@ def plan(store: Store, grid: Grid | None, hardware: str, setting: str, retry_fai
 
 
 def models_from(space: int | None = None, seed: int = 0, refs: Iterable[str] = (), classes: int = 1000) -> list[str]:
-    """Model references: ``space`` sampled networks of :mod:`perfseer.profiling.space` (seed
+    """Model references: ``space`` sampled networks of :mod:`perfseer.sources.space` (seed
     ``seed``), then ``refs`` (``space:`` ones in their canonical spelling)."""
-    from perfseer.profiling.space import canonical_ref, sample_configs, space_ref
+    from perfseer.sources.space import canonical_ref, sample_configs, space_ref
 
     out = [space_ref(c) for c in sample_configs(space, seed, classes)] if space else []
     for ref in refs:

@@ -244,10 +244,10 @@ class Service:
     # -- completion ----------------------------------------------------------------------------
     def model_names(self) -> list[str]:
         if self._names is None:
-            from perfseer.graph.load import examples
+            from perfseer.sources.load import examples
 
             names = [f"example:{e}" for e in examples()]
-            from perfseer.graph.zoo import import_zoo
+            from perfseer.sources.zoo import import_zoo
 
             for zoo in ("timm", "torchvision"):
                 try:

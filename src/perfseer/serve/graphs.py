@@ -15,6 +15,7 @@ from pathlib import Path
 from perfseer.errors import ModelLoadError, PerfseerError
 from perfseer.serve.jobs import extract_job
 from perfseer.serve.sandbox import Sandbox
+from perfseer.sources import scheme_word, split_reference, unknown_scheme
 
 UPLOAD_PREFIX = "upload:"
 
@@ -88,8 +89,6 @@ class ModelStore:
         return h.hexdigest()
 
     def resolve(self, model: str) -> str:
-        from perfseer.graph.load import split_reference
-
         if not isinstance(model, str) or not model.strip():
             raise ModelLoadError("no model given", "pass a reference such as timm:resnet50, or upload an ONNX file")
         model = model.strip()
@@ -102,12 +101,9 @@ class ModelStore:
             return str(path)
         if split_reference(model) is not None:
             return model
-        kind, sep, _ = model.partition(":")
-        if sep and kind.replace("_", "").replace("-", "").isalnum() and len(kind) > 1:
-            from perfseer.graph.load import REFERENCE_KINDS
-
-            raise ModelLoadError(f"unknown model reference kind '{kind}:'",
-                                 f"use one of: {', '.join(k + ':' for k in REFERENCE_KINDS)}, or upload the file")
+        kind = scheme_word(model)
+        if kind is not None:
+            raise unknown_scheme(kind, ", or upload the file")
         if self.models_dir is None:
             raise ModelLoadError(f"'{model}' is a file path, and this server reads no paths",
                                  "use a reference (timm:NAME, torchvision:NAME, example:NAME, ...) or upload the "

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from perfseer.errors import PerfseerError
 
 # Modules the fork server imports once, so that every child starts with them loaded.
-PRELOAD = ["torch", "onnx", "perfseer.features.extract", "perfseer.graph.zoo", "perfseer.features.perfgraph"]
+PRELOAD = ["torch", "onnx", "perfseer.features.extract", "perfseer.sources.zoo", "perfseer.features.perfgraph"]
 
 
 class SandboxError(PerfseerError):

@@ -22,7 +22,7 @@ column) stays a device name while ``titan_rtx_1`` is the Titan RTX at batch 1.  
 (Once-for-All's file) and ``titanxp`` (the others) are the same GPU: both become ``titanxp``.
 
 The Once-for-All reference encodes the MobileNetV3 sub-network reversibly
-(:class:`perfseer.graph.spaces.ofa.OFAArch`):
+(:class:`perfseer.sources.nas.ofa.OFAArch`):
 ``ofa:ks=K1,...,K20;e=E1,...,E20;d=D1,...,D5;r=R`` -- the kernel size and expansion ratio of each
 of the 20 block slots (5 stages x 4; slots past a stage's depth are unused but kept as HELP gives
 them), the depth of each of the 5 stages, and the input resolution.
@@ -46,9 +46,9 @@ from perfseer.data.importers.base import (
 )
 from perfseer.data.table import validate
 from perfseer.errors import TableError
-from perfseer.graph.spaces.ofa import SLOTS as OFA_SLOTS
-from perfseer.graph.spaces.ofa import STAGES as OFA_STAGES
-from perfseer.graph.spaces.ofa import OFAArch
+from perfseer.sources.nas.ofa import SLOTS as OFA_SLOTS
+from perfseer.sources.nas.ofa import STAGES as OFA_STAGES
+from perfseer.sources.nas.ofa import OFAArch
 
 __all__ = ["OFAArch", "import_help_nas", "space_of", "split_device_columns"]
 

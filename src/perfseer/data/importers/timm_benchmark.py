@@ -40,11 +40,12 @@ from perfseer.data.importers.base import (
 )
 from perfseer.data.table import validate
 from perfseer.errors import TableError
+from perfseer.sources.zoo import REPARAM_SUFFIX
 
 __all__ = ["BenchmarkFile", "GPU_NAMES", "device_name", "import_timm_benchmark", "parse_file_name"]
 
 SOURCE = "timm-benchmark"
-REPARAM = "@reparam"  # perfseer.graph.zoo.REPARAM_SUFFIX; data/ does not import the graph stage
+REPARAM = REPARAM_SUFFIX  # a timm name fused to its inference form (perfseer.sources.zoo)
 
 # One name per GPU across timm's result files (newer files drop the "rtx").
 GPU_NAMES = {"3090": "rtx3090", "4090": "rtx4090", "5090": "rtx5090", "pro6000maxq": "rtxpro6000maxq"}

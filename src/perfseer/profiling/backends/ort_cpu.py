@@ -2,7 +2,7 @@
 
 The model runs as ONNX with weights: an ``.onnx`` path as it is; a PyTorch-buildable reference
 (``space:``, ``nb201:``, ``fbnet:``, ``timm:``, ``torchvision:``) exported once by :meth:`prepare`
-(dynamic batch axis, :func:`perfseer.profiling.models.export_onnx`) into the backend's temporary
+(dynamic batch axis, :func:`perfseer.sources.runnable.export_onnx`) into the backend's temporary
 folder, where the later batch sizes of the same model find it.  The session runs with
 ``intra_op_num_threads = threads``, one inter-op thread, sequential execution and every graph
 optimisation (``ORT_ENABLE_ALL``), the CPU execution provider.
@@ -93,18 +93,18 @@ class OrtCpuBackend(Backend):
 
     def onnx_path(self, model, input_shape) -> str:
         """Where the model's ONNX file is (or will be, after :meth:`prepare`)."""
-        from perfseer.profiling.models import scheme_of
+        from perfseer.sources.runnable import scheme_of
 
         if isinstance(model, (str, os.PathLike)) and scheme_of(str(model)) is None:
             return os.fspath(model)
-        from perfseer.profiling.space import canonical_json
+        from perfseer.sources.space import canonical_json
 
         text = canonical_json(model) if not isinstance(model, str) else model
         key = hashlib.sha256(f"{text}|{tuple(input_shape)}".encode()).hexdigest()[:20]
         return os.path.join(self.cache_dir, f"{key}.onnx")
 
     def prepare(self, model, input_shape) -> None:
-        from perfseer.profiling.models import export_onnx, scheme_of
+        from perfseer.sources.runnable import export_onnx, scheme_of
 
         if scheme_of(model) == "example":
             raise PerfseerError(f"{model} is a bundled graph without weights",

@@ -95,7 +95,7 @@ class TorchCpuBackend(Backend):
         import torch
 
         from perfseer.profiling.backends._torch_steps import make_step
-        from perfseer.profiling.space import build_space_model
+        from perfseer.sources.space import build_space_model
 
         torch.set_num_threads(1)
         try:
@@ -123,7 +123,7 @@ class TorchCpuBackend(Backend):
         import torch
 
         from perfseer.profiling.backends._torch_steps import make_step
-        from perfseer.profiling.models import build_module, weight_bytes
+        from perfseer.sources.runnable import build_module, weight_bytes
 
         started = time.perf_counter()
         torch.set_num_threads(self.threads)

@@ -206,7 +206,7 @@ class TorchCudaBackend(Backend):
         import torch
 
         from perfseer.profiling.backends._torch_steps import make_step
-        from perfseer.profiling.models import build_module, weight_bytes
+        from perfseer.sources.runnable import build_module, weight_bytes
 
         self._ensure_nvml()
         dev = self._torch_device()

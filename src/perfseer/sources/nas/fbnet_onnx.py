@@ -20,9 +20,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from perfseer.graph.onnx_io import Skeleton
-from perfseer.graph.spaces.fbnet import (HEAD_CHANNELS, INPUT_SHAPE, NUM_CLASSES, STAGE_CHANNELS, STEM_CHANNELS,
+from perfseer.sources.nas.fbnet import (HEAD_CHANNELS, INPUT_SHAPE, NUM_CLASSES, STAGE_CHANNELS, STEM_CHANNELS,
                                          BlockSpec, parse_fbnet)
-from perfseer.graph.spaces.nb201_onnx import external_weight
+from perfseer.sources.nas.nb201_onnx import external_weight
 from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
 
 _OPSET = 20
@@ -62,7 +62,7 @@ class _Graph:
 
     def conv_bn(self, x: str, c_in: int, c_out: int, k: int, stride: int, groups: int, prefix: str,
                 relu: bool = True) -> str:
-        """:class:`~perfseer.graph.spaces.fbnet.ConvBN`: modules ``prefix.0`` (conv, no bias),
+        """:class:`~perfseer.sources.nas.fbnet.ConvBN`: modules ``prefix.0`` (conv, no bias),
         ``prefix.1`` (BN) and ``prefix.2`` (ReLU)."""
         w = self.weight(f"{prefix}.0.weight", (c_out, c_in // groups, k, k))
         y = self.op("Conv", [x, w], f"{prefix}.0", auto_pad="NOTSET", dilations=[1, 1], group=groups,

@@ -6,7 +6,7 @@ device (no weight allocated, nothing downloaded, no hub access), and exported th
 
 ``NAME`` is one of:
 
-* a model whose configuration values ship with perfseer (``graph/hf_configs.json``: about 45
+* a model whose configuration values ship with perfseer (``sources/hf_configs.json``: about 45
   common encoder, decoder and encoder-decoder models, by hub id or short name:
   ``hf:bert-large-uncased``, ``hf:openai-community/gpt2-large``, ``hf:facebook/opt-1.3b``);
 * ``neusight/STEM``: a configuration of the NeuSight study, named after its label files
@@ -69,7 +69,7 @@ class HFReference:
 
 @lru_cache(maxsize=1)
 def _catalogue() -> dict:
-    text = (resources.files("perfseer") / "graph" / "hf_configs.json").read_text()
+    text = (resources.files("perfseer") / "sources" / "hf_configs.json").read_text()
     return json.loads(text)["models"]
 
 
@@ -129,7 +129,7 @@ def resolve_config(name: str) -> tuple[dict, str]:
         f"no shipped configuration for hf:{name} (perfseer never downloads from the hub)",
         f"pass a local config.json: hf:/path/to/config.json"
         + (f"; similar shipped names: {', '.join(close)}" if close else "")
-        + "; all names: perfseer.graph.hf.known_models()")
+        + "; all names: perfseer.sources.hf.known_models()")
 
 
 def _looks_local(name: str) -> bool:
@@ -166,7 +166,7 @@ def _import_transformers():
     if importlib.util.find_spec("transformers") is None:
         raise MissingDependencyError("transformers", "hf", "the hf: model reference")
     # transformers imports torchvision when it is installed; make that import work first
-    from perfseer.graph.zoo import _prepare_torchvision
+    from perfseer.sources.zoo import _prepare_torchvision
 
     _prepare_torchvision()
     import transformers

@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from perfseer.graph.onnx_io import NOT_EXPORTED, Skeleton
-from perfseer.graph.spaces.nb201 import CELLS_PER_STAGE, CHANNELS, NODES, NUM_CLASSES, parse_nb201
+from perfseer.sources.nas.nb201 import CELLS_PER_STAGE, CHANNELS, NODES, NUM_CLASSES, parse_nb201
 from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
 
 _OPSET = 20

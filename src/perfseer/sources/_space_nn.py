@@ -1,4 +1,4 @@
-"""The PyTorch modules of the PerfSeer model space (:mod:`perfseer.profiling.space` documents it).
+"""The PyTorch modules of the PerfSeer model space (:mod:`perfseer.sources.space` documents it).
 
 Kept apart from the config code so that sampling and validating configs do not import torch.
 """

@@ -1,6 +1,6 @@
 """Networks of neural-architecture-search spaces, built from their architecture encodings.
 
-References (see :func:`perfseer.graph.load.load_skeleton`):
+References (the table of :mod:`perfseer.sources.schemes`):
 
 - ``nb201:ARCH_STR``: the NAS-Bench-201 CIFAR-10 network (:mod:`.nb201`), e.g.
   ``nb201:|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|``;
@@ -18,7 +18,7 @@ builders' exports.  ``ofa:`` sub-networks are exported by ``torch.onnx`` (second
 from __future__ import annotations
 
 SPACES = ("nb201", "fbnet", "ofa")
-_DEFAULT_INPUT = (3, 32, 32)
+DEFAULT_INPUT = (3, 32, 32)  # nb201 and fbnet: CIFAR images
 
 
 def build_space_model(space: str, arch: str, for_graph: bool = False):
@@ -33,17 +33,17 @@ def build_space_model(space: str, arch: str, for_graph: bool = False):
         ModelLoadError: unknown space or malformed architecture.
     """
     if space == "nb201":
-        from perfseer.graph.spaces.nb201 import build_nb201
+        from perfseer.sources.nas.nb201 import build_nb201
 
         return build_nb201(arch, keep_unused=for_graph)
     if space == "fbnet":
-        from perfseer.graph.spaces.fbnet import build_fbnet
+        from perfseer.sources.nas.fbnet import build_fbnet
 
         return build_fbnet(arch)
     if space == "ofa":
         import torch
 
-        from perfseer.graph.spaces.ofa import build_ofa
+        from perfseer.sources.nas.ofa import build_ofa
 
         return build_ofa(arch, device=str(torch.get_default_device()))
     from perfseer.errors import ModelLoadError
@@ -61,17 +61,17 @@ def export_space_model(space: str, arch: str, input_shape=None):
     """
     if space == "nb201":
         # Emitted directly as ONNX (milliseconds), the same graph the PyTorch builder exports.
-        from perfseer.graph.spaces.nb201_onnx import nb201_skeleton
+        from perfseer.sources.nas.nb201_onnx import nb201_skeleton
 
-        return nb201_skeleton(arch, tuple(input_shape or _DEFAULT_INPUT))
+        return nb201_skeleton(arch, tuple(input_shape or DEFAULT_INPUT))
     if space == "fbnet":
         # Likewise (:mod:`.fbnet_onnx`): the graph of the PyTorch builder's export.
-        from perfseer.graph.spaces.fbnet_onnx import fbnet_skeleton
+        from perfseer.sources.nas.fbnet_onnx import fbnet_skeleton
 
-        return fbnet_skeleton(arch, tuple(input_shape or _DEFAULT_INPUT))
+        return fbnet_skeleton(arch, tuple(input_shape or DEFAULT_INPUT))
     if space == "ofa":
         # the package builds the sub-network (super-network cached per process), then torch.onnx
-        from perfseer.graph.spaces.ofa import ofa_skeleton
+        from perfseer.sources.nas.ofa import ofa_skeleton
 
         return ofa_skeleton(arch, input_shape)
     import torch
@@ -80,26 +80,26 @@ def export_space_model(space: str, arch: str, input_shape=None):
 
     with torch.device("meta"):
         module = build_space_model(space, arch, for_graph=True)
-    return skeleton_from_module(module.eval(), input_shape or _DEFAULT_INPUT, source=f"{space}:{arch}",
+    return skeleton_from_module(module.eval(), input_shape or DEFAULT_INPUT, source=f"{space}:{arch}",
                                 on_meta=True)
 
 
 def __getattr__(name: str):
     # The builders need torch: import them only when asked for.
     if name in ("build_nb201", "parse_nb201"):
-        from perfseer.graph.spaces import nb201
+        from perfseer.sources.nas import nb201
 
         return getattr(nb201, name)
     if name in ("build_fbnet", "parse_fbnet"):
-        from perfseer.graph.spaces import fbnet
+        from perfseer.sources.nas import fbnet
 
         return getattr(fbnet, name)
     if name in ("build_ofa", "parse_ofa"):
-        from perfseer.graph.spaces import ofa
+        from perfseer.sources.nas import ofa
 
         return getattr(ofa, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["SPACES", "build_space_model", "export_space_model", "build_nb201", "parse_nb201", "build_fbnet",
+__all__ = ["SPACES", "DEFAULT_INPUT", "build_space_model", "export_space_model", "build_nb201", "parse_nb201", "build_fbnet",
            "parse_fbnet", "build_ofa", "parse_ofa"]

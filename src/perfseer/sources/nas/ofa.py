@@ -159,11 +159,11 @@ def parse_ofa(arch: str) -> OFASubnet:
 
 def _import_ofa():
     """The ``OFAMobileNetV3`` class; ``ofa`` imports torchvision, whose CPU-incompatible compiled ops
-    are first made harmless by :mod:`perfseer.graph.zoo`."""
+    are first made harmless by :mod:`perfseer.sources.zoo`."""
     for package in ("ofa", "torchvision"):
         if importlib.util.find_spec(package) is None:
             raise MissingDependencyError(package, "ofa", "the ofa: model reference (Once-for-All)")
-    from perfseer.graph.zoo import import_zoo
+    from perfseer.sources.zoo import import_zoo
 
     import_zoo("torchvision")
     from ofa.imagenet_classification.elastic_nn.networks import OFAMobileNetV3
