@@ -81,10 +81,13 @@ def cli_page() -> str:
 
 
 def _signature(obj) -> str:
+    """The call signature without private parameters (``_name``: internal plumbing)."""
     try:
-        return _clean(str(inspect.signature(obj))).strip()
+        sig = inspect.signature(obj)
     except (TypeError, ValueError):
         return "(...)"
+    sig = sig.replace(parameters=[p for p in sig.parameters.values() if not p.name.startswith("_")])
+    return _clean(str(sig)).strip()
 
 
 def _doc(obj) -> str:
