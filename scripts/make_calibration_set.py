@@ -11,7 +11,7 @@ calibrated card's domain check and the correction's slopes need; random picks cr
 middle (ResNet/ConvNeXt-sized models) and leave the ends (tiny mobile nets, ViT-L at 384) out.
 
 Writes one reference per line (each after a comment giving its size), the file ``perfseer collect
-run --models FILE --input-shape 3x224x224`` reads (see docs/calibration.md).
+run --models FILE --input-shape 3x224x224`` reads (see docs/guide/calibrate.md).
 
 Example::
 
@@ -68,7 +68,7 @@ def main() -> None:
     ok = np.flatnonzero((X[:, 0] <= np.log(args.max_gflops * 1e9)) & (X[:, 2] <= np.log(args.max_mparams * 1e6)))
     picked = [int(ok[i]) for i in spanning_set(X[ok], args.k)]
     picked.sort(key=lambda i: X[i, 0])
-    lines = [f"# perfseer collect run --models THIS_FILE --input-shape 3x224x224 ... (docs/calibration.md)",
+    lines = [f"# perfseer collect run --models THIS_FILE --input-shape 3x224x224 ... (docs/guide/calibrate.md)",
              f"# {args.k} models chosen by K-centre over {len(ok)} of {len(refs)} candidates (<= {args.max_gflops:g} "
              f"GFLOPs per sample, <= {args.max_mparams:g} M parameters; scripts/make_calibration_set.py)",
              "# each model at 3x224x224, after a comment line with its size"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Retrain the bundled predictors on train + test (validation kept for early stopping) and score each
-# recipe by a 3-fold cross-validation by architecture (issue 17, item 4; docs/trust.md).
+# recipe by a 3-fold cross-validation by architecture (issue 17, item 4; docs/concepts/trust.md).
 #
 #   scripts/retrain_shipped.sh NAME [extra perfseer-train args]    # one predictor
 #   scripts/retrain_shipped.sh all  [extra perfseer-train args]    # all ten, in the order below
@@ -46,7 +46,7 @@ BLEND_I9_R10="$A+$A+$A+pmgns+pmgns+pmgns+$R9+$R9+$R9+$G9+$G9+$G9"
 cpu=(--data cpu --device epyc/torch-t1 --model seernet-multi --metric latency_ms --metric memory_mb
      --metric util_pct --hidden 64 --epochs 300 --batch-size 128 --seed 0)
 case "${1:-}" in
-  # a blend: the leave-families-out validation choice of round 9 (docs/generalisation.md, "Round 9"; shipped
+  # a blend: the leave-families-out validation choice of round 9 (docs/history.md, "Round 9"; shipped
   # 2026-11-28): SeerNet-Sum + SeerNet + 3 PMGNS seeds on the roofline offset + 3 PMGNS seeds on the
   # per-operator-group roofline offset, + a validation-fitted shift.  The card before it (round 4) had 3 plain
   # PMGNS seeds where the per-group ones are (members BLEND3090).  The members the two share train to the
@@ -62,7 +62,7 @@ case "${1:-}" in
   i9-infer) args=("${timm[@]}" --device i9_10940x/fp32-nchw-pt240-dynamo --phase infer --seed 1 --batch-size 32
                   --model blend --set head_hidden_dim=64 --set "members=$BLEND_I9" --set seeds=1,1,0,1,2,0,1,2
                   --set tie_seeds=true --set fit_shift=true --name i9_10940x-fp32-nchw-pt240-dynamo.infer) ;;
-  # round 10's validation choice for the i9 (docs/generalisation.md, "Round 10"; not yet trained): on the
+  # round 10's validation choice for the i9 (docs/history.md, "Round 10"; not yet trained): on the
   # graphs that keep the work models do on their weights (datasets/timm_weight_work, the card records it),
   # three seeds each of SeerNet-Sum, PMGNS, PMGNS on the roofline offset and PMGNS on the per-group one
   i9-infer-r10) args=(--data timm_weight_work --model seernet --hidden 64 --epochs 500

@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ood-weight", type=float, default=0.5,
                     help="beyond the training GPUs' range, each kernel's log ratio to its roofline bound times this "
                          "(perfseer.specmodel.net.KernelModelConfig.ood_weight; 1: off; default 0.5, the geometric "
-                         "mean of the MLP and the roofline bound: docs/devices.md measures it)")
+                         "mean of the MLP and the roofline bound: docs/concepts/spec-model.md measures it)")
     ap.add_argument("--attach-only", action="store_true",
                     help="do not train: copy --calibration into the existing card OUT/NAME.json")
     args = ap.parse_args(argv)
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
                      "max_rows_per_family_and_gpu": args.max_rows, "wall_s": round(time.time() - t0, 1),
                      "command": "python scripts/train_spec_model.py " + " ".join(argv if argv is not None else sys.argv[1:])},
         "evaluation": "benchmarks/spec_neusight.py (leave-one-GPU-out, NeuSight workloads), "
-                      "benchmarks/spec_timm_logo.py (leave-one-GPU-out, timm on RTX GPUs); see docs/devices.md",
+                      "benchmarks/spec_timm_logo.py (leave-one-GPU-out, timm on RTX GPUs); see docs/concepts/spec-model.md",
     }
     from perfseer.specmodel.trust import build_domain
 

@@ -87,7 +87,7 @@ def test_unknown_device_lists_close_matches_and_how_to_add():
         get_device("rtx 9090")
     msg = str(e.value)
     assert "unknown device 'rtx 9090'" in msg and "rtx5090" in msg and "rtx4090" in msg
-    assert "perfseer devices --add FILE" in msg and "docs/devices.md" in msg
+    assert "perfseer devices --add FILE" in msg and "docs/concepts/spec-model.md" in msg
     with pytest.raises(UnknownDeviceError):
         get_device("")
 

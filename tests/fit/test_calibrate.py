@@ -81,7 +81,7 @@ def test_cost_variant_fits_the_rows_on_their_own_cost_without_the_source(source,
 
 def test_auto_is_the_cost_variant_across_device_kinds_only(source):
     """With the new device named: a GPU source calibrated to a registered CPU gets ``cost`` (chosen
-    on the validation CPUs, docs/calibration.md); a GPU, an unregistered device or no device keep
+    on the validation CPUs, docs/guide/calibrate.md); a GPU, an unregistered device or no device keep
     the choice among AUTO_VARIANTS."""
     src, _ = source
     graphs, y, models = _rows(src, 10)
@@ -101,7 +101,7 @@ def test_auto_weighs_the_blend_with_the_cost_fit_from_a_cpu_to_a_cpu(source, tmp
     """A CPU source calibrated to a CPU: ``auto`` also weighs ``auto+cost``, the geometric mean of
     the correction it chose and the rows' own cost fit, and keeps it when its nested
     leave-one-model-out RMS (the parts' residuals averaged) is lower (validated on the timm CPUs,
-    docs/calibration.md).  Asked for by name, the blend applies to any device; the card round-trips."""
+    docs/guide/calibrate.md).  Asked for by name, the blend applies to any device; the card round-trips."""
     src, ref = source
     src.targets = [Target("latency_ms", "i9_10940x/fp32-nchw-pt240-dynamo", "infer"),
                    Target("latency_ms", "epyc/torch-t1", "infer")]

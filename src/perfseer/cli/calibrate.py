@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "calibrate", help="calibrate a trained predictor to a new device from a few measurements",
         description="Turn K measurements of a new device (K = 5-50 rows of a measurement table, e.g. the "
-                    "calibration set measured by perfseer collect; docs/calibration.md) and a source predictor "
+                    "calibration set measured by perfseer collect; docs/guide/calibrate.md) and a source predictor "
                     "into a predictor card for the new device, with a 90 % interval from leave-one-model-out "
                     "residuals that widens with a model's distance from the calibration models, and a domain (the "
                     "calibration rows' feature ranges; models far from every calibration model are flagged).  The card records the source "
@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="default: the table's only phase")
     p.add_argument("--metric", default="latency_ms", help="the measured metric (default latency_ms)")
     p.add_argument("--method", default=DEFAULT_METHOD, choices=METHODS,
-                   help=f"default {DEFAULT_METHOD} (chosen on validation devices, docs/calibration.md)")
+                   help=f"default {DEFAULT_METHOD} (chosen on validation devices, docs/guide/calibrate.md)")
     p.add_argument("--meta-data", default=None, metavar="DATASET",
                    help="--method meta: a graph dataset of source devices to meta-learn the head's start over")
     p.add_argument("--variant", default=DEFAULT_VARIANT, choices=["auto", BLEND_VARIANT, *VARIANTS],
@@ -36,10 +36,10 @@ def add_parser(sub) -> None:
                         "cost -- the rows' own FLOPs and memory access -- when the source predictor is of "
                         f"another device kind; {BLEND_VARIANT} -- the geometric mean of both -- when the K rows favour it, "
                         "from a CPU predictor to a CPU; "
-                        "docs/calibration.md)")
+                        "docs/guide/calibrate.md)")
     p.add_argument("--interval", default=DEFAULT_INTERVAL, choices=INTERVAL_RULES,
                    help=f"how the interval's half-width is set (default {DEFAULT_INTERVAL}, chosen on validation "
-                        "and source devices; docs/calibration.md)")
+                        "and source devices; docs/guide/calibrate.md)")
     p.add_argument("--selection", default="auto", choices=("auto", "spanning", "random"),
                    help="how the K models were chosen, for the interval's c(K): spanning (K-centre, as the shipped "
                         "calibration set), random (any other choice); auto: spanning when every model is one of "
@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
     p.add_argument("--live-features", default="", metavar="NAMES",
                    help="--method loglinear: comma-separated live columns of the graph (live_flops_fraction, "
                         "live_node_fraction, output_independent; perfseer.graph.liveness) the correction also reads; "
-                        "default none (chosen on validation devices, docs/calibration.md)")
+                        "default none (chosen on validation devices, docs/guide/calibrate.md)")
     p.add_argument("--coverage", type=float, default=0.9, help="interval level (default 0.9)")
     p.add_argument("--name", default=None, help="card name (default DEVICE.PHASE.calibrated)")
     p.add_argument("--seed", type=int, default=0)

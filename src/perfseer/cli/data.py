@@ -15,7 +15,7 @@ SOURCES = ("timm-benchmark", "help-nas")  # perfseer.data.importers.IMPORTERS, w
 
 def add_parser(sub) -> None:
     p = sub.add_parser("data", help="measurement tables: import public benchmarks, build graph datasets",
-                       description="Work with measurement tables (CSV or Parquet; see the README).")
+                       description="Work with measurement tables (CSV or Parquet; the columns: docs/guide/calibrate.md).")
     actions = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     imp = actions.add_parser(
         "import", help="import a public benchmark's folder into a measurement table",

@@ -10,7 +10,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "devices", help="list known GPUs/CPUs with their specs; add one from a JSON spec file",
         description="List the device registry (bundled spec files plus those in $PERFSEER_DEVICES, default "
-                    "~/.config/perfseer/devices), show one device, or add a spec file (format: docs/devices.md).")
+                    "~/.config/perfseer/devices), show one device, or add a spec file (format: docs/concepts/spec-model.md).")
     p.add_argument("name", nargs="?", default=None, metavar="DEVICE",
                    help="show one device (name, alias, table device string or GPU:MIGPROFILE) in full")
     p.add_argument("--kind", choices=("gpu", "cpu"), default=None, help="only GPUs or only CPUs")

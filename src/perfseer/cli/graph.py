@@ -13,12 +13,12 @@ def add_parser(sub) -> None:
     p = sub.add_parser("graph", help="extract a model's PerfGraph and summarise it",
                        description="Extract the PerfGraph of MODEL: an .onnx file or a model reference.")
     p.add_argument("model", help="an .onnx file, timm:NAME[@reparam], torchvision:NAME, nb201:ARCH, fbnet:BLOCKS, "
-                                 "hf:NAME (a HuggingFace transformer, see docs/transformers.md) or example:NAME")
+                                 "hf:NAME (a HuggingFace transformer, see docs/concepts/perfgraph.md) or example:NAME")
     p.add_argument("--batch", type=int, default=None, help="batch size to bind (default 1)")
     p.add_argument("--input-shape", help="one sample's shape without the batch, e.g. 3x224x224")
     p.add_argument("--dim", action="append", metavar="NAME=VALUE",
                    help="bind a symbolic input dimension; boxes=N: the boxes a torchvision detector keeps "
-                        "(default 1000, docs/models.md)")
+                        "(default 1000, docs/concepts/perfgraph.md)")
     p.add_argument("--seq-len", type=int, default=None, metavar="N",
                    help="tokens per sample: for hf: models (default 128), or the symbolic sequence dimensions of an "
                         "ONNX model")

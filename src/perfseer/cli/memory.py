@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
         description="Simulate one step of MODEL on fake tensors (no GPU, no weights), replay its allocations "
                     "through a model of PyTorch's CUDA caching allocator and print the peak memory with its "
                     "breakdown; ONNX models get an inference estimate from the graph's liveness. "
-                    "See docs/memory.md.")
+                    "See docs/concepts/memory-simulation.md.")
     p.add_argument("model", metavar="MODEL", help="timm:NAME, torchvision:NAME, hf:NAME (--input-shape TOKENS), "
                                                   "nb201:..., fbnet:..., space:..., or an .onnx file / example:NAME "
                                                   "(inference)")

@@ -215,7 +215,7 @@ def run_predictors(args: argparse.Namespace) -> int:
                   "k-fold: cross-validation by architecture; 90 %: the interval's factor)\n")
     for it in items:
         console.print(_predictor_block(it), soft_wrap=False)
-    console.print("details: perfseer predictors --json; how they were trained: docs/method.md")
+    console.print("details: perfseer predictors --json; how they were trained: docs/concepts/predictors-and-cards.md")
     return 0
 
 

@@ -72,7 +72,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-train-models", type=positive(int), default=None, metavar="N",
                    help="train on at most N of the training split's models (hash-chosen; cheaper)")
     p.add_argument("--pretrained", default=None, metavar="CARD",
-                   help="start SeerNet's trunk from a pre-trained graph auto-encoder card (docs/calibration.md)")
+                   help="start SeerNet's trunk from a pre-trained graph auto-encoder card (docs/guide/calibrate.md)")
     p.add_argument("--fit", choices=("train", "train+test"), default="train",
                    help="splits the network is fitted on: train (default; test is scored) or train+test (all "
                         "measured data but validation, which early stopping reads: a predictor to ship)")

@@ -67,7 +67,7 @@ def read_spec_file(path: str | os.PathLike) -> list[DeviceSpec]:
         raise DeviceSpecError(f"device spec file {p} does not exist", "pass the path of a JSON spec file") from None
     except (OSError, ValueError) as e:
         raise DeviceSpecError(f"device spec file {p} is not readable JSON ({e})",
-                              "fix the file (format: docs/devices.md)") from e
+                              "fix the file (format: docs/concepts/spec-model.md)") from e
     return parse_file_content(obj, str(p))
 
 
@@ -120,7 +120,7 @@ class Registry:
                 f"unknown device {text!r}" + (f"; close matches: {', '.join(self.close_matches(base))}"
                                               if self.close_matches(base) else ""),
                 "run 'perfseer devices' for the known ones, or describe yours in a JSON spec file and add it with "
-                f"'perfseer devices --add FILE' (copied to {user_dir()}; format in docs/devices.md)")
+                f"'perfseer devices --add FILE' (copied to {user_dir()}; format in docs/concepts/spec-model.md)")
         spec = self.devices[canon]
         return spec.mig(profile) if profile else spec
 

@@ -151,7 +151,7 @@ def _number(d: dict, key: str, where: str, required: bool = False, integer: bool
     v = d.get(key)
     if v is None:
         if required:
-            raise DeviceSpecError(f"{where}: field '{key}' is missing", f"add \"{key}\": <number> (see docs/devices.md)")
+            raise DeviceSpecError(f"{where}: field '{key}' is missing", f"add \"{key}\": <number> (see docs/concepts/spec-model.md)")
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         raise DeviceSpecError(f"{where}: '{key}' must be a positive number, got {v!r}", f"fix '{key}'")
@@ -184,7 +184,7 @@ def parse_device(d, where: str, origin: str = "") -> DeviceSpec:
     """
     if not isinstance(d, dict):
         raise DeviceSpecError(f"{where}: a device must be a JSON object, got {type(d).__name__}",
-                              "see the spec-file format in docs/devices.md")
+                              "see the spec-file format in docs/concepts/spec-model.md")
     name = d.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
         raise DeviceSpecError(f"{where}: 'name' must be lower-case letters, digits, '.', '_' or '-', got {name!r}",

@@ -26,7 +26,7 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
             module, optional otherwise (overrides the first input's shape).
         dims: values of other symbolic input dimensions, e.g. ``{"seq": 128}``; for a torchvision
             detector, ``{"boxes": N}`` states how many boxes its data-dependent selections keep
-            (default 1000; see ``docs/models.md``).
+            (default 1000; see ``docs/concepts/perfgraph.md``).
         input_dtypes: for a module, the torch dtype name of each input (default ``float32``).
         seq_len: tokens per sample: the sequence length an ``"hf:NAME"`` model is built at
             (default 128), or, for an ONNX model, the value of its symbolic sequence dimensions

@@ -2,7 +2,7 @@
 
 A user with a device nobody benchmarked can afford K = 5-50 measurements.  :func:`calibrate` turns
 them, with a *source* predictor trained on another device, into a predictor card for the new one.
-Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``docs/calibration.md``):
+Four methods, compared on the same splits by ``benchmarks/calibration.py`` (``docs/guide/calibrate.md``):
 
 ``loglinear``
     a ridge correction of the source prediction in log space,
@@ -112,7 +112,7 @@ VARIANTS = {"full": ("diffs", "globals"), "slope": ("diffs", "slope", "globals")
             "one": ("slope",), "emb": ("diffs", "globals", "embedding"), "cost": ("cost",)}
 COST_GLOBALS = (0, 1)  # the cost variant's columns of global_design: log FLOPs, log memory access
 AUTO_VARIANTS = ("full", "cols", "emb")  # what ``auto`` chooses among (emb only for a SeerNet source)
-# Chosen on the validation devices (docs/calibration.md): no fixed feature set was best on both
+# Chosen on the validation devices (docs/guide/calibrate.md): no fixed feature set was best on both
 # NAS-Bench-201 and timm; ``auto`` -- per calibration, the variant of lowest nested
 # leave-one-model-out error on the K rows themselves -- was at or near the best on both.
 DEFAULT_VARIANT = "auto"
@@ -286,7 +286,7 @@ def auto_residuals(nested: dict[str, np.ndarray], inner: dict[str, np.ndarray]) 
 
     ``auto`` keeps the variant of smallest nested RMS on all K rows; taking the interval's ``s``
     from that variant's residuals is optimistic (the smallest of several noisy RMS values,
-    docs/calibration.md).  Here each left-out model ``i`` gets the residual of the variant that
+    docs/guide/calibrate.md).  Here each left-out model ``i`` gets the residual of the variant that
     *its* fold would have chosen without it: the one of lowest inner leave-one-model-out error on
     the other K - 1 models' rows (``inner[v]``, from :func:`nested_residuals` with ``inner=True``;
     the closed-form error that also chose that fold's ridge strength).  ``nested`` and ``inner``:
@@ -386,7 +386,7 @@ def _kscale(logy: np.ndarray) -> tuple[float, float]:
 # leave-one-model-out residuals of the K calibration models, per way the K models were chosen
 # (``spanning``: K-centre, as the shipped calibration set; ``random``: any other choice) and level.
 # Learned by simulating K-shot calibration on the validation and source devices only, never a test
-# device (docs/calibration.md).  Interpolated in log K, held constant outside the table.
+# device (docs/guide/calibrate.md).  Interpolated in log K, held constant outside the table.
 SCALE_TABLE: dict[str, dict[float, dict[int, float]]] = {
     # python benchmarks/calibration_intervals.py learn rows_nb201.npz rows_timm3090.npz rows_timm4090.npz
     #   (its scaled_table: auto with the variant choice nested, train-only timm sources; 13 NAS-Bench-201
@@ -401,7 +401,7 @@ SELECTIONS = ("auto", "spanning", "random")
 # the source trunk's embedding, ``beta`` per mean leave-one-model-out distance of the K rows; one c(K)
 # for every way of choosing the K models.  Chosen and learned like SCALE_TABLE, on validation and
 # source devices only: python benchmarks/calibration_intervals.py learn rows_nb201.npz
-# rows_timm3090.npz rows_timm4090.npz (docs/calibration.md; auto's residuals with the variant choice
+# rows_timm3090.npz rows_timm4090.npz (docs/guide/calibrate.md; auto's residuals with the variant choice
 # nested; each calibration weighs the same in c(K); benchmarks/data/calibration/interval_learn_nested.json).
 DISTANCE_RULE = {"space": "emb", "beta": 1.0, "form": "linear"}
 # c(K) learned on the validation and source devices with 20 random and 20 K-centre calibrations per
@@ -627,7 +627,7 @@ def calibrate(source, graphs: Sequence, y: np.ndarray, models: Sequence[str], me
     if groups.max(initial=-1) + 1 < MIN_MODELS:
         raise PerfseerError(f"calibration needs at least {MIN_MODELS} distinct measured models, got "
                             f"{groups.max(initial=-1) + 1}",
-                            "measure more models of the calibration set (perfseer collect, docs/calibration.md)")
+                            "measure more models of the calibration set (perfseer collect, docs/guide/calibrate.md)")
     cols = [i for i, t in enumerate(source.targets) if t.metric == metric]
     if not cols:
         raise PerfseerError(f"predictor {source.name} predicts no {metric}",
@@ -847,21 +847,21 @@ def _sha256(path) -> str | None:
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
 
 
-# On the timm validation devices of docs/calibration.md (train-only sources; `calibration_sweep.py
+# On the timm validation devices of docs/guide/calibrate.md (train-only sources; `calibration_sweep.py
 # report`, "timm validation devices"), a GPU predictor calibrated to a CPU (i9-10940X, i7-12700H)
 # with 10-50 rows erred by 15.6-207.1 % MAPE by variant and K models, to the RTX 5090 10.2-15.9 %.
 CROSS_KIND = ("calibrated across device kinds: the source predictor was trained on a {src} and the new "
-              "device is a {dst}; on the validation devices (docs/calibration.md) a GPU predictor calibrated to "
+              "device is a {dst}; on the validation devices (docs/guide/calibrate.md) a GPU predictor calibrated to "
               "a CPU with 10-50 rows erred by 16-207 % MAPE, against 10-16 % from GPU to GPU, so the default "
               "correction across kinds is a fit of the rows on their FLOPs and memory access (variant cost: "
               "16-53 % there): calibrate a predictor of a {dst} instead where one exists (perfseer predictors)")
 # The ``auto`` variant across device kinds (chosen on the timm validation devices: the RTX 3090 and
-# RTX 4090 sources calibrated to the i9-10940X and i7-12700H; docs/calibration.md, "Across device kinds").
+# RTX 4090 sources calibrated to the i9-10940X and i7-12700H; docs/guide/calibrate.md, "Across device kinds").
 CROSS_KIND_VARIANT = "cost"
 # Source and new device both of these kinds: ``auto`` also weighs :data:`BLEND_VARIANT` and keeps it
 # when its nested leave-one-model-out RMS on the K rows is lower than that of the variant it chose
 # (validated on the timm CPUs: train-only i9-10940X and i7-12700H sources calibrated to each other,
-# 17.0 % mean MAPE against 18.9 %; docs/calibration.md, "Two CPUs both ways").  Between GPUs the
+# 17.0 % mean MAPE against 18.9 %; docs/guide/calibrate.md, "Two CPUs both ways").  Between GPUs the
 # same choice never helped (12.5 against 12.3 %, worse in 7 of 12 cells): it applies to CPUs only.
 BLEND_KINDS = ("cpu",)
 

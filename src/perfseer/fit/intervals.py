@@ -107,6 +107,6 @@ def calibrate(predictor, sel) -> None:
         "level": itv.LEVEL, "method": "split-conformal", "space": "log",
         "calibration": f"{len(val)} validation rows (by {sel.split_column})",
         "targets": q, "ood_factor": old.get("ood_factor", itv.DEFAULT_OOD_FACTOR),
-        "ood_factor_source": old.get("ood_factor_source", "default (docs/trust.md)"),
+        "ood_factor_source": old.get("ood_factor_source", "default (docs/concepts/trust.md)"),
     }
     predictor.domain_embeddings = stored

@@ -895,7 +895,7 @@ def weight_work_enabled() -> bool:
 
     Off by default while most bundled predictors are ones trained on graphs where that work was
     folded: a graph extracted the other way is not what they learned from (what that costs them:
-    docs/models.md).  A predictor card records the extraction its training graphs had
+    docs/concepts/perfgraph.md).  A predictor card records the extraction its training graphs had
     (``extraction.weight_work``) and a prediction with it extracts the same way
     (:func:`keep_weight_work`).  ``PERFSEER_WEIGHT_WORK=1`` switches it on for everything else (dataset
     builds, physics estimates); it is read at every extraction, so worker processes follow it.

@@ -8,7 +8,7 @@ go through a pipe, the inferred model's bytes come back.  A helper that dies mid
 
 The in-process path serialises the model and parses the result too (that is how
 ``onnx.shape_inference.infer_shapes`` works), so the helper adds only the pipe transfers: the
-ResNet-50 extraction times with and without it are in ``docs/hardening.md``.  Forking the caller
+ResNet-50 extraction times with and without it are in ``docs/concepts/perfgraph.md``.  Forking the caller
 instead was measured slower (its page tables are copied at every pass once torch is loaded).
 
 ``PERFSEER_SHAPE_INFERENCE=inprocess`` runs inference in-process.

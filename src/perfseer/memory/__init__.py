@@ -6,7 +6,7 @@ through a model of PyTorch's CUDA caching allocator (:mod:`~perfseer.memory.allo
 peak allocated and reserved bytes; per-device constants (CUDA context, cuBLAS workspace,
 :mod:`~perfseer.memory.overheads`) complete the total (:mod:`~perfseer.memory.breakdown`).
 ONNX-only models get a liveness analysis of their graph (:mod:`~perfseer.memory.onnx_liveness`).
-See ``docs/memory.md``.
+See ``docs/concepts/memory-simulation.md``.
 """
 
 from __future__ import annotations

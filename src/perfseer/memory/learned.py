@@ -17,7 +17,7 @@ The total is persistent + predicted rest + CUDA context, with the card's 90 % in
 rest.  Training steps use it; an inference step that cannot be simulated gets the ONNX liveness
 analysis instead (:data:`INFER_FALLBACK`: it measured better), and ``memory-sim.infer`` stays
 available as a predictor card (``perfseer predict --predictor memory-sim.infer``).
-``docs/memory.md`` ("Learned memory") has the held-out-family accuracy against the ONNX
+``docs/concepts/memory-simulation.md`` ("Learned memory") has the held-out-family accuracy against the ONNX
 liveness analysis and a gradient-boosting baseline, and the commands that measure it.
 """
 
@@ -41,7 +41,7 @@ CARDS = {"infer": "memory-sim.infer", "train": "memory-sim.train"}
 #: with momentum, Adam's from AdamW: the same temporaries, state aside).
 PREFIX = {"sgd": "sgdm_", "sgd-momentum": "sgdm_", "adam": "adamw_", "adamw": "adamw_"}
 #: The fallback for an inference step that cannot be simulated: "learned" (the card) or
-#: "onnx-liveness".  Chosen by the held-out-family comparison in docs/memory.md ("Learned
+#: "onnx-liveness".  Chosen by the held-out-family comparison in docs/concepts/memory-simulation.md ("Learned
 #: memory"): on the peak reserved bytes of 38 models of 35 unseen families, ONNX liveness has a
 #: MAPE of 7.3 % (median 2.0 %), the inference card 23.7 % (median 11.8 %).  Both need the ONNX
 #: graph, so liveness is used whenever the card could be.

@@ -18,7 +18,7 @@ this module holds only what the memory model adds on top of the allocator's own 
   ``aten/src/ATen/cuda/CublasHandlePool.cpp``, PyTorch 2.x, when ``CUBLAS_WORKSPACE_CONFIG`` is
   unset).
 * **cuDNN workspaces** are transient per-convolution allocations whose size depends on the
-  algorithm cuDNN picks at run time; they are not modelled (see docs/memory.md).
+  algorithm cuDNN picks at run time; they are not modelled (see docs/concepts/memory-simulation.md).
 """
 
 from __future__ import annotations

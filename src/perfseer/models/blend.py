@@ -1,7 +1,7 @@
 """Blend: a weighted geometric mean of separately trained networks, weights fitted on validation.
 
 Networks of different design err on different unseen families (on the timm leave-families-out
-folds, SeerNet-Sum and PMGNS each lose some folds the other wins, ``docs/generalisation.md``), so
+folds, SeerNet-Sum and PMGNS each lose some folds the other wins, ``docs/history.md``), so
 averaging their log predictions cancels part of each one's family-specific error.  The blend is
 
 .. math::
@@ -15,7 +15,7 @@ the lowest validation MAPE on a grid of step 0.005 in ``[-0.3, 0.3]``).  The med
 prediction is not the MAPE-optimal point: MAPE charges an over-prediction more than an
 under-prediction of the same log size, so with errors of spread ``s`` the best constant lies
 below the median; on new families the spread is larger than on the training ones and the fitted
-``b`` is negative (-0.02 to -0.065 on the timm leave-families-out folds, ``docs/generalisation.md``).  Every member predicts the same standardised log target (the trainer
+``b`` is negative (-0.02 to -0.065 on the timm leave-families-out folds, ``docs/history.md``).  Every member predicts the same standardised log target (the trainer
 fits one target scaling on the training rows), so the blend is one network: its output is the
 weighted sum of its members' outputs, and a card holds it like any other (``kind: neural``, model
 ``blend``, the members' full configs in ``member_configs``).
@@ -54,7 +54,7 @@ from perfseer.models.registry import build_from_dict, config_class, is_neural, p
 
 MAX_MEMBERS = 4  # the weight search enumerates the simplex grid: 1,771 points at 4 members (or groups)
 # with tie_seeds: members in all (their distinct specs are at most MAX_MEMBERS): three seeds of each
-# of four kinds, the i9's choice of round 10 (docs/generalisation.md)
+# of four kinds, the i9's choice of round 10 (docs/history.md)
 MAX_TIED_MEMBERS = 12
 GRID = 20  # weight steps of 1/GRID
 _COMMON = ("node_dim", "edge_dim", "global_dim", "num_op_types", "num_targets")
@@ -66,7 +66,7 @@ class BlendConfig(ModelConfig):
 
     # the member networks, "+"-separated method specs NAME or NAME[FIELD=VALUE;...] of neural models
     # (the default: the lowest mean validation MAPE of the blends tried in the leave-families-out
-    # runs on both timm settings, docs/generalisation.md)
+    # runs on both timm settings, docs/history.md)
     members: str = "seernet[readout=sum]+seernet+pmgns"
     # one weight per member, comma-separated (>= 0, summing to 1); "" until fitted: equal weights
     weights: str = ""

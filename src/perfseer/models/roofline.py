@@ -23,7 +23,7 @@ and a LayerNorm reach very different shares of a device's peak, most of all on a
 per-group fit learns each share from the training graphs' total times and still extrapolates
 linearly in FLOPs and bytes.  On the timm leave-families-out folds it alone (times a constant) is at
 15.1 % (RTX 3090) and 18.0 % (i9), against 27.9 / 25.8 % for the shared roofline
-(docs/generalisation.md, "Round 9").
+(docs/history.md, "Round 9").
 
 **Recurrent steps** (``steps=True``; the estimator's ``recurrent_steps``, PMGNS's
 ``baseline_steps``): a recurrent node (``LSTM``, ``GRU``, ``RNN``) runs its time steps one after
@@ -32,7 +32,7 @@ step and direction, ``T x D`` times (:func:`node_launches`), not once.  On the i
 folds the per-group roofline with it predicts the held-out `sequencer2d` networks within 1.3 %
 (63.3 / 81.1 / 125.9 ms against 63.0 / 80.3 / 127.5 ms measured), with the overhead per launch
 fitted on families without a single recurrent node; without it they are 3.4-3.6x under-predicted
-(docs/generalisation.md, "Round 11").
+(docs/history.md, "Round 11").
 
 Two uses:
 

@@ -36,7 +36,7 @@ LIVE_FEATURES = ("live_flops_fraction", "live_node_fraction", "output_independen
 
 # The live columns loglinear reads by default: none.  Each candidate (the log live FLOPs share, with
 # the operator share, the output-independent indicator, with and without K-centre selection over
-# it) lowered the mean Spearman on HELP's validation devices at K = 10 (docs/calibration.md).
+# it) lowered the mean Spearman on HELP's validation devices at K = 10 (docs/guide/calibrate.md).
 LIVE_DESIGN: tuple[str, ...] = ()
 
 

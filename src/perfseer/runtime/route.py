@@ -14,7 +14,7 @@ model extracted one way (:func:`extraction`) and answers through the
 
 Measured predictors win where both exist: on timm inference, leave-one-GPU-out, the spec model and
 the transfer are further from the measurements than the measured-device SeerNets' test scores
-(``benchmarks/spec_timm_logo.py``, ``benchmarks/spec_transfer_logo.py``, docs/devices.md).
+(``benchmarks/spec_timm_logo.py``, ``benchmarks/spec_transfer_logo.py``, docs/concepts/spec-model.md).
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def parse_reference(text: str) -> HFReference:
         else:
             raise ModelLoadError(
                 f"unknown option '@{opt}' in hf:{text}",
-                f"use @{', @'.join((*HEADS, *ATTENTIONS, *DTYPES))} (see docs/transformers.md)")
+                f"use @{', @'.join((*HEADS, *ATTENTIONS, *DTYPES))} (see docs/concepts/perfgraph.md)")
     config, source = resolve_config(name.strip())
     return HFReference(name.strip(), config, source, head, attention, dtype)
 

@@ -141,7 +141,7 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
             device's peak, so ``full`` can learn per-GPU efficiencies; ``relative`` cannot.
             ``relative-gemm``: ``relative`` for GEMMs, ``full`` for the others.  Without its
             dimensions a GEMM on a much faster device (tensor cores) looks like a small,
-            launch-bound kernel: measured in docs/devices.md, where ``full`` is the bundled choice.
+            launch-bound kernel: measured in docs/concepts/spec-model.md, where ``full`` is the bundled choice.
     """
     if feature_set not in FEATURE_SETS:
         raise ValueError(f"feature_set must be one of {FEATURE_SETS}, got {feature_set!r}")
@@ -191,7 +191,7 @@ def device_frame(specs, precisions, families, matrix_fp32: bool = False) -> pd.D
     ``matrix_fp32``: FP32 GEMM and convolution rows use the sheet's ``fp32_matrix`` peak where it
     has one (AMD CDNA: rocBLAS runs FP32 GEMMs on the matrix cores, at twice the vector rate), the
     vector peak elsewhere.  Off by default: the bundled model was trained and evaluated without it
-    (no training GPU has an FP32 matrix peak); docs/devices.md measures both on MI100 / MI210."""
+    (no training GPU has an FP32 matrix peak); docs/concepts/spec-model.md measures both on MI100 / MI210."""
     cache: dict = {}
     rows = []
     for s, p, fam in zip(specs, precisions, families):

@@ -6,7 +6,7 @@ time), from the roofline / wave / device features of :func:`perfseer.specmodel.k
 (so on relative error), features standardised with the training set's mean and deviation.
 On a device beyond the training devices' range (``KernelModel.beyond_range``) the answer is
 pulled toward the physics estimate ``t_roof + floor`` (``KernelModelConfig.ood_weight``; the
-bundled card: their geometric mean), measured in docs/devices.md.
+bundled card: their geometric mean), measured in docs/concepts/spec-model.md.
 
 Saved as ``NAME.safetensors`` (weights and scalers) + ``NAME.json`` (the card: config, feature
 count per family, training data and scores); nothing is unpickled.

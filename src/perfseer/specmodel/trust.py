@@ -1,6 +1,6 @@
 """How far to trust a spec-model answer: its domain of validity, a verdict with reasons per row,
 and a 90 % interval — the fields every measured-device prediction row carries (``interval``,
-``in_domain``, ``domain_reasons``, ``flags``; see ``docs/trust.md``), here for a GPU nobody measured.
+``in_domain``, ``domain_reasons``, ``flags``; see ``docs/concepts/trust.md``), here for a GPU nobody measured.
 
 **Domain** (``domain`` in the spec card, written by ``scripts/train_spec_model.py`` from the GPUs
 its kernel data come from).  A row is out of domain, with one reason each, when

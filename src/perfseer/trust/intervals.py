@@ -3,7 +3,7 @@
 A predictor's card holds, per target, ``q``: the conformal quantile of the absolute log
 residuals ``|ln(measured / predicted)|`` over its validation rows (architectures it never trained
 on; the validation split chose the epoch, which makes ``q`` a little optimistic, measured in
-``docs/trust.md``).  With ``n`` rows and level ``1 - a``, ``q`` is the ``ceil((n + 1)(1 - a))``-th
+``docs/concepts/trust.md``).  With ``n`` rows and level ``1 - a``, ``q`` is the ``ceil((n + 1)(1 - a))``-th
 smallest residual (Vovk et al.; Lei et al. 2018), so for a new graph drawn like the validation
 ones ``P(measured in [p e^-q, p e^q]) >= 1 - a``.  The interval is multiplicative, as errors
 of latency predictors are: 10 % either way at 1 ms and at 1 s.
