@@ -142,7 +142,7 @@ def live(args, console) -> None:
     from perfseer.features.perfgraph import build_perfgraph
     from perfseer.graph.extract import extract_graph
     from perfseer.graph.liveness import liveness
-    from perfseer.graph.spaces.nb201_onnx import nb201_skeleton
+    from perfseer.sources.nas.nb201_onnx import nb201_skeleton
 
     z = load_cache(args.cache)
     n = len(z["glob"])

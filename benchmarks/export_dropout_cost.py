@@ -2,7 +2,7 @@
 
 Every export of a PyTorch module runs one extra training-mode forward on fake tensors
 (:func:`perfseer.graph.torch_export.training_dropouts`) to find the dropouts a training step
-applies.  This times a whole export (:func:`perfseer.graph.load.load_skeleton`) of each model and the
+applies.  This times a whole export (:func:`perfseer.sources.load.load_skeleton`) of each model and the
 part of it spent in that pass, one process, after one warm-up export.
 
     python benchmarks/export_dropout_cost.py --models timm:resnet50,timm:vit_base_patch16_224,hf:gpt2 \\
@@ -23,7 +23,7 @@ import _training_bench as tb  # noqa: E402
 
 def measure(models: list[str]) -> list[dict]:
     import perfseer.graph.torch_export as te
-    from perfseer.graph.load import load_skeleton
+    from perfseer.sources.load import load_skeleton
 
     original = te.training_dropouts
     spent: list[float] = []

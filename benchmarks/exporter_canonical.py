@@ -38,7 +38,7 @@ def legacy_export(ref: str, fold: bool):
     import onnx
     import torch
 
-    from perfseer.graph.zoo import build_zoo_model
+    from perfseer.sources.zoo import build_zoo_model
 
     zoo, name = ref.split(":", 1)
     module, shape, _ = build_zoo_model(zoo, name, meta=False)

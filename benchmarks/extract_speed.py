@@ -71,7 +71,7 @@ def cpu_ms(path: str, repeats: int) -> float:
 def resnet50_files() -> dict[str, Path]:
     import torch
 
-    from perfseer.graph.zoo import import_zoo
+    from perfseer.sources.zoo import import_zoo
     from perfseer.graph.torch_export import _quiet
 
     tvm = import_zoo("torchvision")
@@ -99,7 +99,7 @@ def vitl_external() -> Path:
     import torch
 
     from perfseer.graph.torch_export import _quiet
-    from perfseer.graph.zoo import import_zoo
+    from perfseer.sources.zoo import import_zoo
 
     path = CACHE / "vit_large_ext" / "vit_l16.onnx"
     if path.exists():
@@ -121,14 +121,14 @@ def vitl_external() -> Path:
 _HWM = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) / 1024"
 _PEAK = f"""
 import sys, json, time
-import perfseer, perfseer.graph.zoo as z
+import perfseer, perfseer.sources.zoo as z
 z.import_zoo('timm'); import torch.onnx
 t = time.perf_counter()
 pg = perfseer.extract(sys.argv[1])
 dt = time.perf_counter() - t
 print(json.dumps({{"peak_rss_mb": {_HWM}, "params": pg.params, "macs": pg.macs, "seconds": dt}}))
 """
-_BASE = f"import json, perfseer, perfseer.graph.zoo as z; z.import_zoo('timm'); import torch.onnx; " \
+_BASE = f"import json, perfseer, perfseer.sources.zoo as z; z.import_zoo('timm'); import torch.onnx; " \
         f"print(json.dumps({{'peak_rss_mb': {_HWM}}}))"
 
 
@@ -142,7 +142,7 @@ def nb201_row(n: int = 300) -> tuple[str, str, str, str]:
     import random
 
     import perfseer
-    from perfseer.graph.spaces.nb201 import OPS
+    from perfseer.sources.nas.nb201 import OPS
 
     rng = random.Random(0)
     archs = ["+".join("|" + "|".join(f"{rng.choice(OPS)}~{j}" for j in range(i)) + "|" for i in (1, 2, 3))
@@ -162,7 +162,7 @@ def fbnet_row(n: int = 200) -> tuple[str, str, str, str]:
     import random
 
     import perfseer
-    from perfseer.graph.spaces.fbnet import NUM_BLOCKS, SEARCH_SPACE
+    from perfseer.sources.nas.fbnet import NUM_BLOCKS, SEARCH_SPACE
 
     rng = random.Random(0)
     archs = [" ".join(rng.choice(SEARCH_SPACE) for _ in range(NUM_BLOCKS)) for _ in range(n)]
@@ -185,7 +185,7 @@ def main() -> None:
                          "process, and PERFSEER_SHAPE_INFERENCE=inprocess)")
     args = ap.parse_args()
     import perfseer
-    from perfseer.graph.zoo import import_zoo
+    from perfseer.sources.zoo import import_zoo
     from rich.console import Console
     from rich.table import Table
 

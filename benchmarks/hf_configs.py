@@ -16,7 +16,7 @@ import json
 
 def rows() -> list[dict]:
     from perfseer.errors import PerfseerError
-    from perfseer.graph.hf import build_model, known_models, parse_reference
+    from perfseer.sources.hf import build_model, known_models, parse_reference
 
     out = []
     for name in known_models():

@@ -69,7 +69,7 @@ TOL = 0.02
 
 
 def model_list(max_gmacs: float) -> list[str]:
-    from perfseer.graph.zoo import import_zoo
+    from perfseer.sources.zoo import import_zoo
 
     timm = import_zoo("timm")
 
@@ -132,7 +132,7 @@ def _build(zoo: str, name: str, meta: bool):
     each get a deep copy of the same freshly initialised module)."""
     import copy
 
-    from perfseer.graph.zoo import build_zoo_model
+    from perfseer.sources.zoo import build_zoo_model
 
     key = (zoo, name, meta)
     if key not in _BUILT:

@@ -63,7 +63,7 @@ def _child(model: str, batch: int, phase: str) -> None:
     import torch
     import torch.nn.functional as F
 
-    from perfseer.graph.zoo import build_zoo_model
+    from perfseer.sources.zoo import build_zoo_model
 
     before = nvml_used_mib()
     zoo, name = model.split(":", 1)

@@ -143,7 +143,7 @@ def liveness(rows, cache: Path) -> dict:
 
     from perfseer.atomic import atomic_write_text
     from perfseer.graph.extract import extract_graph
-    from perfseer.graph.load import load_skeleton
+    from perfseer.sources.load import load_skeleton
     from perfseer.memory.breakdown import analyse
     from perfseer.memory.onnx_liveness import graph_trace
     from perfseer.memory.overheads import overheads_for

@@ -35,7 +35,7 @@ import calibration_sweep as cs  # noqa: E402
 
 def disconnected(arch: str) -> bool:
     """True when the cell's output (node 3) has no path of non-``none`` edges from its input."""
-    from perfseer.graph.spaces.nb201 import parse_nb201
+    from perfseer.sources.nas.nb201 import parse_nb201
 
     reach = {0}
     for i, ops in enumerate(parse_nb201(arch.split(":", 1)[-1]), start=1):

@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     import perfseer
-    from perfseer.graph.load import example_path
+    from perfseer.sources.load import example_path
     from perfseer.runtime.predictor import UnseenOperatorWarning
 
     tb.set_threads(args.threads)

@@ -187,7 +187,7 @@ class _Graphs:
     def get(self, stem: str, phase: str, attention: str, seq: int, batch: int):
         from perfseer.features.perfgraph import build_perfgraph
         from perfseer.graph.extract import extract_graph
-        from perfseer.graph.hf import export_hf_model
+        from perfseer.sources.hf import export_hf_model
         from perfseer.graph.onnx_io import read_skeleton
         from perfseer.graph.torch_export import META_DROPOUT
 

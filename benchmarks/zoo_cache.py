@@ -49,7 +49,7 @@ def timm_reference() -> dict[str, dict]:
 
 
 def torchvision_names() -> list[str]:
-    from perfseer.graph.zoo import import_zoo
+    from perfseer.sources.zoo import import_zoo
 
     tvm = import_zoo("torchvision")
     return sorted(tvm.list_models(module=tvm))
@@ -62,7 +62,7 @@ def cache_path(zoo: str, name: str, img: int) -> Path:
 def _worker(zoo: str, jobs: list[tuple[str, int]], index: Path) -> None:
     import onnx
 
-    from perfseer.graph.zoo import export_zoo_model
+    from perfseer.sources.zoo import export_zoo_model
 
     for name, img in jobs:
         t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 Each model runs in its own process (one at a time, ``nice``-friendly, one torch thread) so that
 its time includes importing torch and exporting from scratch, as a user's first
 ``perfseer graph torchvision:NAME`` does.  Detectors are exported at batch 1 and their default
-image size (``perfseer.graph.zoo.default_input_shape``), with the default number of boxes
+image size (``perfseer.sources.zoo.default_input_shape``), with the default number of boxes
 (``perfseer.graph.detection.DEFAULT_BOXES``) unless ``--boxes`` is given.
 
     python benchmarks/zoo_detection.py [--models NAME ...] [--boxes N] [--timeout 600]
@@ -70,7 +70,7 @@ def run_one(name: str, boxes: int, timeout: float) -> dict:
 
 
 def markdown(rows: dict) -> str:
-    from perfseer.graph.zoo import import_zoo
+    from perfseer.sources.zoo import import_zoo
 
     tv = import_zoo("torchvision")
     out = ["| model | input | s | params | torchvision params | GMACs | torchvision GMACs | nodes | NMS / RoiAlign / TopK |",

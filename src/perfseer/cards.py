@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfseer.errors import PerfseerError
+from perfseer.features import schema
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,6 @@ def read_card(path: str | os.PathLike, fmt: CardFormat) -> dict:
     if version > fmt.version:
         raise err(f"{path} is {what} format {version}, this perfseer reads up to {fmt.version}", "upgrade perfseer")
     if fmt.schema:
-        from perfseer.features import schema
-
         if card.get("schema_version") != schema.SCHEMA_VERSION:
             raise err(f"{path} was trained on feature schema {card.get('schema_version')}, this perfseer computes "
                       f"schema {schema.SCHEMA_VERSION}", "use a perfseer version with that schema, or re-train it")
@@ -104,8 +103,8 @@ def read_weights(path: str | os.PathLike, fmt: CardFormat, required: Iterable[st
     Raises:
         fmt.error: the file is missing, corrupt (truncated, not safetensors) or lacks a required tensor.
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError  # deferred: heavy, loaded on first use
+    from safetensors.torch import load_file  # deferred: heavy, loaded on first use
 
     path = Path(path)
     err, what = fmt.error, fmt.what

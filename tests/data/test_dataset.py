@@ -23,6 +23,7 @@ from perfseer.data.dataset import (FAILURE_COLUMNS, SkeletonCache, build_dataset
 from perfseer.data.table import read_table, write_table
 from perfseer.errors import ModelLoadError
 from perfseer.features.pyg import load_graphs
+from perfseer.data import dataset
 from perfseer.sources import load as sources_load
 from perfseer.sources.load import example_path
 from perfseer.graph.onnx_io import read_skeleton
@@ -124,6 +125,7 @@ def fake_zoo(monkeypatch):
         return skel
 
     monkeypatch.setattr(sources_load, "load_skeleton", load_skeleton)
+    monkeypatch.setattr(dataset, "load_skeleton", load_skeleton)  # where the export tasks call it
     return calls
 
 

@@ -123,6 +123,7 @@ def test_cli_report_states_the_basis(cached_extract):
 @pytest.mark.parametrize("phase", ["train", "infer"])
 def test_simulation_and_export_both_failing_is_a_clear_error(phase, monkeypatch):
     import perfseer.features.extract
+    import perfseer.memory.onnx_liveness
     import perfseer.sources.load
 
     def load(model, **kw):
@@ -130,6 +131,7 @@ def test_simulation_and_export_both_failing_is_a_clear_error(phase, monkeypatch)
 
     monkeypatch.setattr(perfseer.features.extract, "load_skeleton", load)
     monkeypatch.setattr(perfseer.sources.load, "load_skeleton", load)
+    monkeypatch.setattr(perfseer.memory.onnx_liveness, "load_skeleton", load)  # inference: the liveness estimate
     with pytest.raises(SimulationError, match="could not run .*nonzero.*could not be extracted either"):
         perfseer.memory(ExportOnly(), batch=2, phase=phase, input_shape=(3, 32, 32))
 

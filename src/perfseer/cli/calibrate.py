@@ -7,6 +7,12 @@ import json
 import sys
 
 from perfseer.errors import PerfseerError
+import numpy as np
+import os
+from perfseer.features.pyg import attach_liveness
+from pathlib import Path
+from perfseer.runtime.predictor import Target
+from perfseer.runtime.predictor import load_predictor
 
 
 def add_parser(sub) -> None:
@@ -59,13 +65,11 @@ FEW_MODELS = 5  # the issue's smallest K; fewer models still make a card, with a
 
 
 def _rows(table, device, phase, metric):
-    import numpy as np
-
     if metric not in table.columns:
         raise PerfseerError(f"the measurements have no {metric} column", "measure it, or pass --metric")
     rows = table[table[metric].notna()]
     if rows.empty:
-        from perfseer.data.table import METRIC_COLUMNS
+        from perfseer.data.table import METRIC_COLUMNS  # deferred: loads pandas, pyarrow
 
         measured = [c for c in METRIC_COLUMNS if c in table.columns and table[c].notna().any()]
         raise PerfseerError(f"no row of the measurements has a value of {metric}",
@@ -108,12 +112,9 @@ def graphs_of(rows, base_dir=None, weight_work: bool | None = None) -> list:
     Raises:
         PerfseerError: a model that cannot be extracted, named with its error.
     """
-    import os
 
-    from perfseer.features.extract import extract
-    from perfseer.data.dataset import parse_shape
-
-    from perfseer.features.pyg import attach_liveness
+    from perfseer.features.extract import extract  # deferred: loads onnx
+    from perfseer.data.dataset import parse_shape  # deferred: loads onnx, pandas
 
     cache, live, out = {}, {}, []
     for _, r in rows.iterrows():
@@ -138,11 +139,10 @@ def graphs_of(rows, base_dir=None, weight_work: bool | None = None) -> list:
 
 
 def _meta_head(source, data, device, phase, metric):
-    import numpy as np
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
-    from perfseer.data.dataset import load_dataset, resolve_dataset
-    from perfseer.fit import calibrate as C
+    from perfseer.data.dataset import load_dataset, resolve_dataset  # deferred: loads onnx, pandas
+    from perfseer.fit import calibrate as C  # deferred: loads torch, onnx
 
     ds = load_dataset(resolve_dataset(data))
     L = ds.labels
@@ -163,11 +163,8 @@ def _meta_head(source, data, device, phase, metric):
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from perfseer.data.table import read_table
-    from perfseer.runtime.predictor import Target, load_predictor
-    from perfseer.fit.calibrate import CalibrationConfig, calibrate, calibrated_predictor
+    from perfseer.data.table import read_table  # deferred: loads pandas, pyarrow
+    from perfseer.fit.calibrate import CalibrationConfig, calibrate, calibrated_predictor  # deferred: loads torch, onnx
 
     source = load_predictor(args.predictor)
     table = read_table(args.measurements)

@@ -21,6 +21,35 @@ from pathlib import Path
 from perfseer.profiling.jobs import OPTIMIZERS, PHASES, PRECISIONS, CollectError
 from perfseer.sources import NAMES, scheme_word, split_reference
 from perfseer.sources.space import canonical_ref
+from perfseer.cli.bounds import MAX_BATCH
+from perfseer.profiling.jobs import parse_shape
+from perfseer.profiling.jobs import shape_text
+import importlib.util
+import re
+from perfseer.profiling.backends import BACKENDS
+from perfseer.profiling.backends import backend_class
+from perfseer.profiling.protocol import Protocol
+from perfseer.cli.bounds import MAX_SPACE
+from rich.console import Console
+from perfseer.profiling.collect import Grid
+from perfseer.profiling.collect import Summary
+from perfseer.profiling.collect import models_from
+from perfseer.profiling.collect import plan
+from perfseer.profiling.collect import run_local
+from perfseer.profiling.store import Store
+from perfseer.profiling.ray_runner import RayRunner
+from perfseer.profiling.worker import Worker
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
+from rich.progress import TimeRemainingColumn
+import hashlib
+import json
+from rich import box
+from rich.table import Table
+from perfseer.profiling.jobs import STATUSES
 
 _BACKENDS = ("torch-cpu", "ort-cpu", "torch-cuda")  # perfseer.profiling.backends.BACKENDS, without importing
 
@@ -135,14 +164,11 @@ def parse_batches(text: str) -> list[int]:
     items = [t.strip() for t in str(text).split(",") if t.strip()]
     if not items:
         raise CollectError(f"--batches {text!r} names no batch size", "write batch sizes like 1,2,4,8")
-    from perfseer.cli.bounds import MAX_BATCH
 
     return sorted({_int(t, "--batches batch size", 1, MAX_BATCH) for t in items})
 
 
 def parse_shapes(text: str) -> list[str]:
-    from perfseer.profiling.jobs import parse_shape, shape_text
-
     shapes = [t for t in str(text).replace(";", ",").split(",") if t.strip()]
     if not shapes:
         raise CollectError("--input-shape is empty", "write one sample's shape, e.g. 3x64x64")
@@ -165,10 +191,6 @@ def read_model_file(path: str) -> list[str]:
 def check_backend_spec(name: str) -> None:
     """``--backend``: a registered name, or ``package.module:Class`` whose module can be found
     (located without being imported, so a typo never runs another module's code)."""
-    import importlib.util
-    import re
-
-    from perfseer.profiling.backends import BACKENDS
 
     if name in BACKENDS:
         return
@@ -206,8 +228,6 @@ def check_reference(ref: str) -> str:
 
 def collect_options(args) -> dict:
     """Every argument of ``collect run`` checked and converted; raises CollectError on the first bad one."""
-    from perfseer.profiling.backends import backend_class
-    from perfseer.profiling.protocol import Protocol
 
     check_backend_spec(args.backend)  # before anything it names is imported
     cls = backend_class(args.backend)
@@ -241,7 +261,6 @@ def collect_options(args) -> dict:
     refs = list(args.model)
     if args.models:
         refs += read_model_file(args.models)
-    from perfseer.cli.bounds import MAX_SPACE
 
     o["space"] = _int(args.space, "--space", 0, MAX_SPACE) if args.space is not None else None
     o["seed"] = _int(args.seed, "--seed", 0)
@@ -263,11 +282,6 @@ def collect_options(args) -> dict:
 # -- the subcommands ------------------------------------------------------------------------------------
 
 def run_collect(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from perfseer.profiling.collect import Grid, Summary, models_from, plan, run_local
-    from perfseer.profiling.store import Store
-
     o = collect_options(args)
     models = models_from(o["space"], o["seed"], o["refs"], o["classes"]) if (o["space"] or o["refs"]) else None
     err = Console(stderr=True, highlight=False)
@@ -279,13 +293,9 @@ def run_collect(args: argparse.Namespace) -> int:
             raise CollectError(f"nothing to measure: '{o['db']}' has no pending job and no models were given",
                                "give --space N, --model REF or --models FILE")
         if args.ray:
-            from perfseer.profiling.ray_runner import RayRunner
-
             runner = RayRunner(args.ray, o["backend"], o["backend_options"], o["recycle"],
                                gpus=1 if o["backend"] == "torch-cuda" else 0)
         else:
-            from perfseer.profiling.worker import Worker
-
             runner = Worker(o["backend"], o["backend_options"], recycle_every=o["recycle"], log_path=args.worker_log)
         started = time.perf_counter()
         with err.status(f"starting the {o['backend']} worker (imports and warms up its libraries)"):
@@ -309,9 +319,6 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def _run_with_progress(runner, store, pending, o, summary, console, quiet, run_local) -> None:
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
     total = len(pending) if o["limit"] is None else min(len(pending), o["limit"])
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
@@ -331,7 +338,6 @@ def _run_with_progress(runner, store, pending, o, summary, console, quiet, run_l
 
 def _console():
     """stdout for results: no wrapping of long paths, no markup or highlighting of user text."""
-    from rich.console import Console
 
     return Console(soft_wrap=True, markup=False, highlight=False)
 
@@ -339,8 +345,6 @@ def _console():
 def _short(model: str, batch: int, phase: str) -> str:
     """A short label for progress and failure lists (a space: config is long: its hash stands in)."""
     if model.startswith("space:"):
-        import hashlib
-
         model = "space#" + hashlib.sha1(model.encode()).hexdigest()[:8]
     elif len(model) > 30:
         model = model[:27] + "..."
@@ -363,8 +367,6 @@ def _print_summary(console, summary, db: str) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from perfseer.profiling.store import Store
-
     with Store(_existing(args.db), create=False) as store:
         table, excluded = store.export(args.out, args.failures, args.source)
     console = _console()
@@ -386,14 +388,6 @@ def _existing(db: str) -> str:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    import json
-
-    from rich import box
-    from rich.table import Table
-
-    from perfseer.profiling.jobs import STATUSES
-    from perfseer.profiling.store import Store
-
     n_fail = _int(args.failures, "--failures", 0)
     console = _console()
     with Store(_existing(args.db), create=False) as store:

@@ -9,6 +9,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
+from rich.progress import TimeRemainingColumn
+from rich.markup import escape
 
 SOURCES = ("timm-benchmark", "help-nas")  # perfseer.data.importers.IMPORTERS, without importing pandas
 
@@ -76,8 +86,8 @@ def import_to_table(source: str, directory: str, out: str):
     The plain function behind the subcommand, for use from Python.  Returns
     ``(table, report)``.
     """
-    from perfseer.data.importers import import_benchmark
-    from perfseer.data.table import table_format, write_table
+    from perfseer.data.importers import import_benchmark  # deferred: loads pandas, pyarrow
+    from perfseer.data.table import table_format, write_table  # deferred: loads pandas, pyarrow
 
     table_format(out)  # a bad suffix or a missing pyarrow fails before the import, not after
     table, report = import_benchmark(source, directory)
@@ -99,10 +109,6 @@ def _batches(values) -> str:
 
 
 def render(table, report, out: str, seconds: float) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     batches = table.groupby("device", sort=False)["batch_size"].unique() if len(table) else {}
     dropped = report.dropped_by_device()
@@ -136,11 +142,7 @@ def render(table, report, out: str, seconds: float) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
-    from perfseer.data.dataset import build_dataset
+    from perfseer.data.dataset import build_dataset  # deferred: loads onnx, pandas
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
@@ -165,7 +167,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    from perfseer.data.dataset import compact_dataset
+    from perfseer.data.dataset import compact_dataset  # deferred: loads onnx, pandas
 
     c = compact_dataset(args.src, args.out)
     print(f"wrote {c['graphs']:,} graphs of {c['models']:,} (model, input shape) to {args.out}: "
@@ -176,12 +178,7 @@ def run_compact(args: argparse.Namespace) -> int:
 
 
 def render_build(report) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from perfseer.data.dataset import failure_summary
+    from perfseer.data.dataset import failure_summary  # deferred: loads onnx, pandas
 
     console = Console()
     c, m = report.counts, report.manifest

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from perfseer.devices import add_device_file
+from perfseer.devices import get_device
+from perfseer.devices import list_devices
+from perfseer.devices import user_dir
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
 
 def add_parser(sub) -> None:
@@ -27,8 +34,6 @@ def _fmt(v, digits: int = 4) -> str:
 
 
 def run_devices(args: argparse.Namespace) -> int:
-    from perfseer.devices import add_device_file, get_device, list_devices, user_dir
-
     if args.add:
         specs = add_device_file(args.add)
         print(f"added {', '.join(s.name for s in specs)} to {user_dir()}")
@@ -51,9 +56,6 @@ def run_devices(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([s.to_dict() for s in specs], indent=1))
         return 0
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
 
     t = Table(title="devices (perfseer devices NAME shows one with its source)", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False)

@@ -7,6 +7,13 @@ from pathlib import Path
 
 from perfseer.errors import PerfseerError, ShapeError
 from perfseer.shapes import check_seq_len, parse_dims, parse_shape  # noqa: F401 - their old home
+from perfseer.features.extract import extract
+from perfseer.cli.bounds import MAX_BATCH
+from perfseer.cli.bounds import dumps
+from perfseer.features.pyg import save_graphs
+from perfseer.cli.bounds import atomic_write_text
+from rich.console import Console
+from rich.table import Table
 
 
 def add_parser(sub) -> None:
@@ -33,15 +40,12 @@ def add_parser(sub) -> None:
 
 def graph_summary(model, batch=None, input_shape=None, dims=None, seq_len=None) -> tuple[dict, object]:
     """Extract and summarise: the plain function behind the subcommand (tests call it directly)."""
-    from perfseer.features.extract import extract
 
     pg = extract(model, batch=batch, input_shape=input_shape, dims=dims, seq_len=seq_len)
     return pg.summary(), pg
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfseer.cli.bounds import MAX_BATCH, dumps
-
     if args.batch is not None and not 1 <= args.batch <= MAX_BATCH:
         raise ShapeError(f"--batch must be from 1 to {MAX_BATCH}, got {args.batch}", "pass --batch N with N >= 1")
     shape = parse_shape(args.input_shape) if args.input_shape is not None else None
@@ -49,8 +53,6 @@ def run(args: argparse.Namespace) -> int:
     summary, pg = graph_summary(args.model, args.batch, shape, parse_dims(args.dim), args.seq_len)
     summary["heaviest"] = [{"node": n, "op": o, "flops": f} for n, o, f in pg.heaviest(max(args.top, 0))]
     if args.save:
-        from perfseer.features.pyg import save_graphs
-
         save_graphs([pg], args.save, meta=[{"model": str(args.model), "batch_size": pg.batch_size}])
     text = dumps(summary, indent=2)
     for path in (args.out, args.json if args.json not in (None, "-") else None):
@@ -64,8 +66,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    from perfseer.cli.bounds import atomic_write_text
-
     try:
         atomic_write_text(path, text)
     except OSError as e:
@@ -80,9 +80,6 @@ def _si(value: float, unit: str = "") -> str:
 
 
 def render(summary: dict, model) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     t = Table(title=f"PerfGraph of {model} (batch {summary['batch_size']})", show_header=False, box=None)
     t.add_column(style="bold")

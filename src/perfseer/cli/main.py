@@ -14,6 +14,7 @@ import sys
 
 from perfseer import __version__
 from perfseer.errors import PerfseerError
+import os
 
 # subcommand -> (module whose add_parser(sub) defines it, one-line help shown by `perfseer --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -78,7 +79,6 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `perfseer ... | head`: the reader left; nothing to report
-        import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

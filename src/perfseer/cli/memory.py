@@ -9,13 +9,21 @@ from pathlib import Path
 
 from perfseer.memory.breakdown import LINES
 from perfseer.memory.step import OPTIMIZERS, PHASES, PRECISIONS
+from perfseer.cli.train import _ints
+from perfseer.memory.api import max_batch_for
+from perfseer.memory.api import memory
+from perfseer.memory.api import resolve_model
+from perfseer.errors import MemoryConfigError
+from perfseer.data.table import read_table
+from perfseer.data.table import write_table
+from perfseer.cli.bounds import dumps
+from perfseer.cli.graph import _write_atomic
+from perfseer.cli.graph import parse_shape
 
 MIB = 1 << 20
 
 
 def add_parser(sub) -> None:
-    from perfseer.cli.train import _ints
-
     p = sub.add_parser(
         "memory", help="peak GPU memory of a training or inference step, with its breakdown",
         description="Simulate one step of MODEL on fake tensors (no GPU, no weights), replay its allocations "
@@ -53,7 +61,6 @@ def add_parser(sub) -> None:
 def memory_report(model, batches, phase="train", optimizer="adamw", precision="fp32", device=None,
                   capacity_gib=None, context_mib=None, input_shape=None, max_batch=False, mig=False) -> dict:
     """What ``perfseer memory`` computes, as the dict its ``--json`` writes (tests call this)."""
-    from perfseer.memory.api import max_batch_for, memory, resolve_model
 
     src = resolve_model(model, input_shape)
     out = {"model": src.label, "input_shape": list(src.input_shape) if src.input_shape else None,
@@ -117,7 +124,6 @@ def format_report(rep: dict) -> str:
 def table_rows(rep: dict) -> list[dict]:
     """Measurement-table rows (README, Measurement tables) of a report: ``memory_mb`` is the total
     in MiB; ``device`` is ``GPU/PRECISION-sim`` (``cuda`` when no device was named)."""
-    from perfseer.errors import MemoryConfigError
 
     if not rep.get("input_shape"):
         raise MemoryConfigError("a measurement table needs the input shape", "pass --input-shape CxHxW")
@@ -130,9 +136,7 @@ def table_rows(rep: dict) -> list[dict]:
 
 def write_memory_table(rep: dict, path: str) -> None:
     """Add ``rep``'s rows to the table at ``path`` (validated, written atomically by write_table)."""
-    import pandas as pd
-
-    from perfseer.data.table import read_table, write_table
+    import pandas as pd  # deferred: heavy, loaded on first use
 
     rows = pd.DataFrame(table_rows(rep))
     if Path(path).exists():
@@ -141,9 +145,6 @@ def write_memory_table(rep: dict, path: str) -> None:
 
 
 def _write_json(path: str, obj: dict) -> None:
-    from perfseer.cli.bounds import dumps
-    from perfseer.cli.graph import _write_atomic
-
     text = dumps(obj, indent=1) + "\n"
     if path == "-":
         sys.stdout.write(text)
@@ -152,8 +153,6 @@ def _write_json(path: str, obj: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfseer.cli.graph import parse_shape
-
     shape = parse_shape(args.input_shape) if args.input_shape else None
     rep = memory_report(args.model, args.batch, phase=args.phase, optimizer=args.optimizer, precision=args.precision,
                         device=args.device, capacity_gib=args.capacity_gib, context_mib=args.context_mib,

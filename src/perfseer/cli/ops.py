@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from perfseer.features.ops import REGISTRY
+from rich.console import Console
+from rich.table import Table
 
 
 def add_parser(sub) -> None:
@@ -16,7 +19,6 @@ def add_parser(sub) -> None:
 
 def coverage() -> dict[str, dict]:
     """``{family: {"ops": [...], "convention": "..."}}`` from the operator registry."""
-    from perfseer.features.ops import REGISTRY
 
     out: dict[str, dict] = {}
     for op, fn in sorted(REGISTRY.items()):
@@ -30,12 +32,10 @@ def coverage() -> dict[str, dict]:
 def run(args: argparse.Namespace) -> int:
     cov = coverage()
     if args.json:
-        from perfseer.cli.bounds import dumps
+        from perfseer.cli.bounds import dumps  # deferred: loads onnx
 
         print(dumps(cov, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(title=f"{sum(len(v['ops']) for v in cov.values())} operator types with their own cost function",
                   show_lines=True)

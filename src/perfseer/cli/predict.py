@@ -8,11 +8,19 @@ import math
 import sys
 import warnings
 from pathlib import Path
+from perfseer.cli.train import _ints
+from perfseer.errors import PerfseerError
+from perfseer.runtime.predictor import UnseenOperatorWarning
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from perfseer.errors import MissingDependencyError
+from perfseer.runtime.predictor import list_predictors
+from rich.markup import escape
+import textwrap
 
 
 def add_parser(sub) -> None:
-    from perfseer.cli.train import _ints
-
     p = sub.add_parser(
         "predict", help="predict a model's latency (and other metrics) with a trained predictor",
         description="Extract MODEL's PerfGraph once, re-bind it to each batch size and predict every target of "
@@ -57,10 +65,8 @@ def add_parser(sub) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     """``perfseer predict``: :func:`perfseer.predict` (routing included), then the table or JSON."""
-    from perfseer.api import predict
-    from perfseer.cli.graph import check_seq_len, parse_dims, parse_shape
-    from perfseer.errors import PerfseerError
-    from perfseer.runtime.predictor import UnseenOperatorWarning
+    from perfseer.api import predict  # deferred: loads onnx, pandas
+    from perfseer.cli.graph import check_seq_len, parse_dims, parse_shape  # deferred: loads onnx
 
     check_seq_len(args.seq_len)
     devices = args.device or []
@@ -79,17 +85,17 @@ def run_predict(args: argparse.Namespace) -> int:
     for r in rows:
         r.pop("predictor", None)
     if getattr(args, "memory", False):
-        from perfseer.memory.api import memory_rows
+        from perfseer.memory.api import memory_rows  # deferred: loads torch
 
         extra, notes = memory_rows(args.model, rows, input_shape=shape)
         rows = rows + extra
         for n in notes:
             print(f"warning: {n}", file=sys.stderr)
-    from perfseer.cli.bounds import dumps
+    from perfseer.cli.bounds import dumps  # deferred: loads onnx
 
     doc = {"predictor": label, "predictions": rows}
     if args.out:
-        from perfseer.cli.graph import _write_atomic
+        from perfseer.cli.graph import _write_atomic  # deferred: loads onnx
 
         _write_atomic(Path(args.out), dumps(doc, indent=1) + "\n")
     if args.plot:
@@ -106,10 +112,6 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def _print_rows(rows: list[dict], title: str) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
     # a column whose value is the same on every row goes to the title (the table fits 80 columns)
     same = {k: rows[0][k] for k in ("device", "phase", "metric") if rows and len({r[k] for r in rows}) == 1}
     if same:
@@ -145,15 +147,12 @@ def _print_rows(rows: list[dict], title: str) -> None:
 def plot_sweep(rows: list[dict], path: str, title: str) -> None:
     """Latency and throughput against batch size, one line (and 90 % band) per device and phase."""
     try:
-        import matplotlib
+        import matplotlib  # deferred: an optional extra
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # deferred: an optional extra
     except ImportError as e:
-        from perfseer.errors import MissingDependencyError
-
         raise MissingDependencyError("matplotlib", "plot", "perfseer predict --plot") from e
-    from perfseer.errors import PerfseerError
 
     series: dict[str, list[dict]] = {}
     for r in rows:
@@ -174,7 +173,7 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
             ax_l.fill_between(b, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
             ax_t.fill_between(b, [x / h * 1e3 for x, h in zip(b, hi)], [x / lo_ * 1e3 for x, lo_ in zip(b, lo)],
                               color=line.get_color(), alpha=0.15, linewidth=0)
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter  # deferred: an optional extra
 
     for ax, label in ((ax_l, "latency per step (ms)"), (ax_t, "throughput (samples / s)")):
         ax.set_xscale("log", base=2)
@@ -197,15 +196,12 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
 
 
 def run_predictors(args: argparse.Namespace) -> int:
-    from perfseer.runtime.predictor import list_predictors
-
     items = list_predictors(args.dir)
     if args.json:
-        from perfseer.cli.bounds import dumps
+        from perfseer.cli.bounds import dumps  # deferred: loads onnx
 
         print(dumps(items, indent=1))
         return 0
-    from rich.console import Console
 
     console = Console(highlight=False)
     if not items:
@@ -221,7 +217,6 @@ def run_predictors(args: argparse.Namespace) -> int:
 
 def _predictor_block(it: dict) -> str:
     """One predictor in a few lines that fit 80 columns: what it covers, on which data, how well."""
-    from rich.markup import escape
 
     tr, d, sc = it.get("training") or {}, it.get("domain") or {}, it.get("scores") or {}
     rows = (tr.get("rows") or {}).get("train")
@@ -267,7 +262,6 @@ def _predictor_block(it: dict) -> str:
             parts.append(f"90\u00a0%\u00a0×/÷{math.exp(q):.2f}")  # kept on one line by the wrap below
         device = rest.rpartition(":")[0]
         who = metric if len(it.get("devices") or []) < 2 else f"{metric} {device}"
-        import textwrap
 
         body = textwrap.wrap("; ".join(parts), 78 - 19, break_on_hyphens=False) or [""]
         if len(who) > 18:  # a long target name on a line of its own, its scores under it

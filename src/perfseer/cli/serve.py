@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from perfseer.cli.train import positive
+from perfseer.errors import MissingDependencyError
+from perfseer.errors import PerfseerError
 
 
 def add_parser(sub) -> None:
-    from perfseer.cli.train import positive
-
     p = sub.add_parser(
         "serve", help="serve predictions over HTTP (REST API and a web page)",
         description="Run perfseer's REST API (/v1/..., docs at /docs) and its web page (/) with uvicorn.  Model "
@@ -39,17 +40,13 @@ def _entries(text: str) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from perfseer.errors import MissingDependencyError
-
     try:
-        import uvicorn
+        import uvicorn  # deferred: an optional extra
     except ImportError as e:
         raise MissingDependencyError("uvicorn", "serve", "perfseer serve") from e
-    from perfseer.serve.app import ServeConfig, create_app
+    from perfseer.serve.app import ServeConfig, create_app  # deferred: loads fastapi
 
     if not 0 < args.port < 65536:
-        from perfseer.errors import PerfseerError
-
         raise PerfseerError(f"--port {args.port} is not a TCP port", "use 1-65535, e.g. 8000")
     config = ServeConfig(jobs=args.jobs, job_time_s=args.job_time_limit, job_memory_mb=args.job_memory_mb,
                          cache_size=args.cache, row_cache_size=args.row_cache, max_upload_mb=args.max_upload_mb, models_dir=args.models_dir,

@@ -6,6 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+import shutil
+from perfseer.errors import PerfseerError
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from perfseer.runtime.predictor import load_predictor
 
 
 def _ints(text: str) -> list[int]:
@@ -13,7 +20,7 @@ def _ints(text: str) -> list[int]:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         values = []
-    from perfseer.cli.bounds import MAX_BATCH
+    from perfseer.cli.bounds import MAX_BATCH  # deferred: loads onnx
 
     if not values or any(v < 1 or v > MAX_BATCH for v in values):
         raise argparse.ArgumentTypeError(f"expected comma-separated integers from 1 to {MAX_BATCH}, got {text!r}")
@@ -34,9 +41,9 @@ def positive(kind):
 
 
 def add_parser(sub) -> None:
-    from perfseer.cli.bounds import MAX_GRAPHS_PER_STEP, MAX_HIDDEN, bounded_int
+    from perfseer.cli.bounds import MAX_GRAPHS_PER_STEP, MAX_HIDDEN, bounded_int  # deferred: loads onnx
 
-    from perfseer.fit.trainer import TrainConfig
+    from perfseer.fit.trainer import TrainConfig  # deferred: loads torch
 
     d = TrainConfig()
     p = sub.add_parser(
@@ -106,26 +113,22 @@ def add_parser(sub) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from perfseer.fit.recipe import train_predictor  # deferred: loads torch, onnx
+    from perfseer.fit.trainer import TrainConfig  # deferred: loads torch
 
-    from perfseer.fit.recipe import train_predictor
-    from perfseer.fit.trainer import TrainConfig
-
-    from perfseer.cli.bounds import check_name
+    from perfseer.cli.bounds import check_name  # deferred: loads onnx
 
     if args.name is not None:
         check_name(args.name)  # before training: the name becomes a file in --out
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        from perfseer.errors import PerfseerError
-
         raise PerfseerError(f"--out {out} is a file", "give a folder for the predictor files")
     cfg = TrainConfig(max_epochs=args.epochs, time_limit_s=args.time_limit, batch_size=args.batch_size, lr=args.lr,
                       seed=args.seed, num_threads=args.threads, pcgrad=not args.no_pcgrad,
                       device="cuda" if args.cuda else "cpu", progress=sys.stderr.isatty(),
                       checkpoint_dir=str(out / ".checkpoint"), resume=args.resume)
-    from perfseer.models.registry import parse_overrides
-    from perfseer.fit.methods import ALIASES
+    from perfseer.models.registry import parse_overrides  # deferred: loads torch, pandas
+    from perfseer.fit.methods import ALIASES  # deferred: loads torch, onnx
 
     model_config = (({"hidden_dim": args.hidden} if args.hidden else {})
                     | parse_overrides(ALIASES.get(args.model, args.model), args.set))
@@ -144,11 +147,10 @@ def run_train(args: argparse.Namespace) -> int:
               "--stage and with --resume to build the card")
         return 0
     card = predictor.save(out)
-    import shutil
 
     shutil.rmtree(out / ".checkpoint", ignore_errors=True)  # the predictor is saved: nothing to resume
     if args.json:
-        from perfseer.cli.bounds import dumps
+        from perfseer.cli.bounds import dumps  # deferred: loads onnx
 
         print(dumps(predictor.card, indent=1))
         return 0
@@ -158,10 +160,6 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _print_scores(card: dict, title: str) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for c in ("split", "target", "n", "MAPE %", "RMSE", "≤10 %", "Spearman", "Kendall"):
         t.add_column(c, justify="left" if c in ("split", "target") else "right")
@@ -173,25 +171,21 @@ def _print_scores(card: dict, title: str) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from perfseer.fit.evaluate import evaluate_predictor
-    from perfseer.runtime.predictor import load_predictor
+    from perfseer.fit.evaluate import evaluate_predictor  # deferred: loads onnx, pandas
 
     predictor = load_predictor(args.predictor)
     report = evaluate_predictor(predictor, args.measurements, split=args.split)
     if not report["rows_scored"]:
-        from perfseer.errors import PerfseerError
-
         why = [f"{n} rows of devices/phases the predictor does not cover" for n in [report["rows_not_covered"]] if n]
         why += [f"{len(report['failures'])} models that could not be built"] if report["failures"] else []
         raise PerfseerError(f"nothing in {args.measurements} could be scored by {predictor.name}"
                             + (f" ({'; '.join(why)})" if why else " (no rows)"),
                             "give measurements of a device and phase the predictor covers (perfseer predictors)")
     if args.json:
-        from perfseer.cli.bounds import dumps
+        from perfseer.cli.bounds import dumps  # deferred: loads onnx
 
         print(dumps(report, indent=1))
         return 0
-    from rich.console import Console
 
     _print_scores({"scores": {"measured": report["scores"]}}, f"{predictor.name} on {args.measurements}")
     c = Console()

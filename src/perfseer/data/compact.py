@@ -43,6 +43,10 @@ from pathlib import Path
 import numpy as np
 
 from perfseer.errors import SchemaError
+from perfseer.features.perfgraph import PRIMARY_NODE_COLUMNS
+from perfseer.features.perfgraph import derive_features
+from perfseer.features import schema
+from perfseer.features.pyg import OP_VOCAB
 
 COMPACT_FILE = "graphs.npz"
 _FORMAT = "perfseer.graphs.compact"
@@ -51,8 +55,6 @@ _RTOL = 1e-5
 
 
 def _primary():
-    from perfseer.features.perfgraph import PRIMARY_NODE_COLUMNS
-
     return np.array(PRIMARY_NODE_COLUMNS)
 
 
@@ -67,8 +69,6 @@ def _distinct(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rebuilt(base_x, slope_x, base_e, slope_e, delta, batch, params, num_cols):
-    from perfseer.features.perfgraph import derive_features
-
     x = np.zeros((base_x.shape[0], num_cols))
     x[:, _primary()] = base_x.astype(np.float64) + slope_x.astype(np.float64) * delta
     e = base_e.astype(np.float64) + slope_e.astype(np.float64) * delta
@@ -86,7 +86,6 @@ def pack(graphs, meta: list[dict], path: str | os.PathLike, vocab) -> dict:
 
     Returns counts: graphs, models stored, models stored per batch (not affine), distinct rows.
     """
-    from perfseer.features import schema
 
     prim = _primary()
     n_cols = len(schema.NODE_FEATURES)
@@ -174,9 +173,6 @@ class CompactGraphs:
     when first asked for and kept (callers must not modify it in place; copy it first)."""
 
     def __init__(self, path: str | os.PathLike):
-        from perfseer.features import schema
-        from perfseer.features.pyg import OP_VOCAB
-
         path = Path(path)
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -206,8 +202,8 @@ class CompactGraphs:
         return (self[i] for i in range(len(self)))
 
     def __getitem__(self, i: int):
-        import torch
-        from torch_geometric.data import Data
+        import torch  # deferred: heavy, loaded on first use
+        from torch_geometric.data import Data  # deferred: heavy, loaded on first use
 
         if not -len(self) <= i < len(self):
             raise IndexError(f"graph {i} out of range ({len(self)} graphs)")
@@ -224,8 +220,8 @@ class CompactGraphs:
         return self._build(int(i) % len(self), int(batch))
 
     def _build(self, i: int, batch: int | None = None):
-        import torch
-        from torch_geometric.data import Data
+        import torch  # deferred: heavy, loaded on first use
+        from torch_geometric.data import Data  # deferred: heavy, loaded on first use
 
         a, p = self._a, self._p
         k = int(a["graph_model"][i])

@@ -84,6 +84,32 @@ from perfseer.errors import MissingDependencyError, PerfseerError
 from perfseer.shapes import parse_shape
 from perfseer.sources import SCHEMES, choices, scheme_word, split_reference
 from perfseer.sources.hf import is_local_config
+from perfseer.graph.extract import weight_work_enabled
+from perfseer.features.pyg import op_type_ids
+from perfseer.sources.load import load_skeleton
+from perfseer.features.perfgraph import build_perfgraph
+from perfseer.graph.extract import extract_graph
+import multiprocessing
+import signal
+import threading
+from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import wait
+from concurrent.futures.process import BrokenProcessPool
+from perfseer import __version__
+from perfseer.data import splits
+from perfseer.data.table import read_table
+from perfseer.data.table import write_table
+from perfseer.features import schema
+from perfseer.features.pyg import save_graphs
+from perfseer.data.compact import COMPACT_FILE
+from perfseer.data.compact import pack
+from perfseer.features.pyg import OP_VOCAB
+from perfseer.data.compact import CompactGraphs
+from perfseer.errors import SchemaError
+from perfseer.features.pyg import load_graphs
+import shutil
+from perfseer.graph.onnx_io import read_skeleton
 
 # Version of what a cached skeleton holds; part of every cache key.  Bump it when the exporter or
 # the stored metadata changes in a way that makes old entries wrong.
@@ -135,7 +161,6 @@ def _versions() -> dict[str, str]:
 
 def extraction_settings() -> dict:
     """How graphs are extracted now (recorded in a dataset's manifest and a predictor's card)."""
-    from perfseer.graph.extract import weight_work_enabled
 
     return {"weight_work": weight_work_enabled()}
 
@@ -215,7 +240,6 @@ class SkeletonCache:
     def get(self, reference: str, input_shape: str):
         """The cached :class:`~perfseer.graph.onnx_io.Skeleton`, or ``None``.  An unreadable entry, or
         one recorded for another reference, is removed and counts as absent."""
-        from perfseer.graph.onnx_io import read_skeleton
 
         path = self.skeleton_path(reference, input_shape)
         if not path.is_file():
@@ -333,16 +357,12 @@ class BuildResult:
 
 
 def _arrays(pg) -> dict[str, np.ndarray]:
-    from perfseer.features.pyg import op_type_ids
-
     return {"x": pg.x.astype(np.float32), "edge_index": np.ascontiguousarray(pg.edge_index, dtype=np.int64),
             "edge_attr": pg.edge_attr.astype(np.float32), "u": pg.u.astype(np.float32)[None, :],
             "op_type": op_type_ids(pg.op_types)}
 
 
 def _load(task: BuildTask):
-    from perfseer.sources.load import load_skeleton  # imports onnx: deferred for CLI start-up
-
     if task.unsupported:
         raise PerfseerError(task.unsupported, "remove these rows, or convert the models to ONNX files")
     return load_skeleton(task.path or task.model, input_shape=parse_shape(task.input_shape))
@@ -359,8 +379,6 @@ def build_pair(task: BuildTask) -> BuildResult:
     Never raises for a model that cannot be built: the result carries the failure instead.
     Runs in a worker process (or in the main one with ``workers=0``).
     """
-    from perfseer.features.perfgraph import build_perfgraph
-    from perfseer.graph.extract import extract_graph
 
     start = time.perf_counter()
     result = BuildResult(task)
@@ -407,10 +425,6 @@ def build_pair(task: BuildTask) -> BuildResult:
 # -- running tasks in worker processes ------------------------------------------------------------
 
 def _init_worker() -> None:
-    import multiprocessing
-    import signal
-    import threading
-
     # Ctrl-C is for the main process, which shuts the pool down; the exporter needs no threads.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -454,9 +468,6 @@ def run_tasks(tasks: Iterable[BuildTask], workers: int, fn: Callable[[BuildTask]
         for task in tasks:
             yield fn(task)
         return
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
 
     context = multiprocessing.get_context("spawn")
     extra = {"max_tasks_per_child": tasks_per_worker} if sys.version_info >= (3, 11) else {}
@@ -589,8 +600,8 @@ def _atomic_text(path: Path, text: str) -> None:
 
 
 def _to_data(arrays: dict[str, np.ndarray]):
-    import torch
-    from torch_geometric.data import Data
+    import torch  # deferred: heavy, loaded on first use
+    from torch_geometric.data import Data  # deferred: heavy, loaded on first use
 
     return Data(x=torch.from_numpy(arrays["x"]), edge_index=torch.from_numpy(arrays["edge_index"]),
                 edge_attr=torch.from_numpy(arrays["edge_attr"]), u=torch.from_numpy(arrays["u"]),
@@ -627,13 +638,7 @@ def build_dataset(table: str | os.PathLike, out: str | os.PathLike, workers: int
         TableError: the table is missing or invalid.
         PerfseerError: the output or cache folder cannot be written.
     """
-    import pandas as pd
-
-    from perfseer import __version__
-    from perfseer.data import splits
-    from perfseer.data.table import read_table, write_table
-    from perfseer.features import schema
-    from perfseer.features.pyg import save_graphs
+    import pandas as pd  # deferred: heavy, loaded on first use
 
     start = time.perf_counter()
     table_path = Path(table)
@@ -712,8 +717,6 @@ def build_dataset(table: str | os.PathLike, out: str | os.PathLike, workers: int
 
     parquet = _parquet_available()
     labels_path = out / ("labels.parquet" if parquet else "labels.csv")
-    from perfseer.data.compact import COMPACT_FILE, pack
-    from perfseer.features.pyg import OP_VOCAB
 
     graphs_name = COMPACT_FILE if compact else GRAPHS_FILE
     compact_counts = None
@@ -807,10 +810,6 @@ def load_dataset(path: str | os.PathLike) -> GraphDataset:
         SchemaError: the folder is missing, incomplete (no manifest: a build did not finish) or its
             files are unreadable or of another feature schema.
     """
-    from perfseer.data.compact import CompactGraphs
-    from perfseer.data.table import read_table
-    from perfseer.errors import SchemaError
-    from perfseer.features.pyg import load_graphs
 
     path = Path(path)
     if not path.is_dir():
@@ -837,10 +836,6 @@ def compact_dataset(source: str | os.PathLike, out: str | os.PathLike) -> dict:
 
     Returns the counts of :func:`perfseer.data.compact.pack`, also stored in the manifest.
     """
-    import shutil
-
-    from perfseer.data.compact import COMPACT_FILE, pack
-    from perfseer.features.pyg import OP_VOCAB, load_graphs
 
     source, out = Path(source), Path(out)
     ds = load_dataset(source)
@@ -868,7 +863,6 @@ def resolve_dataset(name_or_path: str | os.PathLike) -> Path:
     Raises:
         SchemaError: neither exists (the message lists the committed datasets).
     """
-    from perfseer.errors import SchemaError
 
     p = Path(name_or_path)
     if p.is_dir():

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 
 from perfseer.sources import split_reference
 from perfseer.sources.zoo import REPARAM_SUFFIX
+from perfseer.errors import PerfseerError
 
 SPLITS = ("train", "val", "test")
 DEFAULT_RATIOS = (2, 1, 1)  # PerfSeer: 50 % train, 25 % validation, 25 % test
@@ -130,8 +131,6 @@ def model_family(model: str) -> str | None:
 
 
 def _check_ratios(ratios: Sequence[float]) -> tuple[float, ...]:
-    from perfseer.errors import PerfseerError
-
     ratios = tuple(float(r) for r in ratios)
     if len(ratios) != len(SPLITS) or any(not r >= 0 for r in ratios) or sum(ratios) <= 0:
         raise PerfseerError(f"split ratios must be {len(SPLITS)} non-negative numbers (train, val, test) "
@@ -165,7 +164,7 @@ def assign_splits(models: Sequence[str], seed: int = 0, ratios: Sequence[float] 
         A DataFrame aligned with ``models``: ``split`` (by architecture), ``family`` and
         ``family_split`` (empty where the reference has no family).
     """
-    import pandas as pd
+    import pandas as pd  # deferred: heavy, loaded on first use
 
     ratios = _check_ratios(ratios)
     models = pd.Series(list(models), dtype="string")

@@ -9,6 +9,7 @@ from perfseer.errors import ShapeError
 from perfseer.features.perfgraph import PerfGraph, build_perfgraph
 from perfseer.graph.extract import extract_graph
 from perfseer.sources.load import load_skeleton
+from perfseer.graph.detection import DETECTION_DIM
 
 
 def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, int] | None = None,
@@ -40,7 +41,6 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
         >>> pg = perfseer.extract("example:resnet18", batch=8)
         >>> pg.summary()["macs"]  # doctest: +SKIP
     """
-    from perfseer.graph.detection import DETECTION_DIM
 
     boxes = (dims or {}).get(DETECTION_DIM)
     is_hf = (model.startswith("hf:") if isinstance(model, str)

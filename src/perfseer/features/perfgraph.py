@@ -12,6 +12,11 @@ from perfseer.features import schema
 from perfseer.features.ops import REGISTRY, NodeView, OpCost, generic_cost, memory_of
 from perfseer.features.ops.registry import registry_key
 from perfseer.graph.ir import Graph, Tensor
+from perfseer.features.precision import node_compute_dtypes
+from perfseer.features.precision import totals_by_dtype
+from perfseer.features.precision import params_by_dtype
+from perfseer.features.precision import dominant
+from perfseer.features.pyg import to_data
 
 _N_HP = len(schema.HYPERPARAMETERS)
 _COST_AT = {name: _N_HP + i for i, name in enumerate(schema.COST_FEATURES)}
@@ -104,28 +109,23 @@ class PerfGraph:
 
     # -- element types (perfseer.features.precision) ---------------------------------------------
     def _compute_dtypes(self) -> list[str]:
-        from perfseer.features.precision import node_compute_dtypes
-
         return node_compute_dtypes(self.graph)
 
     @property
     def macs_by_dtype(self) -> dict[str, float]:
         """MACs by compute element type (``{"int8": ..., "float32": ...}``)."""
-        from perfseer.features.precision import totals_by_dtype
 
         return totals_by_dtype(self._compute_dtypes(), self._col("macs"))
 
     @property
     def flops_by_dtype(self) -> dict[str, float]:
         """FLOPs by compute element type."""
-        from perfseer.features.precision import totals_by_dtype
 
         return totals_by_dtype(self._compute_dtypes(), self._col("flops"))
 
     @property
     def params_by_dtype(self) -> dict[str, int]:
         """Parameters by stored element type."""
-        from perfseer.features.precision import params_by_dtype
 
         return params_by_dtype(self.graph)
 
@@ -135,7 +135,6 @@ class PerfGraph:
 
         The type holding most MACs (FLOPs without MACs); see :mod:`perfseer.features.precision`.
         """
-        from perfseer.features.precision import dominant, totals_by_dtype
 
         dtypes = self._compute_dtypes()
         return dominant(totals_by_dtype(dtypes, self._col("macs")), totals_by_dtype(dtypes, self._col("flops")))
@@ -163,8 +162,6 @@ class PerfGraph:
         }
 
     def _dtype_summary(self) -> dict:
-        from perfseer.features.precision import dominant, params_by_dtype, totals_by_dtype
-
         dtypes = self._compute_dtypes()
         macs, flops = totals_by_dtype(dtypes, self._col("macs")), totals_by_dtype(dtypes, self._col("flops"))
         return {"precision": dominant(macs, flops), "macs_by_dtype": macs, "flops_by_dtype": flops,
@@ -178,7 +175,6 @@ class PerfGraph:
     def to_pyg(self, live: bool = False):
         """This graph as a PyTorch Geometric ``Data`` (see :mod:`perfseer.features.pyg`); ``live``:
         with its liveness shares (:func:`perfseer.features.pyg.attach_liveness`)."""
-        from perfseer.features.pyg import to_data
 
         return to_data(self, live=live)
 

@@ -21,6 +21,7 @@ import numpy as np
 from perfseer.errors import PerfseerError, SchemaError
 from perfseer.features import schema
 from perfseer.features.ops import REGISTRY
+from perfseer.graph.liveness import liveness
 
 # Node-type vocabulary: index 0 is "other"; frozen with the schema version.
 OP_VOCAB: tuple[str, ...] = ("<other>", *sorted(k for k in REGISTRY if "::" not in k))
@@ -37,8 +38,8 @@ def to_data(pg, live: bool = False):
 
     ``live=True`` also attaches ``live`` (:func:`attach_liveness`): only calibrated cards read it, so
     the prediction path computes it once per model for them instead of for every graph."""
-    import torch
-    from torch_geometric.data import Data
+    import torch  # deferred: heavy, loaded on first use
+    from torch_geometric.data import Data  # deferred: heavy, loaded on first use
 
     data = Data(
         x=torch.from_numpy(pg.x.astype(np.float32)),
@@ -56,9 +57,7 @@ def attach_liveness(datas, pg):
     on it): ``[[live FLOPs share, live operator share, 1 if the network's result does not depend
     on its input]]`` (:mod:`perfseer.graph.liveness`), what a constant-folding runtime keeps.
     Calibration reads it; models do not.  Returns ``datas``."""
-    import torch
-
-    from perfseer.graph.liveness import liveness
+    import torch  # deferred: heavy, loaded on first use
 
     lv = liveness(pg.graph, pg._col("flops"))
     row = [[lv.flops_fraction, lv.node_fraction, float(lv.output_independent)]]
@@ -69,7 +68,7 @@ def attach_liveness(datas, pg):
 
 def save_graphs(graphs, path: str | os.PathLike, meta: list[dict] | None = None) -> None:
     """Save PerfGraphs (or their ``Data``) to one safetensors file, atomically."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save_file  # deferred: heavy, loaded on first use
 
     datas = [g if hasattr(g, "edge_index") and not hasattr(g, "graph") else to_data(g) for g in graphs]
     arrays = {
@@ -83,7 +82,7 @@ def save_graphs(graphs, path: str | os.PathLike, meta: list[dict] | None = None)
     }
     header = {"format": _FORMAT, "schema": json.dumps(schema.describe()), "op_vocab": json.dumps(OP_VOCAB),
               "meta": json.dumps(meta or [{} for _ in datas])}
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError  # deferred: heavy, loaded on first use
 
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")  # unique: parallel writers
@@ -106,9 +105,9 @@ def load_graphs(path: str | os.PathLike) -> tuple[list, list[dict]]:
     Raises:
         SchemaError: the file is not a perfseer graph file, is corrupt, or uses another schema.
     """
-    import torch
-    from safetensors import SafetensorError, safe_open
-    from torch_geometric.data import Data
+    import torch  # deferred: heavy, loaded on first use
+    from safetensors import SafetensorError, safe_open  # deferred: heavy, loaded on first use
+    from torch_geometric.data import Data  # deferred: heavy, loaded on first use
 
     path = Path(path)
     if not path.exists():

@@ -520,7 +520,7 @@ def interval_halfwidth(residuals: np.ndarray, groups: np.ndarray, coverage: floa
     jackknife rank, the Student-t bound below 9 rows at 90 %) or ``student-t``.  ``distance``
     without ``coords`` or a table for the level is ``scaled``; a level without a scale table
     falls back to ``conformal``; every candidate is recorded."""
-    from scipy import stats
+    from scipy import stats  # deferred: heavy, loaded on first use
 
     if rule not in INTERVAL_RULES:
         raise PerfseerError(f"unknown interval rule {rule!r}", f"choose one of {', '.join(INTERVAL_RULES)}")
@@ -757,7 +757,7 @@ def _single(source_net, head, model, metric: str, mean: float, std: float):
 
 
 def _finetune_full(source_net, start_head, graphs, z, cfg: CalibrationConfig):
-    from torch_geometric.data import Batch
+    from torch_geometric.data import Batch  # deferred: heavy, loaded on first use
 
     net = _single(source_net, start_head, None, "y", 0.0, 1.0)
     model = net.model

@@ -91,7 +91,7 @@ def train_method(name: str, train_set: Sequence, val_set: Sequence, config: dict
         est.fit(train_set, y_train, **kwargs)
         return FittedMethod(name, targets, est, time.perf_counter() - start, None, est.config.to_dict())
 
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     if name not in MODELS:
         raise PerfseerError(f"unknown method {name!r}", f"choose one of {', '.join(method_names())}")

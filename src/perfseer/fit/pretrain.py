@@ -60,7 +60,7 @@ class PretrainConfig:
 def pretrain(graphs: Sequence, model_config: dict | None = None, config: PretrainConfig | None = None,
              progress=None):
     """Pre-train on raw (unscaled) PyG graphs; returns ``(gae, feature_scaler, history)``."""
-    from torch_geometric.data import Batch
+    from torch_geometric.data import Batch  # deferred: heavy, loaded on first use
 
     cfg = config or PretrainConfig()
     if len(graphs) < 2:
@@ -101,7 +101,7 @@ def save_pretrained(directory, name: str, gae, feature_scaler, data: dict, histo
                     config: PretrainConfig | None = None) -> Path:
     """Write ``NAME.safetensors`` (the trunk) and ``NAME.json`` (its card), each atomically."""
 
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # deferred: heavy, loaded on first use
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

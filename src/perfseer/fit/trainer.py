@@ -57,6 +57,11 @@ from perfseer.fit.metrics import evaluate_targets
 from perfseer.fit.pcgrad import pcgrad_backward
 from perfseer.runtime.net import NeuralPredictor, _as_2d, _model_input, resolve_device
 from perfseer.runtime.scaling import FeatureScaler, TargetScaler
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
 
 LOSSES = ("mse", "huber", "l1")
 CHECKPOINT_FORMAT = "perfseer.train-checkpoint"
@@ -238,7 +243,7 @@ def _save_checkpoint(folder: Path, epoch: int, model: nn.Module, best_state: dic
                      meta: dict) -> None:
     """Weights, best weights, optimizer tensors and RNG state in ``ckpt-<epoch>.safetensors``; the
     rest in ``trainer_state.json``, written last: a checkpoint exists once its JSON names it."""
-    from safetensors.torch import save as st_save
+    from safetensors.torch import save as st_save  # deferred: heavy, loaded on first use
 
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
@@ -269,7 +274,7 @@ def _save_checkpoint(folder: Path, epoch: int, model: nn.Module, best_state: dic
 
 def load_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]] | None:
     """``(state, tensors)`` of the checkpoint in ``folder``, or ``None`` if there is none."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # deferred: heavy, loaded on first use
 
     folder = Path(folder)
     path = folder / STATE_FILE
@@ -312,8 +317,6 @@ def _restore(state: dict, tensors: dict, model: nn.Module, optimizer, scheduler)
 # -- training ---------------------------------------------------------------------------------------
 
 def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     return Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("{task.fields[info]}"), disable=not enabled, transient=False)
 
@@ -360,7 +363,7 @@ def train(model: nn.Module, train_set: Sequence, val_set: Sequence, config: Trai
 
 
 def _train(model, train_set, val_set, cfg, targets, test_set, feature_scaler, target_scaler) -> TrainResult:
-    from torch_geometric.data import Batch
+    from torch_geometric.data import Batch  # deferred: heavy, loaded on first use
 
     start = time.perf_counter()
     if len(train_set) == 0 or len(val_set) == 0:

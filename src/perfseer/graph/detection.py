@@ -26,6 +26,7 @@ never called (the CPU machine cannot load them, see :mod:`perfseer.sources.zoo`)
 from __future__ import annotations
 
 import contextlib
+import sys
 
 DEFAULT_BOXES = 1000
 DETECTION_DIM = "boxes"  # the --dim name that states the number of boxes
@@ -39,7 +40,7 @@ def _define_ops() -> None:
     global _OPS_DEFINED
     if _OPS_DEFINED:
         return
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     global _LIBRARY
     _LIBRARY = torch.library.Library("perfseer", "FRAGMENT")
@@ -61,8 +62,8 @@ def _define_ops() -> None:
 
 def translation_table() -> dict:
     """ONNX translations of the ``perfseer::`` ops for ``torch.onnx.export(custom_translation_table=...)``."""
-    import torch
-    from onnxscript import opset18 as op
+    import torch  # deferred: heavy, loaded on first use
+    from onnxscript import opset18 as op  # deferred: heavy, loaded on first use
 
     _define_ops()
 
@@ -90,16 +91,15 @@ def translation_table() -> dict:
 
 def is_detection_model(module) -> bool:
     """Whether ``module`` is or contains a torchvision detector or RoI pooler (exported by this module)."""
-    import sys
 
     if "torchvision" not in sys.modules:  # a module built with torchvision has imported it
         return False
     try:
-        from torchvision.models.detection.fcos import FCOS
-        from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
-        from torchvision.models.detection.retinanet import RetinaNet
-        from torchvision.models.detection.ssd import SSD
-        from torchvision.ops import MultiScaleRoIAlign, RoIAlign
+        from torchvision.models.detection.fcos import FCOS  # deferred: an optional extra
+        from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN  # deferred: an optional extra
+        from torchvision.models.detection.retinanet import RetinaNet  # deferred: an optional extra
+        from torchvision.models.detection.ssd import SSD  # deferred: an optional extra
+        from torchvision.ops import MultiScaleRoIAlign, RoIAlign  # deferred: an optional extra
     except Exception:  # noqa: BLE001 - torchvision unimportable: not a torchvision detector
         return False
     kinds = (GeneralizedRCNN, RetinaNet, SSD, FCOS, MultiScaleRoIAlign, RoIAlign)
@@ -108,7 +108,7 @@ def is_detection_model(module) -> bool:
 
 def _select_first(mask, limit: int):
     """Indices of at most ``limit`` entries of a 1-D ``mask``: a static stand-in for ``nonzero``."""
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     n = mask.shape[0]
     k = min(int(n), limit)
@@ -120,8 +120,8 @@ class _StaticSelection:
     """A ``TorchFunctionMode`` giving ``torch.where(mask)`` and ``x[mask]`` static sizes."""
 
     def __new__(cls, limit: int):
-        import torch
-        from torch.overrides import TorchFunctionMode
+        import torch  # deferred: heavy, loaded on first use
+        from torch.overrides import TorchFunctionMode  # deferred: heavy, loaded on first use
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -137,7 +137,7 @@ class _StaticSelection:
 
 
 def _batched_nms(boxes, scores, idxs, iou_threshold: float):
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     # torchvision's coordinate trick: offset each class's boxes so that classes never overlap,
     # then one NMS over all of them.
@@ -146,22 +146,22 @@ def _batched_nms(boxes, scores, idxs, iou_threshold: float):
 
 
 def _nms(boxes, scores, iou_threshold: float):
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     return torch.ops.perfseer.nms(boxes, scores, float(iou_threshold))
 
 
 def _remove_small_boxes(boxes, min_size: float):
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     ws, hs = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
     return torch.where((ws >= min_size) & (hs >= min_size))[0]
 
 
 def _roi_align(features, rois, output_size, spatial_scale=1.0, sampling_ratio=-1, aligned=False):
-    import torch
-    from torchvision.ops._utils import convert_boxes_to_roi_format
-    from torch.nn.modules.utils import _pair
+    import torch  # deferred: heavy, loaded on first use
+    from torchvision.ops._utils import convert_boxes_to_roi_format  # deferred: an optional extra
+    from torch.nn.modules.utils import _pair  # deferred: heavy, loaded on first use
 
     if not isinstance(rois, torch.Tensor):
         rois = convert_boxes_to_roi_format(rois)
@@ -171,8 +171,8 @@ def _roi_align(features, rois, output_size, spatial_scale=1.0, sampling_ratio=-1
 
 
 def _multiscale_roi_align(x_filtered, boxes, output_size, sampling_ratio, scales, mapper):
-    import torch
-    from torchvision.ops.poolers import _convert_to_roi_format
+    import torch  # deferred: heavy, loaded on first use
+    from torchvision.ops.poolers import _convert_to_roi_format  # deferred: an optional extra
 
     rois = _convert_to_roi_format(boxes)
     levels = len(x_filtered)
@@ -184,7 +184,7 @@ def _multiscale_roi_align(x_filtered, boxes, output_size, sampling_ratio, scales
 
 
 def _paste_masks_in_image(masks, boxes, img_shape, padding=1):
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # deferred: heavy, loaded on first use
 
     # Each (M x M) mask is resized into its box and written into an image-size canvas: the output
     # (N, 1, H, W) is real; resizing every mask to the whole image bounds the per-box resize.
@@ -192,7 +192,7 @@ def _paste_masks_in_image(masks, boxes, img_shape, padding=1):
 
 
 def _heatmaps_to_keypoints(maps, rois):
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     # The best heat-map position of each keypoint, mapped into its box (torchvision also resizes
     # each heat map to its box first, a data-dependent size this stand-in leaves out).
@@ -208,17 +208,16 @@ def _heatmaps_to_keypoints(maps, rois):
 @contextlib.contextmanager
 def static_detection(boxes: int = DEFAULT_BOXES):
     """Within this context, torchvision detectors trace at static shapes (see the module docstring)."""
-    import torchvision.ops
-    import torchvision.ops.boxes as box_ops
-    import torchvision.ops.poolers as poolers
-    import sys
+    import torchvision.ops  # deferred: an optional extra
+    import torchvision.ops.boxes as box_ops  # deferred: an optional extra
+    import torchvision.ops.poolers as poolers  # deferred: an optional extra
 
     import torchvision.ops.roi_align  # noqa: F401  (the attribute is the function; the module is in sys.modules)
 
     roi_align_mod = sys.modules["torchvision.ops.roi_align"]
 
-    import torchvision.models.detection.roi_heads as roi_heads
-    import torchvision.models.detection.transform as transform
+    import torchvision.models.detection.roi_heads as roi_heads  # deferred: an optional extra
+    import torchvision.models.detection.transform as transform  # deferred: an optional extra
 
     _define_ops()
     patches = [(roi_heads, "paste_masks_in_image", _paste_masks_in_image),

@@ -44,6 +44,7 @@ from perfseer.graph.torch_export import (
     META_SOURCE,
     input_channel_error,
 )
+from perfseer.graph.canonical import canonicalize
 
 CONTROL_FLOW = frozenset({"Loop", "If", "Scan"})
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
@@ -168,7 +169,7 @@ class _Extraction:
     # -- 1. what cannot be represented ------------------------------------------------------------
     def check_supported(self) -> None:
         if self.model.functions:
-            from onnx import inliner
+            from onnx import inliner  # deferred: heavy, loaded on first use
 
             self.model = inliner.inline_local_functions(self.model)
             self.g = self.model.graph
@@ -932,7 +933,6 @@ def extract_graph(skeleton: Skeleton, batch: int | None = None, input_shape=None
     """
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise ShapeError(f"batch size must be a positive integer, got {batch!r}", "pass --batch N with N >= 1")
-    from perfseer.graph.canonical import canonicalize
 
     with keep_weight_work(weight_work):
         return canonicalize(_Extraction(skeleton, batch, input_shape, dims).run())

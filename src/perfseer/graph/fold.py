@@ -326,7 +326,7 @@ def evaluate(node: onnx.NodeProto, attrs: dict[str, Any], values: list, known_el
         with np.errstate(all="ignore"):
             if kernel is not None:
                 return [np.asarray(v) for v in kernel(values, attrs)]
-            from onnx.reference import ReferenceEvaluator
+            from onnx.reference import ReferenceEvaluator  # deferred: heavy, loaded on first use
 
             feeds = {n: v for n, v in zip(node.input, values) if n}
             out = ReferenceEvaluator(node).run(None, feeds)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from perfseer.errors import ShapeError
 
 
 class TensorKind(enum.Enum):
@@ -162,8 +163,6 @@ class Graph:
     def with_batch(self, batch: int) -> "Graph":
         """The same graph at another batch size (shapes re-bound, no re-export)."""
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            from perfseer.errors import ShapeError
-
             raise ShapeError(f"batch size must be a positive integer, got {batch!r}",
                              "pass --batch N with N >= 1")
         if batch == self.batch_size:

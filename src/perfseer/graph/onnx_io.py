@@ -269,7 +269,7 @@ def _load_small_external(model: onnx.ModelProto, base_dir: Path, stripped: set[s
     computations need; weights stay unread.  A missing data file leaves them stripped.
     ``loadable``: the positions of the initializers that may have such data (:func:`_skeleton_bytes`);
     the others are not looked at."""
-    from onnx.external_data_helper import load_external_data_for_tensor
+    from onnx.external_data_helper import load_external_data_for_tensor  # deferred: heavy, loaded on first use
 
     for i in loadable:
         t = model.graph.initializer[i]

@@ -125,7 +125,7 @@ def infer_shapes(model: onnx.ModelProto, source: str, check_type: bool = False, 
     """
     data = model.SerializeToString()
     if os.environ.get(_MODE_ENV) == "inprocess":
-        from onnx.onnx_cpp2py_export import shape_inference as C
+        from onnx.onnx_cpp2py_export import shape_inference as C  # deferred: heavy, loaded on first use
 
         try:
             out = C.infer_shapes(data, check_type, strict_mode, data_prop)

@@ -26,6 +26,9 @@ from collections.abc import Sequence
 from perfseer.deadline import deadline
 from perfseer.errors import ExportTimeoutError, ModelLoadError, ShapeError, UnsupportedModelError
 from perfseer.graph.onnx_io import NOT_EXPORTED, Skeleton
+from perfseer.graph import detection
+import inspect
+import traceback
 
 # A prime no real layer width is a multiple of: dims divisible by it scale with the batch.
 BATCH_SENTINEL = 7919
@@ -91,7 +94,7 @@ def meta_twin(module):
     The copy never touches the original's storage: every parameter and buffer is pre-seeded in
     ``deepcopy``'s memo with an empty meta tensor of the same shape and type.
     """
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     memo: dict[int, object] = {}
     for p in module.parameters():
@@ -163,9 +166,9 @@ def skeleton_from_module(
             (:mod:`perfseer.graph.detection`; default :data:`~perfseer.graph.detection.DEFAULT_BOXES`).
             Detectors loop over the images of a batch, so they are exported at batch 1, fixed.
     """
-    import onnx
-    import onnx_ir as ir
-    import torch
+    import onnx  # deferred: heavy, loaded on first use
+    import onnx_ir as ir  # deferred: loaded on first use
+    import torch  # deferred: heavy, loaded on first use
 
     if not isinstance(module, torch.nn.Module):
         raise ModelLoadError(f"expected a torch.nn.Module, got {type(module).__name__}",
@@ -178,7 +181,6 @@ def skeleton_from_module(
     source = source or type(module).__name__
     twin = module if on_meta else meta_twin(module)
     twin.eval()
-    from perfseer.graph import detection
 
     detector = detection.is_detection_model(twin)
     batch = 1 if detector else BATCH_SENTINEL
@@ -254,11 +256,10 @@ def training_dropouts(module, args, source: str = "") -> dict | None:
     fails (the sites are then unknown and a training step gets none).  The module's training flags are restored; its parameters are meta
     tensors (the inputs fake ones), so nothing is computed.
     """
-    import inspect
 
-    import torch
-    import torch.nn.functional as F
-    from torch.overrides import TorchFunctionMode
+    import torch  # deferred: heavy, loaded on first use
+    import torch.nn.functional as F  # deferred: heavy, loaded on first use
+    from torch.overrides import TorchFunctionMode  # deferred: heavy, loaded on first use
 
     drops = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
     signatures = {f: inspect.signature(f) for f in drops | {F.multi_head_attention_forward}}
@@ -289,7 +290,7 @@ def training_dropouts(module, args, source: str = "") -> dict | None:
                         found["fused"] += 1
             return func(*fargs, **kwargs)
 
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensorMode  # deferred: heavy, loaded on first use
 
     flags = {m: m.training for m in module.modules()}
     error = None
@@ -347,8 +348,6 @@ _FRAMEWORK_DIRS = ("torch", "onnxscript", "onnx_ir", "onnx", "perfseer", "contex
 
 def _model_frame(chain) -> str:
     """``file.py:LINE `code``` of the deepest frame in model code (not torch, not perfseer)."""
-    import os
-    import traceback
 
     for exc in reversed(chain):
         frames = traceback.extract_tb(exc.__traceback__)

@@ -20,7 +20,7 @@ class _CallableModule(types.ModuleType):
     ``perfseer.memory.trace`` etc. stay importable submodules of this package."""
 
     def __call__(self, *args, **kwargs):
-        from perfseer.memory.api import memory
+        from perfseer.memory.api import memory  # deferred: loads torch
 
         return memory(*args, **kwargs)
 
@@ -30,7 +30,7 @@ sys.modules[__name__].__class__ = _CallableModule
 
 def __getattr__(name):  # the public names, imported on first use (torch loads lazily)
     if name in ("memory", "resolve_model", "MemoryEstimate", "max_batch_for", "mig_advice"):
-        from perfseer.memory import api
+        from perfseer.memory import api  # deferred: loads torch
 
         return getattr(api, name)
     raise AttributeError(name)

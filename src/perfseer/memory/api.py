@@ -15,6 +15,15 @@ from perfseer.memory.overheads import Overheads, overheads_for
 from perfseer.memory.step import MemoryConfigError, SimulationError, StepConfig, trace_step
 from perfseer.sources import SCHEMES, Scheme, hf, split_reference
 from perfseer.sources.zoo import ZOOS
+import types
+import inspect
+from perfseer.deadline import deadline
+from perfseer.memory.learned import learned_estimate
+from perfseer.memory.learned import learned_mig
+from perfseer.memory.onnx_liveness import liveness_trace
+from perfseer.memory.learned import INFER_FALLBACK
+from perfseer.memory.fit import max_batch
+from perfseer.memory.learned import learned_max_batch
 
 __all__ = ["GIB", "MIG_DEVICES", "TIGHT_SHARE", "MigFit", "ModelSource", "device_spec", "estimate_from_trace",
            "max_batch_for", "memory", "memory_rows", "mig_advice", "resolve_model", "simulate", "trace_model"]
@@ -36,7 +45,7 @@ class ModelSource:
 
 def resolve_model(model, input_shape=None) -> ModelSource:
     """Turn a reference, path, ``onnx.ModelProto`` or ``torch.nn.Module`` into a :class:`ModelSource`."""
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     shape = tuple(input_shape) if input_shape is not None else None
     if isinstance(model, torch.nn.Module):
@@ -61,7 +70,7 @@ def resolve_model(model, input_shape=None) -> ModelSource:
                 return ModelSource(model, lambda: copy.deepcopy(module), shape or default, export=model)
         return ModelSource(model, onnx=model, input_shape=shape)
     try:
-        import onnx
+        import onnx  # deferred: heavy, loaded on first use
 
         if isinstance(model, onnx.ModelProto):
             return ModelSource(model.graph.name or "onnx model", onnx=model, input_shape=shape)
@@ -101,7 +110,6 @@ def _hf_source(reference: str, name: str, shape) -> ModelSource:
 def _token_source(label: str, module, names: list[str], model_type: str, seq: int, export) -> ModelSource:
     """A meta-device ``transformers`` ``module`` whose id inputs ``names`` all read the one tensor
     the simulator passes, its first output trained with the token-level loss."""
-    import types
 
     forward = hf._forward_with(names, model_type in hf._NEEDS_MASK)
 
@@ -116,7 +124,6 @@ def _token_source(label: str, module, names: list[str], model_type: str, seq: in
 def _hf_module_source(model, shape) -> ModelSource | None:
     """A ``transformers`` model object that takes token ids, as :func:`_hf_source` treats ``hf:NAME``
     (``shape``: ``(tokens,)``); ``None`` for any other module (speech models included)."""
-    import inspect
 
     if not hf.is_hf_module(model):
         return None
@@ -142,7 +149,7 @@ def _on_cpu(module) -> bool:
 
 def _meta_copy(module):
     """A copy of ``module`` whose parameters and buffers are on the meta device (no weight copied)."""
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     memo = {}
     for p in module.parameters():
@@ -173,7 +180,7 @@ def _capacity(device, capacity_gib) -> tuple[str | None, int | None, str | None]
 
 
 def trace_model(src: ModelSource, batch: int, config: StepConfig):
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     with _time_limit(src.label):
         return trace_step(src.build(), src.input_shape, batch, config, input_dtype=getattr(torch, src.input_dtype),
@@ -187,8 +194,6 @@ SIM_TIMEOUT_ENV = "PERFSEER_SIM_TIMEOUT"
 
 @contextlib.contextmanager
 def _time_limit(label: str):
-    from perfseer.deadline import deadline
-
     try:
         limit = float(os.environ.get(SIM_TIMEOUT_ENV) or 0)
     except ValueError:
@@ -251,7 +256,6 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
     try:
         trace, method = simulate(src, batch, config, notes)
     except SimulationError as e:  # the learned fallback (perfseer.memory.learned), with the reason
-        from perfseer.memory.learned import learned_estimate, learned_mig
 
         est = learned_estimate(src, batch, config, device_name, capacity, over, notes, e.problem)
         if mig:
@@ -275,8 +279,6 @@ def simulate(src: ModelSource, batch: int, config: StepConfig, notes: list[str])
         try:
             return trace_model(src, batch, config), "simulation"
         except SimulationError as e:
-            from perfseer.memory.learned import INFER_FALLBACK
-
             if config.phase != "infer" or src.export is None or INFER_FALLBACK != "onnx-liveness":
                 raise
             failed = e.problem
@@ -287,7 +289,6 @@ def simulate(src: ModelSource, batch: int, config: StepConfig, notes: list[str])
         raise MemoryConfigError(f"{src.label}: training memory needs the PyTorch model (an ONNX graph has no "
                                 "backward pass or optimizer)",
                                 "pass --phase infer, or the timm:/torchvision: reference or nn.Module")
-    from perfseer.memory.onnx_liveness import liveness_trace
 
     if config.precision != "fp32":
         notes.append("ONNX liveness uses the graph's own dtypes; precision is not applied")
@@ -323,7 +324,6 @@ def max_batch_for(model, device: str | None = None, phase: str = "train", optimi
     Returns:
         a :class:`~perfseer.memory.fit.MaxBatch` (``.batch`` 0: not even one sample fits).
     """
-    from perfseer.memory.fit import max_batch
 
     config = _config(phase, optimizer, precision, foreach)
     device_name, capacity, arch = _capacity(device, capacity_gib)
@@ -337,7 +337,6 @@ def max_batch_for(model, device: str | None = None, phase: str = "train", optimi
     try:
         return max_batch(lambda b: trace_model(src, b, config), over, capacity)
     except SimulationError as e:  # the learned fallback's search (perfseer.memory.learned)
-        from perfseer.memory.learned import learned_max_batch
 
         return learned_max_batch(src, config, capacity, over, e.problem)
 

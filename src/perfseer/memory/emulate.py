@@ -43,7 +43,7 @@ def _cpu_stand_in(t):
 
 def _meta_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """``scaled_dot_product_attention`` on meta tensors with the kernel the CPU would choose."""
-    from torch.utils._python_dispatch import _disable_current_modes
+    from torch.utils._python_dispatch import _disable_current_modes  # deferred: heavy, loaded on first use
 
     if enable_gqa or (attn_mask is not None and attn_mask.dtype == torch.bool) or query.dim() < 2:
         raise NotOnMeta("scaled_dot_product_attention with a boolean mask or grouped-query attention")

@@ -32,13 +32,14 @@ import functools
 import importlib
 import sys
 import types
+from perfseer.sources.zoo import _prepare_torchvision
 
 _STUBS = ("torch._dynamo", "torch._dynamo.utils")
 _SHAPES = "torch.fx.experimental.symbolic_shapes"
 
 
 def _is_compile_supported(device_type):
-    from torch._dynamo.utils import is_compile_supported
+    from torch._dynamo.utils import is_compile_supported  # deferred: heavy, loaded on first use
 
     return is_compile_supported(device_type)
 
@@ -55,7 +56,7 @@ def _lazy_disable(fn=None, recursive=True, *, reason=None):
         if real is None:
             if "torch._dynamo" in sys.modules and isinstance(sys.modules["torch._dynamo"], _Stub):
                 return fn(*args, **kwargs)  # still inside without_dynamo(): nothing compiles
-            import torch._dynamo
+            import torch._dynamo  # deferred: heavy, loaded on first use
 
             real = torch._dynamo.disable(fn, recursive, reason=reason)
         return real(*args, **kwargs)
@@ -111,11 +112,11 @@ def _sym_eq(x, y):
 
 
 def _free_unbacked_symbols(x):
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     if isinstance(x, torch.Tensor):  # sizes, strides and offset all plain ints: no symbol at all
         if _concrete(tuple(x.shape)) and _concrete(x.stride()) and type(x.storage_offset()) is int:
-            from torch.utils._ordered_set import OrderedSet
+            from torch.utils._ordered_set import OrderedSet  # deferred: heavy, loaded on first use
 
             return OrderedSet()
     return _SHAPES_STUB._load().free_unbacked_symbols(x)
@@ -193,7 +194,7 @@ def without_dynamo():
     if "torch._dynamo" in sys.modules:
         yield
         return
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     handed_out = []  # functions whose __dynamo_disable cache PyTorch set to the stand-in's answer
 
@@ -238,7 +239,6 @@ def import_zoo(zoo: str):
     """``import timm`` / ``import torchvision`` without importing ``torch._dynamo``."""
     if zoo not in ("timm", "torchvision") or zoo in sys.modules:
         return importlib.import_module(zoo)
-    from perfseer.sources.zoo import _prepare_torchvision
 
     _prepare_torchvision()
     # timm imports huggingface_hub (and its HTTP stack, about 0.2 s) only to download pretrained
@@ -266,8 +266,8 @@ def skip_meta_init():
     """A ``TorchFunctionMode`` that, while a model is built on the meta device, skips the in-place
     initialisation of its meta tensors (they hold no values; some of those operators are Python
     references, slow next to a no-op).  Use it around ``with torch.device("meta")``."""
-    import torch
-    from torch.overrides import TorchFunctionMode
+    import torch  # deferred: heavy, loaded on first use
+    from torch.overrides import TorchFunctionMode  # deferred: heavy, loaded on first use
 
     class SkipMetaInit(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):

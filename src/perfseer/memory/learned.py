@@ -30,6 +30,8 @@ from perfseer.memory.breakdown import LINES, MemoryEstimate
 from perfseer.memory.fit import MaxBatch
 from perfseer.memory.mig import mig_table
 from perfseer.memory.overheads import overheads_for
+from perfseer.runtime.predictor import load_predictor
+from perfseer.features.extract import extract
 
 MIB = 1 << 20
 #: Optimizer-state buffers per trainable parameter (torch.optim: SGD with momentum keeps
@@ -86,7 +88,6 @@ def graph_bytes(pg) -> dict:
 @functools.lru_cache(maxsize=4)
 def load_card(phase: str):
     """The bundled memory predictor of ``phase`` (loaded once)."""
-    from perfseer.runtime.predictor import load_predictor
 
     return load_predictor(CARDS[phase])
 
@@ -159,7 +160,6 @@ def learned_estimate(src, batch: int, config, device_name, capacity, over, notes
 
 def _inputs(src, config, reason):
     """``(graph at batch 1, exact bytes, card, why)`` of a model the simulator could not run."""
-    from perfseer.features.extract import extract
 
     why = f"the simulator could not run ({reason})" if reason else "the simulator could not run"
     if config.precision != "fp32":

@@ -44,6 +44,10 @@ from torch.utils._pytree import tree_leaves
 
 from perfseer.errors import MemoryConfigError, PerfseerError, SimulationError
 from perfseer.memory.trace import StorageTracer, Trace
+from perfseer.memory.emulate import META_KERNELS
+from perfseer.memory.imports import without_dynamo
+from perfseer.memory.autocast import CudaAutocast
+from perfseer.memory.emulate import KernelChoices
 
 PHASES = ("infer", "train")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
@@ -184,8 +188,6 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
         # what the meta run changes in the module (parameter and buffer slots, train/eval), kept
         # to give the fake run the module as it was if the meta run fails
         saved = [(m, dict(m._parameters), dict(m._buffers), m.training) for m in module.modules()]
-        from perfseer.memory.emulate import META_KERNELS
-        from perfseer.memory.imports import without_dynamo
 
         tracer = StorageTracer(kernels=META_KERNELS)
         try:
@@ -224,7 +226,7 @@ def trace_step(module: torch.nn.Module, input_shape, batch: int, config: StepCon
 
 
 def _fake_mode():
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensorMode  # deferred: heavy, loaded on first use
 
     # allow_non_fake_inputs: tensors a model keeps as plain attributes are converted on use
     return FakeTensorMode(allow_non_fake_inputs=True)
@@ -254,9 +256,6 @@ def _materialize(module, device=None) -> None:
 
 def _run(module, input_shape, batch, config, backend, input_dtype, amp_dtype, tracer: StorageTracer,
          loss_kind: str = "auto") -> None:
-    from perfseer.memory.autocast import CudaAutocast
-    from perfseer.memory.emulate import KernelChoices
-
     # meta: every tensor the step makes without naming a device is a meta tensor too, except in
     # optimizer.step() (Adam's step counters are host tensors whose value is read, as on a GPU)
     on_meta = torch.device("meta") if backend == "meta" else contextlib.nullcontext()

@@ -42,6 +42,7 @@ from perfseer.errors import PerfseerError
 from perfseer.features.pyg import OP_VOCAB
 from perfseer.features.schema import NODE_FEATURES
 from perfseer.models.estimator import EstimatorConfig, GraphEstimator, floats, signed_log1p
+import contextlib
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Additive(GraphEstimator):
     config_class = AdditiveConfig
 
     def _features(self, graphs):
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         x = np.concatenate([np.asarray(g.x, dtype=np.float64).reshape(-1, len(NODE_FEATURES)) for g in graphs])
         op = np.concatenate([np.asarray(g.op_type, dtype=np.int64).reshape(-1) for g in graphs])
@@ -85,7 +86,7 @@ class Additive(GraphEstimator):
     @staticmethod
     def _graph_logsum(s, graph_index, num_graphs: int):
         """``log sum_n exp(s_n)`` per graph, for ``s`` [N, T]: a stable scatter-logsumexp."""
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         T = s.shape[1]
         idx = graph_index.unsqueeze(1).expand(-1, T)
@@ -95,14 +96,12 @@ class Additive(GraphEstimator):
         return torch.log(total) + m
 
     def _scores(self, f, op, W, b):
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         return torch.einsum("nf,nft->nt", f, W[op]) + b[op]
 
     def _threads(self):
-        import contextlib
-
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         @contextlib.contextmanager
         def scope():
@@ -120,7 +119,7 @@ class Additive(GraphEstimator):
             self._fit_torch(graphs, z)
 
     def _fit_torch(self, graphs, z: np.ndarray) -> None:
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         c = self.config
         x, op, counts = self._features(graphs)
@@ -166,7 +165,7 @@ class Additive(GraphEstimator):
             return self._predict_torch(graphs)
 
     def _predict_torch(self, graphs) -> np.ndarray:
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         x, op, counts = self._features(graphs)
         f = torch.from_numpy((x - self.mean_) / self.std_)

@@ -35,6 +35,7 @@ import numpy as np
 
 from perfseer.errors import PerfseerError
 from perfseer.features import schema
+from perfseer.features.pyg import OP_VOCAB
 
 ESTIMATOR_FORMAT = "perfseer.estimator"
 TARGET_TRANSFORMS = ("log", "log1p")
@@ -73,7 +74,6 @@ OP_GROUP_STATS = ("count", "flops", "memory_access_bytes")
 
 def _group_lookup():
     """The group index of every operator type of the vocabulary, and the convolutions' type ids."""
-    from perfseer.features.pyg import OP_VOCAB
 
     group_of = np.full(len(OP_VOCAB), OP_GROUP_NAMES.index("other"), dtype=np.int64)
     for g, ops in OP_GROUPS.items():

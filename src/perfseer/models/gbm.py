@@ -28,7 +28,7 @@ from perfseer.models.estimator import EstimatorConfig, GraphEstimator, global_fe
 
 def _lightgbm():
     try:
-        import lightgbm
+        import lightgbm  # deferred: an optional extra
     except ImportError as e:
         raise MissingDependencyError("lightgbm", "baselines", "the gbm baseline") from e
     return lightgbm

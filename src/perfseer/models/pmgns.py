@@ -14,6 +14,12 @@ from perfseer.features.schema import NODE_FEATURES
 from perfseer.models.base import _check_choice
 from perfseer.models.gnn import ConvStack, ConvStackConfig
 from perfseer.models.roofline import BYTES_COL, FLOPS_COL, STEPS_COLS
+from perfseer.models.estimator import OP_GROUP_NAMES
+from perfseer.models.estimator import _group_lookup
+from perfseer.models.roofline import recurrent_op_ids
+from perfseer.models import roofline as rl
+from perfseer.models.roofline import log_baseline_torch
+from perfseer.models.roofline import log_group_baseline_torch
 
 SHAPE_COLS = tuple(NODE_FEATURES.index(n) for n in ("kernel_h", "kernel_w", "groups"))
 
@@ -93,8 +99,6 @@ class PMGNS(ConvStack):
             self.register_buffer("target_std", torch.ones(T, dtype=torch.float64))
             self.register_buffer("baseline_fitted", torch.zeros((), dtype=torch.bool))
             if config.baseline_fit == "groups":
-                from perfseer.models.estimator import OP_GROUP_NAMES, _group_lookup
-
                 group_of, conv = _group_lookup()
                 self.register_buffer("baseline_groups", torch.ones(T, len(OP_GROUP_NAMES), 3, dtype=torch.float64))
                 # the operator vocabulary's groups, rebuilt from the code's vocabulary (the one the
@@ -104,8 +108,6 @@ class PMGNS(ConvStack):
                 self.register_buffer("shape_mean", torch.zeros(3, dtype=torch.float64))
                 self.register_buffer("shape_std", torch.ones(3, dtype=torch.float64))
             if config.baseline_steps:
-                from perfseer.models.roofline import recurrent_op_ids
-
                 self.register_buffer("steps_mean", torch.zeros(2, dtype=torch.float64))
                 self.register_buffer("steps_std", torch.ones(2, dtype=torch.float64))
                 self.register_buffer("recurrent_ops", torch.as_tensor(recurrent_op_ids()), persistent=False)
@@ -128,7 +130,6 @@ class PMGNS(ConvStack):
         """Fit the roofline's parameters per target on the raw training ``graphs`` and targets
         ``y`` ``[N, T]`` (ms), and keep the scaling of the FLOPs and bytes columns; called by the
         trainer before the first epoch (a resumed run restores them)."""
-        from perfseer.models import roofline as rl
 
         if self.config.baseline != "roofline":
             return
@@ -160,7 +161,6 @@ class PMGNS(ConvStack):
 
     def log_baseline(self, data) -> Tensor:
         """``log b(g)`` ``[G, T]`` of a batch of scaled graphs (the trainer's input)."""
-        from perfseer.models.roofline import log_baseline_torch, log_group_baseline_torch
 
         batch, _, num_graphs = self._inputs(data)
         v = data.x[:, [FLOPS_COL, BYTES_COL]].double() * self.cost_std + self.cost_mean

@@ -60,6 +60,13 @@ import numpy as np
 from perfseer.errors import PerfseerError
 from perfseer.features.schema import NODE_FEATURES
 from perfseer.models.estimator import EstimatorConfig, GraphEstimator, floats, global_features, signed_log1p
+from perfseer.devices.registry import get_device
+from perfseer.features.pyg import OP_VOCAB
+from perfseer.models.estimator import OP_GROUPS
+from perfseer.models.estimator import OP_GROUP_NAMES
+from perfseer.models.estimator import _group_lookup
+from perfseer.models.estimator import node_groups
+from perfseer.models.gbm import _lightgbm
 
 FLOPS_COL = NODE_FEATURES.index("flops")
 BYTES_COL = NODE_FEATURES.index("memory_access_bytes")
@@ -97,7 +104,6 @@ class RooflineParams:
 def spec_params(device: str, precision: str = "fp32") -> RooflineParams:
     """``P`` and ``W`` of ``device`` (a registry name or a measurement-table device string) at
     ``precision`` from its spec sheet; the overheads at their generic start."""
-    from perfseer.devices.registry import get_device
 
     spec = get_device(device)
     if precision not in spec.peak_tflops:
@@ -117,8 +123,6 @@ def node_costs(graph) -> tuple[np.ndarray, np.ndarray]:
 
 def recurrent_op_ids() -> np.ndarray:
     """The operator-vocabulary ids of the recurrent operators (``LSTM``, ``GRU``, ``RNN``)."""
-    from perfseer.features.pyg import OP_VOCAB
-    from perfseer.models.estimator import OP_GROUPS
 
     return np.array([OP_VOCAB.index(o) for o in OP_GROUPS["recurrent"] if o in OP_VOCAB], dtype=np.int64)
 
@@ -152,8 +156,6 @@ class _Costs:
     def grp(self) -> np.ndarray:
         """Every node's operator group (:func:`perfseer.models.estimator.node_groups`), computed once."""
         if self._grp is None:
-            from perfseer.models.estimator import _group_lookup, node_groups
-
             lookup = _group_lookup()
             parts = [node_groups(g, lookup) for g in self._graphs]
             self._grp = np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -205,7 +207,7 @@ def fit_params(graphs, y, init: RooflineParams, free=("c1", "c2"), steps: bool =
     """The parameters named in ``free`` fitted to ``log y`` (milliseconds, ``[N]``) by robust least
     squares of ``log b(g) - log y`` (soft-L1, scale 0.3), from ``init``; the others stay.  ``steps``:
     as :func:`baseline_ms`."""
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # deferred: heavy, loaded on first use
 
     free = tuple(free)
     bad = [f for f in free if f not in PARAM_NAMES]
@@ -250,7 +252,6 @@ def group_start(graphs, shared: RooflineParams) -> np.ndarray:
     A group without training nodes starts as one that computes (until 2026-11-28 it started as a
     movement group, with the movement overhead ``c_2``, often ~0: a recurrent node, absent from
     every training family, then cost nothing but its FLOPs)."""
-    from perfseer.models.estimator import OP_GROUP_NAMES
 
     costs = _Costs(graphs)
     G = len(OP_GROUP_NAMES)
@@ -271,7 +272,7 @@ def fit_group_params(graphs, y, start: np.ndarray, penalty: float = 0.3, steps: 
     shared roofline, one with many moves as far as its nodes' times say.  Per-group rates and
     overheads are what a single roofline misses on a CPU, where a depthwise convolution, a GEMM
     and a LayerNorm reach very different shares of the peak."""
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # deferred: heavy, loaded on first use
 
     y = _positive_times(graphs, y)
     costs = _Costs(graphs, steps)
@@ -295,7 +296,7 @@ def log_baseline_torch(F, B, batch, num_graphs: int, params, launches=None):
     ``batch`` ``[N]`` and ``params`` ``[5]`` (``P, W, a, c1, c2``): what :func:`baseline_ms`
     computes, in torch, for a model's forward; ``launches`` ``[N]`` (:func:`node_launches`) for
     ``steps``."""
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     P, W, a, c1, c2 = params.unbind()
     comp = F > 0
@@ -309,7 +310,7 @@ def log_group_baseline_torch(F, B, grp, batch, num_graphs: int, theta, launches=
     """``log b(g)`` ``[G]`` of the per-group roofline (:meth:`_Costs.group_terms`) in torch: ``grp``
     ``[N]`` every node's operator group, ``theta`` ``[groups, 3]`` (``P``, ``W``, ``c`` per group),
     ``launches`` ``[N]`` as in :func:`log_baseline_torch`."""
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     P, W, c = theta[grp, 0], theta[grp, 1], theta[grp, 2]
     L = 1.0 if launches is None else launches
@@ -439,8 +440,6 @@ class Roofline(GraphEstimator):
             self.ridge_ = {"mean": mu, "std": sd, "w": best[1], "alpha": best[2]}
             return best[0]
         if c.residual == "gbm":
-            from perfseer.models.gbm import _lightgbm
-
             lgb = _lightgbm()
             params = {"objective": "regression", "learning_rate": c.learning_rate, "num_leaves": c.num_leaves,
                       "min_data_in_leaf": c.min_child_samples, "seed": c.seed, "num_threads": c.num_threads,
@@ -486,7 +485,5 @@ class Roofline(GraphEstimator):
             self.ridge_ = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, list) else v)
                            for k, v in state["ridge"].items()}
         if "booster" in state:
-            from perfseer.models.gbm import _lightgbm
-
             b = _lightgbm().Booster(model_str=state["booster"])
             self.booster_ = (b, b.current_iteration())

@@ -34,6 +34,7 @@ Dependencies run one way: profiling uses sources (model references, runnable mod
 """
 
 from __future__ import annotations
+import importlib
 
 _LAZY = {
     "sample_configs": "perfseer.sources.space", "build_space_model": "perfseer.sources.space",
@@ -48,8 +49,6 @@ _LAZY = {
 def __getattr__(name: str):
     # Submodules import torch or sqlite only when used; `import perfseer.profiling` stays cheap.
     if name in _LAZY:
-        import importlib
-
         module = _LAZY[name]
         return getattr(importlib.import_module(module if "." in module else f"perfseer.profiling.{module}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

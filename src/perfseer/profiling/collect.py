@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from perfseer.profiling.jobs import Job, Measurement, device_name, shape_text
 from perfseer.profiling.store import Store, new_owner
 from perfseer.profiling.store import _now as store_now
+from perfseer.sources.space import canonical_ref
+from perfseer.sources.space import sample_configs
+from perfseer.sources.space import space_ref
 
 
 @dataclass
@@ -183,7 +186,6 @@ def plan(store: Store, grid: Grid | None, hardware: str, setting: str, retry_fai
 def models_from(space: int | None = None, seed: int = 0, refs: Iterable[str] = (), classes: int = 1000) -> list[str]:
     """Model references: ``space`` sampled networks of :mod:`perfseer.sources.space` (seed
     ``seed``), then ``refs`` (``space:`` ones in their canonical spelling)."""
-    from perfseer.sources.space import canonical_ref, sample_configs, space_ref
 
     out = [space_ref(c) for c in sample_configs(space, seed, classes)] if space else []
     for ref in refs:

@@ -23,6 +23,15 @@ from collections.abc import Callable
 from perfseer.errors import MissingDependencyError, PerfseerError
 from perfseer.profiling.jobs import CollectError, Job, Measurement
 from perfseer.profiling.store import Store
+from perfseer.profiling.worker import Worker
+from perfseer.profiling.collect import check_contention
+from perfseer.profiling.collect import Summary
+from perfseer.profiling.collect import lease_seconds
+from perfseer.profiling.collect import note_failure
+from perfseer.profiling.collect import skipped
+from perfseer.profiling.collect import store_now
+from perfseer.profiling.collect import store_result
+from perfseer.profiling.store import new_owner
 
 # In each Ray worker process: the measuring Worker of each backend configuration, kept between tasks.
 _WORKERS: dict = {}
@@ -30,15 +39,13 @@ _WORKERS: dict = {}
 
 def import_ray():
     try:
-        import ray
+        import ray  # deferred: an optional extra
     except ImportError as e:
         raise MissingDependencyError("ray", "ray", "measuring on a Ray cluster (--ray)") from e
     return ray
 
 
 def _local_worker(backend: str, options: dict, recycle_every: int):
-    from perfseer.profiling.worker import Worker
-
     key = (backend, json.dumps(options, sort_keys=True), recycle_every)
     if key not in _WORKERS:
         _WORKERS[key] = Worker(backend, options, recycle_every=recycle_every)
@@ -52,7 +59,6 @@ def probe_task(backend: str, options: dict, recycle_every: int) -> dict:
 
 def measure_task(job: dict, backend: str, options: dict, timeout: float, recycle_every: int) -> dict:
     """Ray task: one measurement; returns the result, the environment and the node's name."""
-    from perfseer.profiling.collect import check_contention
 
     worker = _local_worker(backend, options, recycle_every)
     m = check_contention(worker.run(Job.from_dict(job), timeout), backend)
@@ -116,8 +122,6 @@ class RayRunner:
     def run(self, store: Store, pending: list[tuple[int, Job]], timeout: float,
             on_result: Callable[[Job, Measurement], None] | None = None, summary=None, limit: int | None = None):
         """Measure ``pending`` with one task per slot in flight; store results as they come."""
-        from perfseer.profiling.collect import Summary, lease_seconds, note_failure, skipped, store_now, store_result
-        from perfseer.profiling.store import new_owner
 
         ray = self.ray
         summary = summary or Summary()

@@ -50,6 +50,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from perfseer.profiling.jobs import FAILED, STATUSES, CollectError, Job, Measurement
+import socket
+import uuid
+import time
+from perfseer.profiling.environment import fingerprint
+from perfseer.data.table import table_format
+from perfseer.data.table import write_table
+from perfseer.atomic import atomic_write_text
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -123,8 +130,6 @@ def _alive(pid: int) -> bool:
 
 def new_owner() -> str:
     """A collector's lease owner id: host, process and a random part."""
-    import socket
-    import uuid
 
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -241,8 +246,6 @@ class Store:
         result, unless that result is a failure (oom, crash, timeout, error) stored before ``since``
         (the claimer's start, ISO time): a retry may measure it again, but not after another
         collector already did."""
-        import socket
-        import time
 
         now, host = time.time(), socket.gethostname()
         with self._transaction():
@@ -265,7 +268,6 @@ class Store:
     # -- results ----------------------------------------------------------------------------------------
     def environment_id(self, env: dict) -> int:
         """The id of environment ``env`` (stored on first sight)."""
-        from perfseer.profiling.environment import fingerprint
 
         fp = fingerprint(env)
         with self._transaction():
@@ -312,7 +314,7 @@ class Store:
     def rows(self, statuses: Iterable[str] | None = None):
         """The joined job/result rows as a DataFrame (``statuses``: only these); ``extra`` is the
         backend's JSON text of what else it measured (e.g. ``memory_reserved_mb`` on CUDA)."""
-        import pandas as pd
+        import pandas as pd  # deferred: heavy, loaded on first use
 
         q = ("SELECT j.id AS job_id, j.model, j.input_shape, j.batch_size, j.phase, j.precision, j.device, "
              "j.optimizer, r.status, r.latency_ms, r.memory_mb, r.util_pct, r.energy_j, r.latency_q1_ms, "
@@ -337,7 +339,6 @@ class Store:
         Returns:
             ``(table, excluded)``: the written table and a Counter of the statuses left out.
         """
-        from perfseer.data.table import table_format, write_table
 
         table_format(out)
         ok = expand_extras(self.rows(["ok"]))
@@ -361,7 +362,6 @@ class Store:
         if failures is not None:
             cols = ["model", "input_shape", "batch_size", "phase", "precision", "device", "optimizer", "status",
                     "error", "seconds", "attempts", "finished"]
-            from perfseer.atomic import atomic_write_text
 
             atomic_write_text(failures, others[cols].to_csv(index=False))
         return written, excluded
@@ -371,7 +371,6 @@ def _set_wal(db: sqlite3.Connection, wait_s: float = 60.0) -> None:
     """Switch to WAL.  The switch needs the database to itself and SQLite may refuse it at once with
     "database is locked" (without calling the busy handler) while another collector is creating the
     schema; once any process has switched, the mode persists and the pragma is a no-op.  Retried."""
-    import time
 
     deadline = time.monotonic() + wait_s
     while True:

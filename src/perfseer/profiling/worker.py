@@ -34,6 +34,11 @@ import time
 
 from perfseer.errors import PerfseerError
 from perfseer.profiling.jobs import CollectError, Job, Measurement
+from perfseer.profiling.backends import create_backend
+from perfseer.profiling.backends.base import describe_error
+from perfseer.profiling.backends.base import is_oom
+from perfseer.profiling.backends.base import Backend
+from perfseer.profiling.jobs import device_name
 
 # The driver waits this much longer than the job's timeout for a fork-backend worker, which
 # enforces the timeout itself: past it, the worker is stuck, not the model.
@@ -90,8 +95,6 @@ def _serve(conn, backend_name: str, options: dict, log_path: str | None) -> None
     os.close(out)
     backend = None
     try:
-        from perfseer.profiling.backends import create_backend
-
         backend = create_backend(backend_name, **options)
         backend.prime()
         info = {"ready": True, "env": backend.environment(), "hardware": backend.hardware(),
@@ -99,7 +102,6 @@ def _serve(conn, backend_name: str, options: dict, log_path: str | None) -> None
     except PerfseerError as e:
         info = {"ready": False, "problem": e.problem, "fix": e.fix}
     except BaseException as e:  # noqa: BLE001 - reported to the driver, which raises it
-        from perfseer.profiling.backends.base import describe_error
 
         info = {"ready": False, "problem": f"backend {backend_name} failed to start: {describe_error(e)}"}
     _send(conn, info)
@@ -124,8 +126,6 @@ def _serve(conn, backend_name: str, options: dict, log_path: str | None) -> None
 
 
 def measure_inline(backend, job: Job) -> Measurement:
-    from perfseer.profiling.backends.base import describe_error, is_oom
-
     started = time.perf_counter()
     try:
         return backend.measure(job.model, job.shape, job.batch_size, job.phase, job.precision,
@@ -138,7 +138,6 @@ def measure_inline(backend, job: Job) -> Measurement:
 def measure_forked(backend, job: Job, timeout: float, conn=None, parent: int | None = None) -> Measurement:
     """Run ``backend.prepare`` (if it has one) and ``backend.measure`` for ``job``, each in a
     forked child, within ``timeout`` seconds in all."""
-    from perfseer.profiling.backends.base import Backend
 
     started = time.perf_counter()
     deadline = time.monotonic() + timeout
@@ -171,7 +170,6 @@ def _in_child(fn, deadline: float, timeout: float, conn, parent: int | None) -> 
             try:
                 result = fn()
             except BaseException as e:  # noqa: BLE001
-                from perfseer.profiling.backends.base import describe_error, is_oom
 
                 result = Measurement.failed("oom" if is_oom(e) else "error", describe_error(e))
             view = memoryview(result.to_json().encode())
@@ -302,7 +300,6 @@ class Worker:
 
     def device(self, phase: str, optimizer: str, hardware: str | None = None) -> str:
         """The ``device`` column for a job of this worker (``hardware`` overrides the detected name)."""
-        from perfseer.profiling.jobs import device_name
 
         info = self.start()
         return device_name(hardware or info["hardware"], info["setting"], phase, optimizer)

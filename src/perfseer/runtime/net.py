@@ -62,7 +62,7 @@ class NeuralPredictor:
 
     def _run(self, graphs: Sequence, scaled: bool, what: str) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``what``: ``"predict"`` (outputs), ``"embed"`` (embeddings) or ``"both"`` (one pass)."""
-        from torch_geometric.data import Batch
+        from torch_geometric.data import Batch  # deferred: heavy, loaded on first use
 
         if len(graphs) == 0:
             return np.zeros((0, len(self.targets))), None
@@ -112,7 +112,7 @@ def _as_2d(out: torch.Tensor, n: int) -> torch.Tensor:
 
 def _model_input(d, y: torch.Tensor | None = None):
     """A Data holding only what models read (extra fields such as ``row`` do not collate)."""
-    from torch_geometric.data import Data
+    from torch_geometric.data import Data  # deferred: heavy, loaded on first use
 
     out = Data(x=d.x, edge_index=d.edge_index, edge_attr=d.edge_attr, u=d.u, num_nodes=d.num_nodes)
     if getattr(d, "op_type", None) is not None:

@@ -144,7 +144,7 @@ class Predictor:
     def save(self, directory: str | os.PathLike, name: str | None = None) -> Path:
         """Write ``NAME.json`` (and, for a network, ``NAME.safetensors``) into ``directory``, each
         atomically.  A fitted baseline is all in its card."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # deferred: heavy, loaded on first use
 
         name = name or self.name
         directory = Path(directory)
@@ -154,7 +154,7 @@ class Predictor:
             tmp = weights.with_name(f".{weights.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
             state = {k: v.detach().cpu().contiguous() for k, v in self.net.model.state_dict().items()}
             if self.domain_embeddings is not None:
-                import torch
+                import torch  # deferred: heavy, loaded on first use
 
                 state[EMBEDDINGS_KEY] = torch.from_numpy(np.ascontiguousarray(self.domain_embeddings, dtype=np.float32))
             save_file(state, str(tmp), metadata={"format": CARD_FORMAT, "name": name})
@@ -481,7 +481,7 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
         PredictorError: no such predictor; a corrupt or truncated file; a card of another format
             version or feature schema; weights that do not fit the card's network.
     """
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     from perfseer.models.registry import build_from_dict  # deferred: torch, onnx or pandas
     from perfseer.runtime.net import NeuralPredictor  # deferred: torch, onnx or pandas

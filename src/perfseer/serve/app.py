@@ -42,6 +42,21 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from perfseer.serve.graphs import GraphCache, ModelStore
 from perfseer.serve.rows import RowCache
 from perfseer.serve.sandbox import Busy, Limits, Sandbox, SandboxError
+from perfseer import __version__
+from perfseer.runtime.predictor import list_predictors
+from perfseer.runtime.predictor import load_predictor
+from perfseer.runtime.route import extraction
+from perfseer.devices import UnknownDeviceError
+from perfseer.devices import get_device
+from perfseer.devices import list_devices
+from perfseer.shapes import parse_shape
+from perfseer.serve.jobs import memory_job
+from perfseer.sources.load import examples
+from perfseer.sources.zoo import import_zoo
+from perfseer.graph.extract import weight_work_enabled
+from perfseer.runtime.route import plan
+from perfseer.data.splits import model_family
+from perfseer.runtime.route import answer_units
 
 API_VERSION = "v1"
 STATIC = Path(str(resources.files("perfseer") / "serve" / "static"))
@@ -114,7 +129,7 @@ class Service:
     """The state behind the routes: sandbox, graph cache, loaded predictors."""
 
     def __init__(self, config: ServeConfig):
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         torch.set_num_threads(config.torch_threads)
         self.config = config
@@ -137,8 +152,6 @@ class Service:
 
     # -- predictors ------------------------------------------------------------------------------
     def predictor_names(self) -> list[str]:
-        from perfseer.runtime.predictor import list_predictors
-
         if self._served is None:  # read once: the bundled cards do not change under a running server
             # by default the latency predictors; the learned memory fallback cards (role
             # "memory-fallback") answer through /v1/memory, where their extra bytes are completed
@@ -147,8 +160,6 @@ class Service:
         return list(self._served)
 
     def predictor(self, name: str):
-        from perfseer.runtime.predictor import load_predictor
-
         if name not in self.predictor_names():
             raise ApiError(404, f"no predictor named '{name}' on this server",
                            f"use one of: {', '.join(self.predictor_names())} (GET /v1/predictors)")
@@ -161,7 +172,6 @@ class Service:
         """:func:`perfseer.runtime.route.extraction` of ``unit``, read once per device unit (the
         bundled cards do not change under a running server); ``None`` for a device that does not
         resolve (its rows fail later, with the error)."""
-        from perfseer.runtime.route import extraction
 
         if unit.kind == "predictor":  # its card's own, read from the loaded predictor
             return self.predictor(unit.name).weight_work
@@ -181,7 +191,6 @@ class Service:
 
     def devices(self) -> list[dict]:
         """The registry's devices with their specs, each with the served predictors measured on it."""
-        from perfseer.devices import UnknownDeviceError, get_device, list_devices
 
         covered: dict[str, dict] = {}
         for p in self.describe_predictors():
@@ -205,9 +214,6 @@ class Service:
         return out
 
     def memory(self, req: MemoryRequest) -> dict:
-        from perfseer.shapes import parse_shape
-        from perfseer.serve.jobs import memory_job
-
         c = self.config
         if not req.batch or len(req.batch) > c.max_batches or any(not 1 <= b <= c.max_batch for b in req.batch):
             raise ApiError(422, f"batch sizes must be 1 to {c.max_batches} values in 1..{c.max_batch}, got {req.batch}",
@@ -244,10 +250,7 @@ class Service:
     # -- completion ----------------------------------------------------------------------------
     def model_names(self) -> list[str]:
         if self._names is None:
-            from perfseer.sources.load import examples
-
             names = [f"example:{e}" for e in examples()]
-            from perfseer.sources.zoo import import_zoo
 
             for zoo in ("timm", "torchvision"):
                 try:
@@ -267,7 +270,6 @@ class Service:
         computed together: each missing batch size is bound and its features built once for every
         predictor, and each predictor runs one forward pass for all its devices and phases.
         """
-        from perfseer.shapes import parse_shape
 
         c = self.config
         if not req.batch:
@@ -290,7 +292,6 @@ class Service:
         # (its card's extraction; a device: the measured card it routes to, if any, else the
         # server's default), and the first extraction is the first unit's: a request whose
         # predictors all extract one way extracts once
-        from perfseer.graph.extract import weight_work_enabled
 
         default = weight_work_enabled()
         kept_of = {unit: self.extraction(unit) for unit in units}
@@ -336,7 +337,6 @@ class Service:
 
     def _units(self, req: PredictRequest, notes: list[str]) -> list:
         """The units of a request, in the order its rows are answered (:func:`perfseer.runtime.route.plan`)."""
-        from perfseer.runtime.route import plan
 
         if req.predictors:
             for name in req.predictors:
@@ -351,8 +351,6 @@ class Service:
     def _compute(self, entry, missing: list[tuple], model: str) -> dict:
         """Rows for the (batch, unit) pairs the row cache lacked (:func:`perfseer.runtime.route.answer_units`,
         a failing unit's error as its note); each is put in the cache."""
-        from perfseer.data.splits import model_family
-        from perfseer.runtime.route import answer_units
 
         got = answer_units(entry.pg, missing, family=model_family(model), load=self.predictor, errors="note")
         for (b, unit), (rows, notes) in got.items():
@@ -362,7 +360,6 @@ class Service:
 
 def create_app(config: ServeConfig | None = None) -> FastAPI:
     """The FastAPI application (``uvicorn`` runs it; tests call it through ``TestClient``)."""
-    from perfseer import __version__
 
     svc = Service(config or ServeConfig())
     app = FastAPI(title="perfseer", version=__version__,

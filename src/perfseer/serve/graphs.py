@@ -153,7 +153,7 @@ class GraphCache:
               seq_len=None, weight_work=None) -> tuple[GraphEntry, bool]:
         """The :class:`GraphEntry` and whether it came from the cache (``weight_work``: extract with
         the work on weights kept or folded, as a predictor's card says; ``None``: the server's default)."""
-        from perfseer.graph.extract import weight_work_enabled
+        from perfseer.graph.extract import weight_work_enabled  # deferred: loads onnx
 
         target = self.store.resolve(model)
         if weight_work is None:  # the default, named: one key per graph the extraction gives

@@ -2,11 +2,12 @@
 by name).  Each returns plain data or objects of perfseer's own."""
 
 from __future__ import annotations
+from dataclasses import asdict
 
 
 def extract_job(model: str, input_shape, dims, seq_len=None, weight_work=None):
     """The PerfGraph of ``model`` at batch 1 (``weight_work``: as :func:`perfseer.extract`)."""
-    from perfseer.features.extract import extract
+    from perfseer.features.extract import extract  # deferred: loads onnx
 
     return extract(model, batch=1, input_shape=input_shape, dims=dims or None, seq_len=seq_len, weight_work=weight_work)
 
@@ -15,9 +16,8 @@ def memory_job(model: str, batches, phase: str, optimizer, precision: str, devic
                max_batch: bool) -> dict:
     """Simulated peak memory of ``model`` at each batch size (``perfseer.memory``), as JSON-ready
     dicts, and the largest batch that fits ``device`` when asked."""
-    from dataclasses import asdict
 
-    from perfseer.memory.api import max_batch_for, memory, resolve_model
+    from perfseer.memory.api import max_batch_for, memory, resolve_model  # deferred: loads torch
 
     src = resolve_model(model, input_shape)
     out = {"estimates": [], "max_batch": None}

@@ -51,7 +51,7 @@ def _child(conn, fn, args, kwargs, limits: Limits) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         os.environ["OMP_NUM_THREADS"] = str(limits.threads)
         try:
-            import torch
+            import torch  # deferred: heavy, loaded on first use
 
             torch.set_num_threads(limits.threads)
         except Exception:  # torch missing or already initialised: the limit above still holds

@@ -46,6 +46,8 @@ from importlib import resources
 from pathlib import Path
 
 from perfseer.errors import MissingDependencyError, ModelLoadError, ShapeError, UnsupportedModelError
+from perfseer.sources.zoo import _prepare_torchvision
+import inspect
 
 DEFAULT_SEQ_LEN = 128
 HEADS = ("base", "encoder")
@@ -166,10 +168,9 @@ def _import_transformers():
     if importlib.util.find_spec("transformers") is None:
         raise MissingDependencyError("transformers", "hf", "the hf: model reference")
     # transformers imports torchvision when it is installed; make that import work first
-    from perfseer.sources.zoo import _prepare_torchvision
 
     _prepare_torchvision()
-    import transformers
+    import transformers  # deferred: an optional extra
 
     return transformers
 
@@ -207,7 +208,7 @@ def _model_class(ref: HFReference, config):
 def build_model(ref: HFReference):
     """``(module, config)``: the module of ``ref`` on the meta device, in eval mode, and its
     ``transformers`` configuration (caches off)."""
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     config = make_config(ref)
     cls = _model_class(ref, config)
@@ -246,7 +247,7 @@ def _untie_if_configured(model, values: dict) -> None:
     and FLAN-T5 ship ``tie_word_embeddings: false`` and a separate LM-head matrix: 247.6 M
     parameters for flan-t5-base, not 222.9 M).
     """
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     if values.get("tie_word_embeddings", True) is not False:
         return
@@ -297,7 +298,7 @@ def _forward_with(names: list[str], full_mask: bool = False):
 
     ``full_mask``: pass an all-ones attention mask, built from the ids' shape (folded away).
     """
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     def forward(self, *args):
         kwargs = dict(zip(names, args))
@@ -317,7 +318,7 @@ def export_hf_model(name: str, input_shape=None, seq_len: int | None = None):
         input_shape: ``(seq_len,)``, the form a measurement table gives.
         seq_len: tokens per sample (default :data:`DEFAULT_SEQ_LEN`); wins over ``input_shape``.
     """
-    from perfseer.graph.torch_export import root_cause, skeleton_from_module
+    from perfseer.graph.torch_export import root_cause, skeleton_from_module  # deferred: loads onnx
 
     ref = parse_reference(name)
     seq = _seq_len(ref, input_shape, seq_len)
@@ -354,9 +355,8 @@ def export_hf_module(module, input_shape=None, seq_len: int | None = None):
     ``(seq_len,)`` for every token input, or one shape per input (``[(512,), (128,)]`` for an
     encoder and a decoder of different lengths); ``seq_len`` sets every token input.
     """
-    import inspect
 
-    from perfseer.graph.torch_export import meta_twin, root_cause, skeleton_from_module
+    from perfseer.graph.torch_export import meta_twin, root_cause, skeleton_from_module  # deferred: loads onnx
 
     twin = meta_twin(module).eval()  # a deep copy: the user's config keeps its cache setting
     config = twin.config
@@ -405,7 +405,7 @@ def _seq_len(ref: HFReference, input_shape, seq_len) -> int:
 
 def _clean(e: BaseException) -> str:
     """One line of an exception's message, without terminal colour codes."""
-    from perfseer.graph.torch_export import _ANSI
+    from perfseer.graph.torch_export import _ANSI  # deferred: loads onnx
 
     text = _ANSI.sub("", str(e)).strip()
     return (text.splitlines()[0] if text else type(e).__name__)[:300]

@@ -18,6 +18,7 @@ from perfseer.errors import ModelLoadError
 from perfseer.graph.onnx_io import Skeleton, read_skeleton, skeleton_from_proto
 from perfseer.sources.hf import export_hf_module, is_hf_module
 from perfseer.sources.schemes import NAMES, SCHEMES, example_path, examples, split_reference
+from perfseer.graph.torch_export import skeleton_from_module
 
 #: The reference schemes (the names of :data:`perfseer.sources.schemes.SCHEMES`).
 REFERENCE_KINDS = NAMES
@@ -49,12 +50,10 @@ def load_skeleton(model, input_shape=None, input_dtypes=None, seq_len: int | Non
         kind, name = ref
         return SCHEMES[kind].export(name, input_shape, seq_len=seq_len, boxes=boxes)
     try:
-        import torch
+        import torch  # deferred: heavy, loaded on first use
     except ImportError:  # pragma: no cover - torch is a core dependency
         torch = None
     if torch is not None and isinstance(model, torch.nn.Module):
-        from perfseer.graph.torch_export import skeleton_from_module  # imports torch: deferred
-
         if is_hf_module(model):  # caches off, inputs by name
             return export_hf_module(model, input_shape, seq_len)
 

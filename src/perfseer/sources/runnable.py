@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from perfseer.errors import ModelLoadError
 from perfseer.sources.schemes import SCHEMES, scheme_word, split_reference
+from perfseer.sources.space import build_space_model
 
 #: The schemes the measurement backends can build with random weights, in table order.
 TORCH_SCHEMES = tuple(name for name, s in SCHEMES.items() if s.measurable)
@@ -45,8 +46,6 @@ def build_module(model):
     if isinstance(model, torch.nn.Module):
         return model
     if isinstance(model, Mapping):
-        from perfseer.sources.space import build_space_model
-
         return build_space_model(model)
     scheme = scheme_of(model)
     if scheme in TORCH_SCHEMES:
@@ -74,8 +73,8 @@ def export_onnx(model, input_shape, path: str) -> None:
     :class:`~perfseer.errors.ModelLoadError` naming both exporters' outcomes.  Written atomically
     (a temporary file, renamed).
     """
-    import onnx
-    import torch
+    import onnx  # deferred: heavy, loaded on first use
+    import torch  # deferred: heavy, loaded on first use
 
     module = build_module(model).eval()
     x = torch.randn(2, *input_shape)

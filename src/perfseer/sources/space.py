@@ -324,7 +324,7 @@ def build_space_model(config):
     Raises:
         ModelLoadError: the config is not valid.
     """
-    from perfseer.sources._space_nn import SpaceNet
+    from perfseer.sources._space_nn import SpaceNet  # deferred: loads torch
 
     return SpaceNet(parse_space(config))
 
@@ -337,9 +337,9 @@ def export_space(config, input_shape=None):
     Args:
         input_shape: one sample without the batch (default ``(3, 224, 224)``).
     """
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
-    from perfseer.graph.torch_export import skeleton_from_module
+    from perfseer.graph.torch_export import skeleton_from_module  # deferred: loads onnx
 
     config = parse_space(config)
     with torch.device("meta"):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from perfseer.errors import MissingDependencyError, ModelLoadError
+from perfseer.errors import UnsupportedModelError
 
 ZOOS = ("timm", "torchvision")
 _DEFAULT_INPUT = (3, 224, 224)
@@ -27,7 +28,7 @@ def _prepare_torchvision() -> None:
     ``roi_align``) stay unusable; perfseer exports detectors through its own stand-ins
     (:mod:`perfseer.graph.detection`).
     """
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is None:
         return
@@ -60,10 +61,10 @@ def import_zoo(zoo: str):
         raise MissingDependencyError(zoo, "zoo", f"the {zoo}: model reference")
     _prepare_torchvision()
     if zoo == "timm":
-        import timm
+        import timm  # deferred: an optional extra
 
         return timm
-    import torchvision.models
+    import torchvision.models  # deferred: an optional extra
 
     return torchvision.models
 
@@ -81,7 +82,7 @@ def build_zoo_model(zoo: str, name: str, meta: bool = True, reparam: bool = Fals
 
     Returns ``(module, input_shape, on_meta)``.
     """
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     if name.endswith(REPARAM_SUFFIX):
         name, reparam = name[: -len(REPARAM_SUFFIX)], True
@@ -123,7 +124,7 @@ def build_zoo_model(zoo: str, name: str, meta: bool = True, reparam: bool = Fals
 
 
 def _reparameterize(module):
-    from timm.utils.model import reparameterize_model
+    from timm.utils.model import reparameterize_model  # deferred: an optional extra
 
     return reparameterize_model(module)
 
@@ -169,8 +170,7 @@ def export_zoo_model(zoo: str, name: str, input_shape=None, reparam: bool = Fals
     cannot translate (5-D query/key/value, as in Hiera) are exported again with timm's explicit
     attention, which computes the same matmuls and softmax.
     """
-    from perfseer.errors import UnsupportedModelError
-    from perfseer.graph.torch_export import skeleton_from_module
+    from perfseer.graph.torch_export import skeleton_from_module  # deferred: loads onnx
 
     def attempt():
         module, default_shape, on_meta = build_zoo_model(zoo, name, reparam=reparam)
@@ -183,7 +183,7 @@ def export_zoo_model(zoo: str, name: str, input_shape=None, reparam: bool = Fals
     except UnsupportedModelError as e:
         if zoo != "timm" or "scaled_dot_product_attention" not in str(e.__cause__ or e):
             raise
-    from timm.layers import config
+    from timm.layers import config  # deferred: an optional extra
 
     previous = config.use_fused_attn()
     config.set_fused_attn(False)

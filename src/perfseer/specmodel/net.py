@@ -26,6 +26,9 @@ import pandas as pd
 from perfseer.cards import CardFormat
 from perfseer.errors import PerfseerError
 from perfseer.specmodel import kernels as kt
+from perfseer.cards import read_card
+from perfseer.cards import read_weights
+from perfseer.cards import weights_path
 
 RANGE_COLUMNS = ("peak_tflops", "bw_gbs", "sms")  # device inputs whose training range bounds extrapolation
 CARD_FORMAT = "perfseer.specmodel"
@@ -73,7 +76,7 @@ class KernelModelConfig:
 
 
 def _mlp(n_in: int, cfg: KernelModelConfig):
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     layers, d = [], n_in
     for _ in range(cfg.layers):
@@ -98,7 +101,7 @@ class KernelModel:
     floor_us_: dict = field(default_factory=dict)  # per family: launch_floor_us of its training latencies
 
     def fit(self, table: pd.DataFrame, dev: pd.DataFrame, latency_us, verbose: bool = False) -> "KernelModel":
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         torch.manual_seed(self.config.seed)
         before = torch.get_num_threads()
@@ -109,7 +112,7 @@ class KernelModel:
             torch.set_num_threads(before)
 
     def _fit(self, table, dev, latency_us, verbose):
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         y_all = np.asarray(latency_us, dtype=float)
         fam_col = table["family"].to_numpy()
@@ -141,7 +144,7 @@ class KernelModel:
         return self
 
     def _train(self, x, y, n_in):
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         cfg = self.config
         g = torch.Generator().manual_seed(cfg.seed)
@@ -179,7 +182,7 @@ class KernelModel:
 
     def predict(self, table: pd.DataFrame, dev: pd.DataFrame) -> np.ndarray:
         """Latency of each kernel row, microseconds."""
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         if not self.nets_:
             raise SpecModelError("this KernelModel is not fitted", "call fit() or load a trained one")
@@ -226,8 +229,8 @@ class KernelModel:
     # -- files ---------------------------------------------------------------------------------
     def save(self, directory, name: str, extra: dict | None = None) -> Path:
         """Write ``NAME.safetensors`` and ``NAME.json`` into ``directory`` (atomically)."""
-        import torch
-        from safetensors.torch import save_file
+        import torch  # deferred: heavy, loaded on first use
+        from safetensors.torch import save_file  # deferred: heavy, loaded on first use
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -260,7 +263,6 @@ class KernelModel:
         Raises:
             SpecModelError: missing, corrupt or foreign files.
         """
-        from perfseer.cards import read_card, read_weights, weights_path
 
         card = read_card(card_path, SPEC_CARD)
         fams = card.get("families") or []

@@ -23,6 +23,7 @@ import pandas as pd
 
 from perfseer.errors import PerfseerError
 from perfseer.specmodel import kernels as kt
+from perfseer.specmodel.backward import backward_kernels
 
 # NeuSight's device names -> registry names.
 DEVICES = {
@@ -179,7 +180,6 @@ def trace_kernels(trace: pd.DataFrame, num_layer: int, phase: str) -> pd.DataFra
     """The kernels of a NeuSight per-operator trace: forward kernels (and for ``train`` the
     backward ones, :mod:`perfseer.specmodel.backward`), each with ``scale`` = how many times it
     runs (``num_layer`` for a node of the traced layer, else 1) and ``pass``."""
-    from perfseer.specmodel.backward import backward_kernels
 
     rows = []
     for _, r in trace.iterrows():

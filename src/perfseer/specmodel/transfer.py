@@ -30,6 +30,7 @@ import numpy as np
 
 from perfseer.errors import PerfseerError
 from perfseer.features import schema
+from types import SimpleNamespace
 
 SPEC_KEYS = ("fp16_tflops", "mem_bandwidth_gbs", "sms", "clock_mhz", "l2_mib")
 GRAPH_KEYS = ("log_y_src", "log_flops", "log_mem", "log_nodes", "log_batch", "log_ai")
@@ -63,9 +64,8 @@ def spec_vector(spec) -> np.ndarray:
 def roofline_ms(x: np.ndarray, spec_vec: np.ndarray) -> float:
     """Per-node roofline time summed, ms: ``max(FLOPs / FP16 peak, bytes / bandwidth)``, the FP32
     export's bytes scaled to AMP's; :func:`perfseer.models.roofline.baseline_ms` without overheads."""
-    from types import SimpleNamespace
 
-    from perfseer.models.roofline import RooflineParams, baseline_ms
+    from perfseer.models.roofline import RooflineParams, baseline_ms  # deferred: loads torch, pandas
 
     params = RooflineParams(P=spec_vec[0] * 1e9, W=spec_vec[1] * 1e6 / FP16_BYTES_SCALE, a=1.0, c1=0.0, c2=0.0)
     return float(baseline_ms([SimpleNamespace(x=x)], params)[0]) + 1e-6

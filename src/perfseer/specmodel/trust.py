@@ -40,6 +40,9 @@ import numpy as np
 import pandas as pd
 
 from perfseer.features import schema
+from perfseer.trust import bounds as bnd
+from perfseer.trust import intervals as itv
+from perfseer.trust.bounds import MATMUL_OPS
 
 TOLERANCE = 1.5  # a device spec may lie this factor beyond the training GPUs' range and stay in domain
 MAX_APPROX_SHARE = 0.25  # largest share of the predicted step in operators no kernel family covers
@@ -161,8 +164,6 @@ def interval_kind(precision: str, phase: str, calibrated: bool) -> str:
 def assess_row(value: float, spec, precision: str, phase: str, calibrated: bool, card: dict,
                table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, u: np.ndarray) -> dict:
     """``{"value", "interval", "in_domain", "domain_reasons", "flags"}`` of one spec-model row."""
-    from perfseer.trust import bounds as bnd
-    from perfseer.trust import intervals as itv
 
     domain = card.get("domain")
     kind = interval_kind(precision, phase, calibrated)
@@ -199,7 +200,6 @@ def assess_row(value: float, spec, precision: str, phase: str, calibrated: bool,
 def _costs(u: np.ndarray, op_types) -> dict:
     g = schema.GLOBAL_FEATURES
     u = np.asarray(u, dtype=float).reshape(-1)
-    from perfseer.trust.bounds import MATMUL_OPS
 
     return {"flops": float(u[g.index("flops_total")]), "weight_bytes": float(u[g.index("weight_total")]),
             "ops": int(len(op_types)), "matmul_ops": sum(1 for o in op_types if o in MATMUL_OPS)}

@@ -18,6 +18,8 @@ import importlib
 
 from perfseer.profiling.backends.base import Backend
 from perfseer.profiling.jobs import CollectError
+import re
+from perfseer.profiling.jobs import OPTIMIZERS
 
 BACKENDS = {
     "torch-cpu": "perfseer.profiling.backends.torch_cpu:TorchCpuBackend",
@@ -31,9 +33,6 @@ def setting_kind(setting: str) -> str | None:
     this is (:meth:`.base.Backend.setting`, plus the optimizer suffix of
     :func:`perfseer.profiling.jobs.device_name`): ``torch-t4`` and ``ort-t2`` are CPU backends,
     ``torch-cuda-adamw`` a GPU; ``None`` for any other text."""
-    import re
-
-    from perfseer.profiling.jobs import OPTIMIZERS
 
     suffix = rf"(-t\d+)?(-({'|'.join(OPTIMIZERS)}))?"
     return next((cls.kind for cls in map(backend_class, BACKENDS)

@@ -29,6 +29,8 @@ from typing import ClassVar
 from perfseer.errors import PerfseerError
 from perfseer.profiling.jobs import OPTIMIZERS, PHASES, PRECISIONS, CollectError, Measurement
 from perfseer.profiling.protocol import Protocol
+from perfseer.profiling.protocol import run_protocol
+from perfseer.profiling.environment import capture
 
 MIB = float(2**20)
 
@@ -76,8 +78,6 @@ class Backend:
         return f"{self.short}-t{self.threads}" if self.threads else self.short
 
     def environment(self) -> dict:
-        from perfseer.profiling.environment import capture
-
         return capture(self.threads, {"backend": self.name})
 
     def measure(self, model, input_shape, batch: int, phase: str, precision: str = "fp32",
@@ -257,7 +257,6 @@ def run_timed_cpu(step, protocol: Protocol, threads: int):
     taken around its timed repetitions: returns ``(timing, util_pct, joules)``, ``joules`` over all
     timed repetitions (None without RAPL).  Python's garbage collector is collected first and off
     while it runs: a collection inside a timed step is noise, not the model's cost."""
-    from perfseer.profiling.protocol import run_protocol
 
     clock, rapl, energy = CpuClock(threads), Rapl(), {}
 

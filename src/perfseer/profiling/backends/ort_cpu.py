@@ -26,6 +26,13 @@ from perfseer.errors import PerfseerError
 from perfseer.profiling.backends.base import (Backend, RssProbe, collect_garbage, describe_error, is_oom,
                                                run_timed_cpu)
 from perfseer.profiling.jobs import Measurement
+from perfseer.profiling.environment import cpu_model
+from perfseer.profiling.environment import device_slug
+from perfseer.profiling.environment import capture
+import numpy as np
+from perfseer.sources.runnable import scheme_of
+from perfseer.sources.space import canonical_json
+from perfseer.sources.runnable import export_onnx
 
 _KEEP = 4  # exported models kept in the cache folder (jobs come grouped by model)
 
@@ -46,13 +53,9 @@ class OrtCpuBackend(Backend):
         os.makedirs(self.cache_dir, exist_ok=True)
 
     def hardware(self) -> str:
-        from perfseer.profiling.environment import cpu_model, device_slug
-
         return device_slug(cpu_model())
 
     def environment(self) -> dict:
-        from perfseer.profiling.environment import capture
-
         return capture(self.threads, {"backend": self.name})
 
     def close(self) -> None:
@@ -62,10 +65,9 @@ class OrtCpuBackend(Backend):
     def prime(self) -> None:
         """Import onnxruntime and torch (for exports) and run a tiny session with one thread, so
         that no thread pool is alive when the worker forks."""
-        import numpy as np
-        import onnx
-        import onnxruntime as ort
-        from onnx import TensorProto, helper, numpy_helper
+        import onnx  # deferred: heavy, loaded on first use
+        import onnxruntime as ort  # deferred: an optional extra
+        from onnx import TensorProto, helper, numpy_helper  # deferred: heavy, loaded on first use
 
         w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
         graph = helper.make_graph(
@@ -81,7 +83,7 @@ class OrtCpuBackend(Backend):
         collect_garbage()
 
     def _options(self, threads: int):
-        import onnxruntime as ort
+        import onnxruntime as ort  # deferred: an optional extra
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
@@ -93,19 +95,15 @@ class OrtCpuBackend(Backend):
 
     def onnx_path(self, model, input_shape) -> str:
         """Where the model's ONNX file is (or will be, after :meth:`prepare`)."""
-        from perfseer.sources.runnable import scheme_of
 
         if isinstance(model, (str, os.PathLike)) and scheme_of(str(model)) is None:
             return os.fspath(model)
-        from perfseer.sources.space import canonical_json
 
         text = canonical_json(model) if not isinstance(model, str) else model
         key = hashlib.sha256(f"{text}|{tuple(input_shape)}".encode()).hexdigest()[:20]
         return os.path.join(self.cache_dir, f"{key}.onnx")
 
     def prepare(self, model, input_shape) -> None:
-        from perfseer.sources.runnable import export_onnx, scheme_of
-
         if scheme_of(model) == "example":
             raise PerfseerError(f"{model} is a bundled graph without weights",
                                 "measure the torchvision: model of the same name instead")
@@ -127,8 +125,7 @@ class OrtCpuBackend(Backend):
         refused = self.check(phase, precision, optimizer)
         if refused is not None:
             return refused
-        import numpy as np
-        import onnxruntime as ort
+        import onnxruntime as ort  # deferred: an optional extra
 
         started = time.perf_counter()
         probe = RssProbe()

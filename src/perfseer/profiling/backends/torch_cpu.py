@@ -37,10 +37,17 @@ from perfseer.errors import PerfseerError
 from perfseer.profiling.backends.base import (MIB, Backend, RssProbe, collect_garbage, describe_error, is_oom,
                                                run_timed_cpu)
 from perfseer.profiling.jobs import Measurement
+from perfseer.profiling.environment import cpu_model
+from perfseer.profiling.environment import device_slug
+from perfseer.profiling.environment import capture
+from perfseer.profiling.backends._torch_steps import make_step
+from perfseer.sources.space import build_space_model
+from perfseer.sources.runnable import build_module
+from perfseer.sources.runnable import weight_bytes
 
 
 def bf16_supported() -> bool:
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -76,14 +83,10 @@ class TorchCpuBackend(Backend):
         super().__init__(threads if threads is not None else 1, protocol)
 
     def hardware(self) -> str:
-        from perfseer.profiling.environment import cpu_model, device_slug
-
         return device_slug(cpu_model())
 
     def environment(self) -> dict:
-        import torch
-
-        from perfseer.profiling.environment import capture
+        import torch  # deferred: heavy, loaded on first use
 
         return capture(self.threads, {"backend": self.name, "torch_parallel": torch.__config__.parallel_info()
                                       .splitlines()[-4:], "mkldnn_bf16": bf16_supported()})
@@ -92,10 +95,7 @@ class TorchCpuBackend(Backend):
         """Import torch and run a forward and a training step of every operator type, with one
         thread (no OpenMP pool exists yet, which keeps forking safe); each measurement's child then
         sets its own thread count."""
-        import torch
-
-        from perfseer.profiling.backends._torch_steps import make_step
-        from perfseer.sources.space import build_space_model
+        import torch  # deferred: heavy, loaded on first use
 
         torch.set_num_threads(1)
         try:
@@ -120,10 +120,7 @@ class TorchCpuBackend(Backend):
         if precision == "amp_bf16" and not bf16_supported():
             return Measurement.failed("unsupported", "this CPU has no bfloat16 path in oneDNN; "
                                                      "autocast would emulate it")
-        import torch
-
-        from perfseer.profiling.backends._torch_steps import make_step
-        from perfseer.sources.runnable import build_module, weight_bytes
+        import torch  # deferred: heavy, loaded on first use
 
         started = time.perf_counter()
         torch.set_num_threads(self.threads)

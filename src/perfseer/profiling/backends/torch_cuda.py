@@ -40,12 +40,17 @@ from perfseer.errors import PerfseerError
 from perfseer.profiling.backends.base import MIB, Backend, describe_error, is_oom
 from perfseer.profiling.jobs import CollectError, Measurement
 from perfseer.profiling.protocol import Protocol, run_protocol
+from perfseer.profiling.environment import device_slug
+from perfseer.profiling.environment import capture
+from perfseer.profiling.backends._torch_steps import make_step
+from perfseer.sources.runnable import build_module
+from perfseer.sources.runnable import weight_bytes
 
 
 def open_nvml(index: int):
     """``(pynvml module, device handle)``, or ``(None, reason)`` when NVML cannot be used."""
     try:
-        import pynvml
+        import pynvml  # deferred: an optional extra
     except ImportError:
         return None, "pynvml not installed (pip install nvidia-ml-py)"
     try:
@@ -128,7 +133,7 @@ class TorchCudaBackend(Backend):
         return self.short
 
     def _torch_device(self):
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         return torch.device(self.device)
 
@@ -147,7 +152,7 @@ class TorchCudaBackend(Backend):
                 self._nvml, self._handle = nvml, handle
 
     def _check_cuda(self) -> None:
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         if not torch.cuda.is_available():
             raise CollectError("torch-cuda needs a CUDA GPU, and torch sees none "
@@ -156,17 +161,13 @@ class TorchCudaBackend(Backend):
                                "or use --backend torch-cpu")
 
     def hardware(self) -> str:
-        import torch
-
-        from perfseer.profiling.environment import device_slug
+        import torch  # deferred: heavy, loaded on first use
 
         self._check_cuda()
         return device_slug(torch.cuda.get_device_name(self._torch_device()))
 
     def environment(self) -> dict:
-        import torch
-
-        from perfseer.profiling.environment import capture
+        import torch  # deferred: heavy, loaded on first use
 
         self._check_cuda()
         self._ensure_nvml()
@@ -187,7 +188,7 @@ class TorchCudaBackend(Backend):
         return capture(self.threads, extra)
 
     def prime(self) -> None:
-        import torch
+        import torch  # deferred: heavy, loaded on first use
 
         self._check_cuda()
         self._ensure_nvml()
@@ -203,10 +204,7 @@ class TorchCudaBackend(Backend):
         refused = self.check(phase, precision, optimizer)
         if refused is not None:
             return refused
-        import torch
-
-        from perfseer.profiling.backends._torch_steps import make_step
-        from perfseer.sources.runnable import build_module, weight_bytes
+        import torch  # deferred: heavy, loaded on first use
 
         self._ensure_nvml()
         dev = self._torch_device()

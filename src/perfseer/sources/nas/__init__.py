@@ -16,6 +16,10 @@ builders' exports.  ``ofa:`` sub-networks are exported by ``torch.onnx`` (second
 """
 
 from __future__ import annotations
+from perfseer.errors import ModelLoadError
+from perfseer.sources.nas.ofa import build_ofa
+from perfseer.sources.nas.ofa import ofa_skeleton
+from perfseer.sources.nas import ofa
 
 SPACES = ("nb201", "fbnet", "ofa")
 DEFAULT_INPUT = (3, 32, 32)  # nb201 and fbnet: CIFAR images
@@ -33,20 +37,17 @@ def build_space_model(space: str, arch: str, for_graph: bool = False):
         ModelLoadError: unknown space or malformed architecture.
     """
     if space == "nb201":
-        from perfseer.sources.nas.nb201 import build_nb201
+        from perfseer.sources.nas.nb201 import build_nb201  # deferred: loads torch
 
         return build_nb201(arch, keep_unused=for_graph)
     if space == "fbnet":
-        from perfseer.sources.nas.fbnet import build_fbnet
+        from perfseer.sources.nas.fbnet import build_fbnet  # deferred: loads torch
 
         return build_fbnet(arch)
     if space == "ofa":
-        import torch
-
-        from perfseer.sources.nas.ofa import build_ofa
+        import torch  # deferred: heavy, loaded on first use
 
         return build_ofa(arch, device=str(torch.get_default_device()))
-    from perfseer.errors import ModelLoadError
 
     raise ModelLoadError(f"unknown architecture space {space!r}", f"use one of: {', '.join(SPACES)}")
 
@@ -61,22 +62,21 @@ def export_space_model(space: str, arch: str, input_shape=None):
     """
     if space == "nb201":
         # Emitted directly as ONNX (milliseconds), the same graph the PyTorch builder exports.
-        from perfseer.sources.nas.nb201_onnx import nb201_skeleton
+        from perfseer.sources.nas.nb201_onnx import nb201_skeleton  # deferred: loads torch, onnx
 
         return nb201_skeleton(arch, tuple(input_shape or DEFAULT_INPUT))
     if space == "fbnet":
         # Likewise (:mod:`.fbnet_onnx`): the graph of the PyTorch builder's export.
-        from perfseer.sources.nas.fbnet_onnx import fbnet_skeleton
+        from perfseer.sources.nas.fbnet_onnx import fbnet_skeleton  # deferred: loads torch, onnx
 
         return fbnet_skeleton(arch, tuple(input_shape or DEFAULT_INPUT))
     if space == "ofa":
         # the package builds the sub-network (super-network cached per process), then torch.onnx
-        from perfseer.sources.nas.ofa import ofa_skeleton
 
         return ofa_skeleton(arch, input_shape)
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
-    from perfseer.graph.torch_export import skeleton_from_module
+    from perfseer.graph.torch_export import skeleton_from_module  # deferred: loads onnx
 
     with torch.device("meta"):
         module = build_space_model(space, arch, for_graph=True)
@@ -87,16 +87,14 @@ def export_space_model(space: str, arch: str, input_shape=None):
 def __getattr__(name: str):
     # The builders need torch: import them only when asked for.
     if name in ("build_nb201", "parse_nb201"):
-        from perfseer.sources.nas import nb201
+        from perfseer.sources.nas import nb201  # deferred: loads torch
 
         return getattr(nb201, name)
     if name in ("build_fbnet", "parse_fbnet"):
-        from perfseer.sources.nas import fbnet
+        from perfseer.sources.nas import fbnet  # deferred: loads torch
 
         return getattr(fbnet, name)
     if name in ("build_ofa", "parse_ofa"):
-        from perfseer.sources.nas import ofa
-
         return getattr(ofa, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

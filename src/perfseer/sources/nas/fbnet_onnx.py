@@ -24,6 +24,7 @@ from perfseer.sources.nas.fbnet import (HEAD_CHANNELS, INPUT_SHAPE, NUM_CLASSES,
                                          BlockSpec, parse_fbnet)
 from perfseer.sources.nas.nb201_onnx import external_weight
 from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
+from perfseer.errors import ShapeError
 
 _OPSET = 20
 
@@ -112,8 +113,6 @@ def fbnet_skeleton(blocks: str, input_shape=(3, 32, 32)) -> Skeleton:
     """
     specs = parse_fbnet(blocks)
     if len(input_shape) != 3 or input_shape[0] != INPUT_SHAPE[0]:
-        from perfseer.errors import ShapeError
-
         raise ShapeError(f"an FBNet network takes a 3 x H x W image, got input shape {tuple(input_shape)}",
                          "pass an input shape such as 3x32x32")
     g = _Graph()

@@ -34,6 +34,7 @@ import threading
 from dataclasses import dataclass
 
 from perfseer.errors import MissingDependencyError, ModelLoadError
+from perfseer.sources.zoo import import_zoo
 
 SLOTS = 20  # 5 stages x at most 4 blocks
 STAGES = 5
@@ -163,10 +164,9 @@ def _import_ofa():
     for package in ("ofa", "torchvision"):
         if importlib.util.find_spec(package) is None:
             raise MissingDependencyError(package, "ofa", "the ofa: model reference (Once-for-All)")
-    from perfseer.sources.zoo import import_zoo
 
     import_zoo("torchvision")
-    from ofa.imagenet_classification.elastic_nn.networks import OFAMobileNetV3
+    from ofa.imagenet_classification.elastic_nn.networks import OFAMobileNetV3  # deferred: an optional extra
 
     return OFAMobileNetV3
 
@@ -178,7 +178,7 @@ _LOCK = threading.Lock()  # set_active_subnet mutates the shared super-network
 def super_net(device: str = "meta"):
     """The OFA MobileNetV3 w1.2 super-network on ``device`` (``"meta"``: no weights allocated), built
     once per process and device."""
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     cls = _import_ofa()
     with torch.device(device):
@@ -194,7 +194,7 @@ def build_ofa(arch: str | OFASubnet, device: str = "cpu"):
         ModelLoadError: malformed architecture.
         MissingDependencyError: the ``ofa`` package (or torchvision) is not installed.
     """
-    import torch
+    import torch  # deferred: heavy, loaded on first use
 
     spec = arch if isinstance(arch, OFASubnet) else parse_ofa(arch)
     net = super_net(device)
@@ -207,7 +207,7 @@ def build_ofa(arch: str | OFASubnet, device: str = "cpu"):
 def ofa_skeleton(arch: str | OFASubnet, input_shape=None):
     """The ONNX :class:`~perfseer.graph.onnx_io.Skeleton` of ``arch``, built on the meta device and
     exported by ``torch.onnx``; ``input_shape`` defaults to ``3 x r x r``."""
-    from perfseer.graph.torch_export import skeleton_from_module
+    from perfseer.graph.torch_export import skeleton_from_module  # deferred: loads onnx
 
     spec = arch if isinstance(arch, OFASubnet) else parse_ofa(arch)
     module = build_ofa(spec, device="meta")
