@@ -62,10 +62,12 @@ def test_what_no_basis_answers_yet_is_refused_with_the_reason():
     with pytest.raises(PerfseerError, match="energy"):
         load_spec_model().answer(perfseer.extract(NB201), [1], Options(device="a100-40gb", energy=True))
     with pytest.raises(PerfseerError, match="precision"):
-        Options(precision="fp8")
+        Options(precision="fp12")
+    with pytest.raises(PerfseerError, match="no fp8 kernels"):  # in the vocabulary, not answered by the spec model
+        load_spec_model().answer(perfseer.extract(NB201), [1], Options(device="a100-40gb", precision="fp8"))
     with pytest.raises(PerfseerError, match="device or a predictor"):
         perfseer.predict(NB201)
-    with pytest.raises(PerfseerError, match="measured at fp16"):  # a card answers at the precision it measured
+    with pytest.raises(PerfseerError, match="measured at amp-fp16"):  # a card answers at the precision it measured
         perfseer.predict("example:resnet18", predictor="rtx4090-amp-nchw-pt291.infer", precision="fp32")
 
 

@@ -26,9 +26,13 @@ def tiny_gpt2(tmp_path_factory):
 
 
 def test_predict_train_phase_with_seq_len(tiny_gpt2, capsys):
-    # The training-step predictor reads the forward graph, as for timm models: --phase train.
-    code, out, err = run_cli(capsys, "predict", tiny_gpt2, "--seq-len", "32", "--batch", "1,4",
-                             "--predictor", "rtx3090-amp-nchw-pt112.train", "--phase", "train", "--json")
+    # The training-step predictor reads the forward graph, as for timm models: --phase train.  A
+    # language model is outside the model space of a card trained on images: refused unless forced.
+    args = ("predict", tiny_gpt2, "--seq-len", "32", "--batch", "1,4", "--predictor", "rtx3090-amp-nchw-pt112.train",
+            "--phase", "train", "--json")
+    code, out, err = run_cli(capsys, *args)
+    assert code != 0 and "model space" in err and "--force" in err
+    code, out, err = run_cli(capsys, *args, "--force")
     assert code == 0, err
     rows = json.loads(out)["predictions"]
     assert [(r["batch_size"], r["phase"], r["metric"]) for r in rows] == [(1, "train", "latency_ms"),

@@ -26,7 +26,7 @@ def test_two_devices_of_one_predictor_side_by_side_with_throughput(capsys, tmp_p
 def test_the_table_names_constant_columns_in_its_title(capsys):
     assert main(["predict", NB201, "--predictor", P, "--device", "1080ti", "--batch", "1,8"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the title may wrap at the terminal's width
-    assert "(1080ti, infer, latency_ms)" in out and "per s" in out
+    assert "(1080ti, infer, latency_ms, as measured)" in out and "per s" in out
 
 
 def test_plot_writes_a_png(tmp_path, capsys):

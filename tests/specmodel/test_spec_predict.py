@@ -65,7 +65,7 @@ def test_cpu_and_bad_input_are_refused(sm):
 
 
 def test_routing_prefers_a_measured_predictor():
-    assert setting_precision("rtx3090/amp-nchw-pt240") == "fp16" and setting_precision("titan_rtx") is None
+    assert setting_precision("rtx3090/amp-nchw-pt240") == "amp-fp16" and setting_precision("titan_rtx") is None
     assert ("rtx3090-amp-nchw-pt240.infer", "rtx3090/amp-nchw-pt240") in measured_predictors("RTX 3090")
     assert measured_predictors("rtx3090", precision="fp32") == []
     assert measured_predictors("l4") == []

@@ -106,7 +106,7 @@ def test_bundled_card_domain_and_routing_rules():
 def test_predict_on_an_unmeasured_gpu_uses_the_transfer(capsys):
     rows = predict_on_device("example:resnet50", "l40s", batch=[1, 256])
     assert all(r["basis"].startswith("transfer from rtx3090 + rtx4090 + rtx5090 via specs") for r in rows)
-    assert rows[1]["value"] > rows[0]["value"] > 0 and rows[0]["precision"] == "fp16"
+    assert rows[1]["value"] > rows[0]["value"] > 0 and rows[0]["precision"] == "amp-fp16"
     lo, hi = rows[1]["interval"]
     assert lo < rows[1]["value"] < hi and rows[1]["in_domain"]  # batch 256: inside every source's domain
     # beyond the fitted GPUs' specs: out of domain with a reason, wider interval

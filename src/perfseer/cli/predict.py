@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from perfseer.cli.train import _ints
 from perfseer.errors import PerfseerError
+from perfseer.runtime.answer import PRECISIONS
 from perfseer.runtime.predictor import UnseenOperatorWarning
 from rich import box
 from rich.console import Console
@@ -27,7 +28,9 @@ def add_parser(sub) -> None:
                     "the predictor (or those of --device/--phase).  With --device and no --predictor: a bundled "
                     "measured predictor of that device if there is one, else (AMP inference) the transfer from the "
                     "measured GPUs via specs, else the spec model (any GPU of perfseer devices, from its spec "
-                    "sheet); each row says its basis.")
+                    "sheet); each row says its basis.  A measured predictor answers only for models inside its "
+                    "model space (else the next basis answers, naming the one it fell back from); a value that hit "
+                    "a sanity bound is shown refused, with the reason.")
     p.add_argument("model", metavar="MODEL", help="an .onnx file or a reference (timm:NAME, nb201:..., example:NAME...)")
     p.add_argument("--predictor", default=None, metavar="NAME|PATH", help="see perfseer predictors")
     p.add_argument("--batch", type=_ints, default=[1], metavar="B[,B...]", help="batch sizes (default 1)")
@@ -41,9 +44,13 @@ def add_parser(sub) -> None:
                    help="repeatable, shown side by side; with --predictor: only these devices' targets; alone: any "
                         "device of perfseer devices")
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="only this phase's targets")
-    p.add_argument("--precision", default=None, choices=("fp32", "tf32", "fp16", "bf16"),
-                   help="the precision (default: a measured predictor's own, else fp32); a measured predictor "
-                        "refuses another")
+    p.add_argument("--precision", default=None, metavar="NAME",
+                   help=f"one of {', '.join(PRECISIONS)} (aliases: amp = amp-fp16, amp_bf16 = amp-bf16); default: a "
+                        "measured predictor's own, else fp32; several devices are compared at one precision, the "
+                        "first measured predictor's when not given; a basis that cannot answer at it says so")
+    p.add_argument("--force", action="store_true",
+                   help="let a measured predictor answer for a model outside its model space (by default it "
+                        "refuses, and with --device alone the routing falls back to the next basis)")
     p.add_argument("--basis", default="auto", choices=("auto", "spec", "transfer", "measured"),
                    help="with --device alone: auto (measured where available, else for AMP inference the transfer "
                         "from the measured GPUs via specs, else the spec model), or force one")
@@ -78,7 +85,7 @@ def run_predict(args: argparse.Namespace) -> int:
         warnings.simplefilter("always", UnseenOperatorWarning)
         rows = predict(args.model, device=devices, predictor=args.predictor, batch=args.batch,
                        phase=args.phase, precision=args.precision, basis=args.basis, input_shape=shape, dims=dims,
-                       seq_len=args.seq_len)
+                       seq_len=args.seq_len, force=args.force)
     label = args.predictor if args.predictor is not None else ", ".join(devices)
     if args.predictor is not None:
         label = next((r["predictor"] for r in rows if r.get("predictor")), label)
@@ -113,23 +120,30 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def _print_rows(rows: list[dict], title: str) -> None:
     # a column whose value is the same on every row goes to the title (the table fits 80 columns)
-    same = {k: rows[0][k] for k in ("device", "phase", "metric") if rows and len({r[k] for r in rows}) == 1}
+    same = {k: rows[0].get(k) for k in ("device", "phase", "metric", "precision")
+            if rows and len({r.get(k) for r in rows}) == 1 and rows[0].get(k) is not None}
     if same:
         title += " (" + ", ".join(str(v) for v in same.values()) + ")"
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    cols = [c for c in ("batch", "device", "phase", "metric", "predicted", "90 % interval", "per s", "domain")
-            if c not in same]
+    cols = [c for c in ("batch", "device", "phase", "precision", "metric", "predicted", "90 % interval", "per s",
+                        "domain") if c not in same]
     for c in cols:
         t.add_column(c, justify="right" if c in ("batch", "predicted", "90 % interval", "per s") else "left")
     notes: dict[str, list[int]] = {}  # each reason or flag once, numbered, below the table
     for r in sorted(rows, key=lambda r: (r["metric"], r["phase"], r["batch_size"], r["device"])):
         reasons, flags = r.get("domain_reasons", []), r.get("flags", [])
+        if r.get("value") is None:  # a refusal: its reason is its one note
+            reasons, flags = [r.get("reason") or "no answer"], []
+        elif r.get("fallback_from"):
+            reasons = [f"fell back from {r['fallback_from'].get('basis')}: {r['fallback_from'].get('reason')}"] + reasons
         marks = [notes.setdefault(n, [len(notes) + 1])[0] for n in reasons + flags]
         iv = r.get("interval")
         dom = {True: "in", False: "OUT", None: "-"}[r.get("in_domain")]
         tput = r.get("throughput_per_s")
-        cells = {"batch": str(r["batch_size"]), "device": r["device"], "phase": r["phase"], "metric": r["metric"],
-                 "predicted": f"{r['value']:.4g} {r['unit']}" + ("*" if flags else ""),
+        value = "refused" if r.get("value") is None else f"{r['value']:.4g} {r['unit']}" + ("*" if flags else "")
+        cells = {"batch": str(r["batch_size"]), "device": r["device"], "phase": r["phase"],
+                 "precision": str(r.get("precision") or "-"), "metric": r["metric"],
+                 "predicted": value,
                  "90 % interval": f"{iv[0]:.3g}-{iv[1]:.3g}" if iv else "-", "per s": f"{tput:.4g}" if tput else "",
                  "domain": dom + (f" [{','.join(map(str, marks))}]" if marks else "")}
         t.add_row(*(cells[c] for c in cols))
@@ -156,7 +170,7 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
 
     series: dict[str, list[dict]] = {}
     for r in rows:
-        if r.get("metric") == "latency_ms":
+        if r.get("metric") == "latency_ms" and r.get("value") is not None:
             series.setdefault(f"{r['device']} · {r['phase']}", []).append(r)
     if not series:
         raise PerfseerError("nothing to plot: no latency predictions", "drop --plot, or predict latency")

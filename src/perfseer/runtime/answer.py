@@ -24,7 +24,39 @@ from typing import Protocol, runtime_checkable
 from perfseer.errors import PerfseerError
 
 PHASES = ("infer", "train")
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+#: The one precision vocabulary (commands, the API, rows): the whole model in one type (fp64 ...
+#: bf16), PyTorch autocast (amp-fp16, amp-bf16: matmuls and convolutions in 16 bits, the rest
+#: fp32), and the low-bit formats (fp8, int8, int4: weights, or weights and activations).
+PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16", "fp8", "int8", "int4")
+#: Old and other spellings, accepted and read as the name they map to.
+PRECISION_ALIASES = {"amp": "amp-fp16", "amp_fp16": "amp-fp16", "amp16": "amp-fp16", "amp_bf16": "amp-bf16",
+                     "float64": "fp64", "float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16",
+                     "bfloat16": "bf16", "float8": "fp8"}
+#: A request for ``fp16``/``bf16`` is answered by a card measured with autocast at that type (the
+#: old spelling of a measured AMP setting); the row still names the setting it answers at.
+_ANSWERED_BY = {"fp16": "amp-fp16", "bf16": "amp-bf16"}
+
+
+def canonical_precision(name: str | None) -> str | None:
+    """``name`` in the vocabulary (:data:`PRECISIONS`; aliases mapped; ``None`` stays ``None``).
+
+    Raises:
+        PerfseerError: a name neither in the vocabulary nor an alias.
+    """
+    if name is None:
+        return None
+    key = str(name).strip().lower()
+    key = PRECISION_ALIASES.get(key, key)
+    if key not in PRECISIONS:
+        raise PerfseerError(f"unknown precision {name!r}", f"choose one of {', '.join(PRECISIONS)} "
+                            f"(aliases: {', '.join(sorted(PRECISION_ALIASES))})")
+    return key
+
+
+def answers_at(asked: str | None, own: str | None) -> bool:
+    """Whether a basis measured at ``own`` (``None``: not recorded) answers a request for ``asked``
+    (``None``: any)."""
+    return asked is None or own is None or own == asked or _ANSWERED_BY.get(asked) == own
 
 
 @dataclass(frozen=True)
@@ -35,11 +67,13 @@ class Options:
         device: a registry name or alias (``perfseer devices``) or a measurement-table device
             string (``rtx3090/amp-nchw-pt240``); ``None``: every device the basis covers.
         phase: ``infer`` or ``train``; ``None``: every phase the basis covers (a device alone: ``infer``).
-        precision: ``fp32``, ``tf32``, ``fp16`` or ``bf16``; ``None``: the basis's own (a measured
-            card's setting, else fp32).
+        precision: a name of :data:`PRECISIONS` or an alias (stored as the name); ``None``: the
+            basis's own (a measured card's setting, else fp32).
         gpus: GPUs the step runs on (1: one process on one device, the only case answered today).
         parallel: the several-GPU strategy (``None`` with one GPU).
         energy: also answer power and energy (not answered on GPUs yet).
+        force: let a measured card answer for a model outside its model space
+            (:func:`perfseer.trust.domain.space_reasons`); without it, it refuses.
     """
 
     device: str | None = None
@@ -48,12 +82,12 @@ class Options:
     gpus: int = 1
     parallel: str | None = None
     energy: bool = False
+    force: bool = False  # answer with a measured card even for a model outside its model space
 
     def __post_init__(self):
         if self.phase not in (None, *PHASES):
             raise PerfseerError(f"phase {self.phase!r} is neither infer nor train", "pass phase='infer' or 'train'")
-        if self.precision not in (None, *PRECISIONS):
-            raise PerfseerError(f"unknown precision {self.precision!r}", f"choose one of {', '.join(PRECISIONS)}")
+        object.__setattr__(self, "precision", canonical_precision(self.precision))  # raises for an unknown one
         if not isinstance(self.gpus, int) or isinstance(self.gpus, bool) or self.gpus < 1:
             raise PerfseerError(f"gpus must be an integer >= 1, got {self.gpus!r}", "pass gpus=1")
 

@@ -45,6 +45,7 @@ from perfseer.errors import PerfseerError
 from perfseer.features import schema
 from perfseer.features.perfgraph import PerfGraph
 from perfseer.features.pyg import attach_liveness
+from perfseer.runtime.answer import answers_at
 from perfseer.trust import bounds as bnd
 from perfseer.trust import domain as dom
 from perfseer.trust import intervals as itv
@@ -295,10 +296,12 @@ class Predictor:
         verdicts, checked = self.assess(graphs, values, [pg.op_types] * len(graphs), [shape] * len(graphs),
                                         [family] * len(graphs), embeddings=emb,
                                         extra_reasons=[mismatch] if mismatch else ())
+        space = self.space_reasons([shape] * len(graphs), emb)
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": checked[i][c]["value"],
                  "interval": checked[i][c]["interval"], "in_domain": verdicts[i][0],
                  "domain_reasons": verdicts[i][1], "flags": checked[i][c]["flags"], "unseen_ops": unseen,
+                 "precision": row_precision(self.targets[c].device), "outside_space": space[i],
                  "basis": self.card.get("basis") or f"measured-device predictor {self.name}"}
                 for i, b in enumerate(batches) for c in cols]
         annotate = getattr(self.net, "annotate", None)  # calibrated cards: interval and domain per row
@@ -315,12 +318,22 @@ class Predictor:
         options.single_device(f"predictor {self.name}")
         if options.precision is not None:
             own = {setting_precision(t.device) for t in self.columns_targets(options.device, options.phase)}
-            if own - {None, options.precision}:
+            if not all(answers_at(options.precision, o) for o in own):
                 raise PredictorError(f"predictor {self.name} was measured at {', '.join(sorted(own - {None}))}, "
                                      f"not {options.precision}", "drop the precision, or ask another basis "
                                      "(--basis spec)")
         return self.predict_bound(pg, batches, graphs=graphs, device=options.device, phase=options.phase,
                                   family=family, _stacklevel=4)
+
+    def space_reasons(self, input_shapes: Sequence, embeddings: np.ndarray | None) -> list[list[str]]:
+        """Why each graph lies outside this card's model space (:func:`perfseer.trust.domain.space_reasons`:
+        its input far from the training inputs, or its embedding far from every training graph)."""
+        domain = self.card.get("domain")
+        ratios = None
+        if embeddings is not None and self._embedding_checked():
+            ratios = dom.nearest_distance(self.domain_embeddings, np.asarray(embeddings)) / float(
+                domain["embedding"]["threshold"])
+        return dom.space_reasons(domain, input_shapes, ratios, len(input_shapes))
 
     def columns_targets(self, device: str | None = None, phase: str | None = None) -> list[Target]:
         """The targets of :meth:`columns`."""
@@ -413,11 +426,18 @@ class Predictor:
 
 
 def setting_precision(device_string: str) -> str | None:
-    """The precision of a measurement-table device string's setting (``rtx3090/amp-nchw-pt240`` ->
-    ``fp16``), or ``None`` where it says none."""
+    """The precision (:data:`perfseer.runtime.answer.PRECISIONS`) of a measurement-table device
+    string's setting (``rtx3090/amp-nchw-pt240`` -> ``amp-fp16``), or ``None`` where it says none."""
     _, _, setting = device_string.partition("/")
     head = setting.split("-", 1)[0]
-    return {"amp": "fp16", "amp_bf16": "bf16", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}.get(head)
+    return {"amp": "amp-fp16", "amp_fp16": "amp-fp16", "amp_bf16": "amp-bf16", "bf16": "bf16", "fp16": "fp16",
+            "fp32": "fp32", "tf32": "tf32"}.get(head)
+
+
+def row_precision(device_string: str) -> str:
+    """The ``precision`` a measured row names: its setting's, or ``as measured`` where the setting
+    does not record it."""
+    return setting_precision(device_string) or "as measured"
 
 
 def card_weight_work(card: dict) -> bool:

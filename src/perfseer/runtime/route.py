@@ -12,6 +12,15 @@ model extracted one way (:func:`extraction`) and answers through the
 :class:`~perfseer.runtime.answer.Answerer` protocol (:func:`answer_units`).  ``perfseer.predict``,
 ``perfseer predict`` and ``perfseer serve`` all go through these functions.
 
+**Honest answers.**  A measured card answers a device by default only for models inside its model
+space (:func:`perfseer.trust.domain.space_reasons`); for the others, and for a value that hit a
+sanity bound (:data:`SANITY_FLAGS`), the routing falls through to the next basis (the transfer, the
+spec model), whose row names the basis it fell back from and why (``fallback_from``).  A value that
+hit a sanity bound is never shown: its row has ``"value": None`` and a ``reason``.  Asked for
+explicitly (``--predictor``, ``--basis measured``), a card refuses a model outside its space unless
+forced (``force=True``, ``--force``).  Several devices in one request share one precision: the one
+asked, else the first measured card's setting (:func:`plan`).
+
 Measured predictors win where both exist: on timm inference, leave-one-GPU-out, the spec model and
 the transfer are further from the measurements than the measured-device SeerNets' test scores
 (``benchmarks/spec_timm_logo.py``, ``benchmarks/spec_transfer_logo.py``, docs/concepts/spec-model.md).
@@ -19,6 +28,7 @@ the transfer are further from the measurements than the measured-device SeerNets
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -33,7 +43,7 @@ from perfseer.features.extract import extract
 from perfseer.features.perfgraph import PerfGraph
 from perfseer.graph.extract import weight_work_enabled
 from perfseer.runtime import transfer as xp
-from perfseer.runtime.answer import Options
+from perfseer.runtime.answer import Options, answers_at
 from perfseer.runtime.predictor import (Predictor, UnseenOperatorWarning, list_predictors, load_predictor,
                                         setting_precision)
 from perfseer.runtime.spec import load_spec_model
@@ -60,7 +70,7 @@ def measured_predictors(device: str, phase: str = "infer", precision: str | None
                     continue
             except (UnknownDeviceError, PerfseerError):
                 continue
-            if precision is not None and setting_precision(dev) not in (precision, None):
+            if not answers_at(precision, setting_precision(dev)):
                 continue
             out.append((p["name"], dev))
     return out
@@ -94,6 +104,7 @@ class Unit:
     phase: str
     precision: str | None = None
     basis: str = "auto"
+    force: bool = False  # a measured card answers even outside its model space
 
 
 @dataclass
@@ -108,25 +119,28 @@ class Resolved:
 
 def plan(devices: Sequence[str] = (), predictors: Sequence[str] = (), phase: str | None = None,
          precision: str | None = None, basis: str = "auto", load: Callable = load_predictor,
-         strict: bool = True) -> tuple[list[Unit], list[str]]:
+         strict: bool = True, force: bool = False) -> tuple[list[Unit], list[str]]:
     """The units of a request, in the order its rows are answered, and notes on what was skipped.
 
     With ``predictors``: each predictor's targets on ``devices`` (table device strings; none: all)
     in ``phase`` (``None``: all); ``strict`` raises where a predictor covers none of them (else a
     note).  Without: one unit per device of ``devices`` (any registered device), phase ``infer``
-    unless asked.
+    unless asked.  Several devices without a precision are compared at one: the setting of the
+    first measured card that would answer one of them (:func:`comparison_precision`).
 
     Raises:
         PerfseerError: nothing to answer for, an unknown basis, or (``strict``) an uncovered device.
     """
     if basis not in BASES:
         raise PerfseerError(f"basis must be one of {', '.join(BASES)}, got {basis!r}", "pass basis='auto'")
-    Options(phase=phase, precision=precision)  # validates both
+    precision = Options(phase=phase, precision=precision).precision  # validates both, aliases mapped
     if not predictors:
         if not devices:
             raise PerfseerError("a prediction needs a device or a predictor",
                                 "pass --device h100-sxm (perfseer devices lists them) or --predictor NAME")
-        return [Unit("device", d, d, phase or "infer", precision, basis) for d in devices], []
+        if precision is None and len(set(devices)) > 1:
+            precision = comparison_precision(devices, phase or "infer", basis)
+        return [Unit("device", d, d, phase or "infer", precision, basis, force) for d in devices], []
     units, notes = [], []
     for name in predictors:
         p = load(name)
@@ -137,9 +151,28 @@ def plan(devices: Sequence[str] = (), predictors: Sequence[str] = (), phase: str
         phases = [ph for ph in p.card["phases"] if phase is None or ph == phase]
         if not covered or not phases:
             notes.append(f"predictor {p.name} covers none of the devices/phase asked for")
-        units += [Unit("predictor", p.name if name == p.name else str(name), d, ph, precision)
+        units += [Unit("predictor", p.name if name == p.name else str(name), d, ph, precision, force=force)
                   for d in covered for ph in phases]
     return units, notes
+
+
+def comparison_precision(devices: Sequence[str], phase: str, basis: str = "auto") -> str | None:
+    """The one precision a comparison of ``devices`` uses when none was asked: the setting of the
+    first measured card that would answer one of them (``None``: no measured card records one, so
+    each basis takes its default, fp32 for the spec model)."""
+    if basis not in ("auto", "measured"):
+        return None
+    cards = list_predictors()
+    for d in devices:
+        try:
+            found = measured_predictors(d, phase, None, cards)
+        except (UnknownDeviceError, PerfseerError):
+            continue  # an unknown device fails later, with its own error
+        for _, dev in found[:1]:
+            own = setting_precision(dev)
+            if own is not None:
+                return own
+    return None
 
 
 def resolve(unit: Unit, load: Callable = load_predictor, cards: list[dict] | None = None) -> Resolved:
@@ -157,7 +190,13 @@ def resolve(unit: Unit, load: Callable = load_predictor, cards: list[dict] | Non
     if found:
         name, dev = found[0]
         p = load(name)
-        return Resolved(p, Options(dev, phase, None), p.weight_work, measured=dev)
+        return Resolved(p, Options(dev, phase, None, force=unit.force), p.weight_work, measured=dev)
+    return _unmeasured(unit, spec)
+
+
+def _unmeasured(unit: Unit, spec) -> Resolved:
+    """:func:`resolve` where no measured card answers: the transfer or the spec model."""
+    phase, precision, prefer = unit.phase, unit.precision, unit.basis
     if prefer == "measured":
         raise PerfseerError(f"no bundled measured predictor covers {spec.name} ({phase})",
                             "drop --basis measured to use the spec model, or train one (perfseer train)")
@@ -168,6 +207,56 @@ def resolve(unit: Unit, load: Callable = load_predictor, cards: list[dict] | Non
     if prefer == "transfer" or (prefer == "auto" and xp.applicable(spec, phase, precision) and xp.preferred()):
         return Resolved(xp.load_transfer(), Options(spec.name, phase, precision), None)
     return Resolved(load_spec_model(), Options(spec.name, phase, precision or "fp32"), None)
+
+
+def fallbacks(unit: Unit, first: Resolved) -> list[Resolved]:
+    """The bases tried after ``first`` (a device unit's :func:`resolve`) for rows it does not
+    answer: a measured card's, the transfer or the spec model (at the card's precision when none
+    was asked); the transfer's, the spec model.  An explicit basis has none."""
+    if unit.kind != "device" or unit.basis != "auto":
+        return []
+    if unit.precision is None and first.measured is not None:  # the fall-back answers at the card's precision
+        unit = dataclasses.replace(unit, precision=setting_precision(first.measured))
+    spec = get_device(unit.device)
+    out = [_unmeasured(unit, spec)] if first.measured is not None else []
+    if isinstance((out[-1] if out else first).answerer, xp.TransferPredictor):
+        out.append(Resolved(load_spec_model(), Options(spec.name, unit.phase, unit.precision or "fp32"), None))
+    return out
+
+
+#: The words of the flags that say a value hit a physical or sanity bound (perfseer.trust.bounds.check).
+SANITY_FLAGS = ("above the sanity ceiling", "below the physical floor", "the network returned")
+
+
+def refusal(row: dict, force: bool = False) -> tuple[str, str] | None:
+    """``(why, kind)`` ``row`` is not shown as a prediction, or ``None``: a measured card's model
+    lies outside its model space (``kind`` ``space``; unless ``force``), or the value hit a sanity
+    bound (``sanity``)."""
+    space = [] if force else list(row.get("outside_space") or [])
+    if space:
+        return "the model is outside the model space of " + _who(row) + ": " + "; ".join(space), "space"
+    hit = [f for f in row.get("flags") or [] if any(k in f for k in SANITY_FLAGS)]
+    if hit:
+        return f"{_who(row)} gave a value that hit a sanity bound: " + "; ".join(hit), "sanity"
+    return None
+
+
+FIXES = {"space": "pass --force (force=True) to answer with it anyway, or ask with --device alone so that the "
+                  "routing takes a basis that covers the model",
+         "sanity": "read the fall-back row beside it where there is one; else ask another basis (--basis spec) "
+                   "or check the model's input shape"}
+
+
+def _who(row: dict) -> str:
+    basis = str(row.get("basis") or "the basis")
+    return basis.split(" (")[0]
+
+
+def refused(row: dict, reason: str, fix: str) -> dict:
+    """``row`` as a refusal: no value, no interval, the reason and what to do."""
+    out = dict(row, value=None, interval=None, reason=f"{reason}; {fix}")
+    out.pop("throughput_per_s", None)
+    return out
 
 
 def extraction(unit: Unit, load: Callable = load_predictor) -> bool | None:
@@ -206,6 +295,7 @@ def answer_units(pg, wanted: Sequence[tuple[int, Unit]], family: str | None = No
         return bound[b]
 
     asked = set(wanted)
+    many = errors == "note" or len({u for _, u in wanted}) > 1  # a device no basis answers: refused rows
     groups: dict = {}
     for b, unit in wanted:
         groups.setdefault((unit.kind, unit.name) if unit.kind == "predictor" else unit, []).append(b)
@@ -217,7 +307,7 @@ def answer_units(pg, wanted: Sequence[tuple[int, Unit]], family: str | None = No
         try:
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always", UnseenOperatorWarning)
-                rows = _answer_group(group, units, pg, bs, family, load, at)
+                rows = _answer_group(group, units, pg, bs, family, load, at, many)
             notes = list(dict.fromkeys(str(w.message) for w in seen if issubclass(w.category, UnseenOperatorWarning)))
             for w in seen:
                 if not issubclass(w.category, UnseenOperatorWarning):
@@ -228,6 +318,8 @@ def answer_units(pg, wanted: Sequence[tuple[int, Unit]], family: str | None = No
             name = group[1] if isinstance(group, tuple) else group.name
             out.update({(b, u): ([], [f"{name}: {e}"]) for b, u in wanted if u in units})
             continue
+        skipped = {p["basis"] for r in rows for p in r.get("passed_over") or []} - {r.get("basis") for r in rows}
+        notes = [n for n in notes if not any(f"predictor {str(b).rpartition(' ')[2]}:" in n for b in skipped)]
         for r in rows:
             if r.get("metric") == "latency_ms" and r.get("value"):
                 r["throughput_per_s"] = r["batch_size"] * 1000.0 / r["value"]
@@ -240,27 +332,106 @@ def answer_units(pg, wanted: Sequence[tuple[int, Unit]], family: str | None = No
     return out
 
 
-def _answer_group(group, units: list[Unit], pg, bs: list[int], family, load, at) -> list[dict]:
-    if isinstance(group, Unit):  # a device as asked: its basis, latency rows only
-        r = resolve(group, load)
-        rows = r.answerer.answer(pg, bs, r.options, graphs=[at(b) for b in bs] if isinstance(r.answerer, Predictor)
-                                 else None, family=family)
-        if r.measured is not None:
-            rows = [row for row in rows if row["metric"] == "latency_ms"]
-            for row in rows:
-                row["precision"] = setting_precision(r.measured) or "as measured"
-        return rows
+def _answer_group(group, units: list[Unit], pg, bs: list[int], family, load, at, many: bool = False) -> list[dict]:
+    if isinstance(group, Unit):  # a device as asked: its bases in turn, latency rows only
+        return _answer_device(group, pg, bs, family, load, at, many)
     p = load(group[1])  # every device and phase of the predictor in one forward pass
-    rows = p.answer(pg, bs, Options(None, None, units[0].precision), graphs=[at(b) for b in bs], family=family)
+    u0 = units[0]
+    rows = p.answer(pg, bs, Options(None, None, u0.precision, force=u0.force), graphs=[at(b) for b in bs],
+                    family=family)
     for row in rows:
         row["predictor"] = p.name
+    return _screened(rows, u0.force, f"predictor {p.name}", pg)
+
+
+def _screened(rows: list[dict], force: bool, who: str, pg) -> list[dict]:
+    """The rows of a basis asked for explicitly: refused where :func:`refusal` says so; a model
+    outside its model space at every batch size is refused as a whole (an error)."""
+    outside = [] if force else [r for r in rows if r.get("outside_space")]
+    if rows and len(outside) == len(rows):
+        why = "; ".join(dict.fromkeys(x for r in rows for x in r["outside_space"]))
+        raise PerfseerError(f"{who} does not answer for {pg.graph.name or 'the model'}: it lies outside its model "
+                            f"space ({why})", FIXES["space"])
+    out = []
+    for r in rows:
+        why = refusal(r, force)
+        out.append(r if why is None else refused(r, why[0], FIXES[why[1]]))
+    return out
+
+
+def _rows_of(r: Resolved, pg, bs: list[int], family, at) -> list[dict]:
+    """One basis's rows for a device unit at ``bs``."""
+    rows = r.answerer.answer(pg, bs, r.options, graphs=[at(b) for b in bs] if isinstance(r.answerer, Predictor)
+                             else None, family=family)
+    if r.measured is not None:
+        rows = [row for row in rows if row["metric"] == "latency_ms"]
     return rows
+
+
+def _answer_device(unit: Unit, pg, bs: list[int], family, load, at, many: bool) -> list[dict]:
+    """A device unit's rows: each basis of its chain (:func:`resolve`, then :func:`fallbacks`) in
+    turn answers the batch sizes the ones before it did not: those outside a measured card's model
+    space (passed over, not shown) or whose value hit a sanity bound (shown refused).  The row that
+    answers names the first basis it fell back from (``fallback_from``: ``{"basis", "reason"}``) and
+    every one passed over (``passed_over``, in order).  A basis that raises is skipped
+    for the next; where none answers, the rows are refusals (``many``: the request has other
+    units) or the first error is raised."""
+    first = resolve(unit, load)
+    chain = [first] + fallbacks(unit, first)
+    shown: dict[int, list[dict]] = {b: [] for b in bs}
+    prior: dict[int, list[dict]] = {}  # batch -> the bases passed over or refused, and why
+    last: dict[int, dict] = {}  # batch -> the last row passed over (shown refused when nothing answers)
+    pending, error = list(bs), None
+    for k, r in enumerate(chain):
+        if not pending:
+            break
+        try:
+            rows = _rows_of(r, pg, pending, family, at)
+        except PerfseerError as e:
+            error = error or e
+            continue
+        nxt = []
+        for row in rows:
+            b = row["batch_size"]
+            if b in prior:
+                row["fallback_from"], row["passed_over"] = prior[b][0], list(prior[b])
+            why = refusal(row, unit.force)
+            if why is None:
+                shown[b].append(row)
+                continue
+            nxt.append(b)
+            prior.setdefault(b, []).append({"basis": row.get("basis"), "reason": why[0]})
+            if why[1] == "space" and unit.basis == "auto":
+                last[b] = refused(row, why[0], FIXES["space"])  # passed over: shown only if nothing answers
+            else:
+                shown[b].append(refused(row, why[0], FIXES[why[1]]))
+        pending = list(dict.fromkeys(nxt))
+    if unit.basis == "measured" and not many and bs and all(
+            r.get("value") is None and (r.get("outside_space") and not unit.force) for b in bs for r in shown[b]):
+        raise PerfseerError(shown[bs[0]][0]["reason"].split("; pass --force")[0], FIXES["space"])
+    for b in pending:
+        if b in last:
+            note = f" (no other basis answered: {error})" if error is not None else ""
+            shown[b].append(dict(last[b], reason=last[b]["reason"] + note))
+        elif not shown[b]:
+            if error is not None and not many:
+                raise error
+            shown[b].append(_no_answer(unit, pg, b, error))
+    return [row for b in bs for row in shown[b]]
+
+
+def _no_answer(unit: Unit, pg, b: int, error) -> dict:
+    """The row of a device no basis answered for (a comparison keeps its other devices)."""
+    return {"model": pg.graph.name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms",
+            "device": unit.device, "phase": unit.phase, "precision": unit.precision, "value": None,
+            "interval": None, "in_domain": None, "domain_reasons": [], "flags": [], "basis": None,
+            "reason": str(error) if error is not None else "no basis answers this device"}
 
 
 def predict(model, *, device: str | Sequence[str] | None = None, predictor: str | Sequence[str] | None = None,
             batch: int | Sequence[int] = 1, phase: str | None = None, precision: str | None = None,
             basis: str = "auto", input_shape=None, dims: dict[str, int] | None = None, seq_len: int | None = None,
-            gpus: int = 1, parallel: str | None = None, energy: bool = False) -> list[dict]:
+            gpus: int = 1, parallel: str | None = None, energy: bool = False, force: bool = False) -> list[dict]:
     """Predict ``model``'s step time: what ``perfseer predict`` prints, as a list of rows.
 
     Args:
@@ -273,15 +444,21 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
             ``device`` only when given.
         batch: one batch size or several (the graph is extracted once and re-bound).
         phase: ``infer`` or ``train`` (default: a device alone ``infer``, a predictor all it covers).
-        precision: ``fp32``, ``tf32``, ``fp16`` or ``bf16`` (default: a measured card's own, else fp32).
+        precision: a name of :data:`perfseer.runtime.answer.PRECISIONS` (``fp32``, ``amp-fp16``...) or
+            an alias (``amp``); default: a measured card's own, else fp32; several devices share one,
+            the first measured card's when not given.
         basis: ``auto``, ``measured``, ``transfer`` or ``spec`` (devices alone).
         input_shape, dims, seq_len: as for :func:`perfseer.extract`.
         gpus, parallel, energy: several GPUs and energy are not predicted yet (refused, with the reason).
+        force: let a measured card answer for a model outside its model space (else it is passed
+            over for the next basis, or, asked for by name, refuses).
 
     Returns:
         One dict per (device or target, batch size): ``model``, ``batch_size``, ``metric``, ``unit``,
         ``device``, ``phase``, ``value``, ``interval``, ``in_domain``, ``domain_reasons``, ``flags``,
-        ``basis`` and, for latency, ``throughput_per_s``.
+        ``basis``, ``precision`` and, for latency, ``throughput_per_s``.  A refused row has
+        ``"value": None`` and a ``reason``; a row answered by a fall-back basis has
+        ``fallback_from`` (``{"basis", "reason"}``) and ``passed_over`` (every basis passed over).
 
     Raises:
         PerfseerError: a model that cannot be read, a device or predictor that does not exist or
@@ -297,7 +474,7 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
     if not batches or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 for b in batches):
         raise PerfseerError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
     Options(gpus=gpus, parallel=parallel, energy=energy).single_device("perfseer")
-    units, _ = plan(devices, [str(p) for p in predictors], phase, precision, basis)
+    units, _ = plan(devices, [str(p) for p in predictors], phase, precision, basis, force=force)
     kept = {u: extraction(u) for u in units}
     default = weight_work_enabled()
     graphs: dict = {}

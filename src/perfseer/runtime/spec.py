@@ -34,6 +34,7 @@ from perfseer.specmodel.trust import assess_row
 
 BUNDLED_CARD = Path(__file__).resolve().parents[1] / "predictors" / "spec-kernels.json"
 PRECISIONS = tuple(PRECISION_BYTES)
+AUTOCAST_KERNELS = {"amp-fp16": "fp16", "amp-bf16": "bf16"}  # what the spec model composes autocast from
 
 
 def calibration_features(table, pred_us: np.ndarray) -> np.ndarray:
@@ -129,8 +130,18 @@ class SpecModel:
         """:class:`~perfseer.runtime.answer.Answerer`: :meth:`predict` of ``pg`` on ``options.device``
         (phase ``infer`` and precision fp32 unless the options say otherwise)."""
         options.single_device(f"the spec model ({self.name})")
-        return self.predict(pg, batch=list(batches), device=options.device, phase=options.phase or "infer",
-                            precision=options.precision or "fp32")
+        asked = options.precision or "fp32"
+        kernels = AUTOCAST_KERNELS.get(asked, asked)
+        if kernels not in PRECISIONS:
+            raise SpecModelError(f"the spec model has no {asked} kernels (it composes {', '.join(PRECISIONS)} ones)",
+                                 "ask --precision fp32, tf32, fp16, bf16, amp-fp16 or amp-bf16")
+        rows = self.predict(pg, batch=list(batches), device=options.device, phase=options.phase or "infer",
+                            precision=kernels)
+        if kernels != asked:  # autocast: its matmuls and convolutions, which dominate, in 16 bits
+            for r in rows:
+                r["precision"] = asked
+                r["basis"] += f" ({asked} as {kernels} kernels)"
+        return rows
 
     def basis(self, spec, precision: str, calibrated: bool) -> str:
         cal = " + whole-model calibration" if calibrated else ""

@@ -36,6 +36,7 @@ from perfseer.devices import get_device
 from perfseer.errors import PerfseerError
 from perfseer.features.extract import extract
 from perfseer.features.perfgraph import PerfGraph
+from perfseer.runtime.answer import answers_at
 from perfseer.runtime.predictor import load_predictor
 from perfseer.specmodel.transfer import SPEC_KEYS, Transfer, TransferError, graph_terms, roofline_ms, spec_vector
 from perfseer.specmodel.trust import _costs
@@ -46,7 +47,7 @@ BUNDLED_CARD = Path(__file__).resolve().parents[1] / "predictors" / "spec-transf
 CARD_FORMAT = "perfseer.spec-transfer"
 TRANSFER_CARD = CardFormat(CARD_FORMAT, 1, "spec-transfer", writer="benchmarks' spec suite (--fit-all)",
                            remedy="reinstall perfseer")
-PRECISION = "fp16"  # the sources are AMP (FP16 autocast) inference settings
+PRECISION = "amp-fp16"  # the sources are AMP (FP16 autocast) inference settings
 PHASE = "infer"
 
 
@@ -103,7 +104,7 @@ class TransferPredictor:
                 or a card without sources.
         """
 
-        if phase != PHASE or precision not in (None, PRECISION):
+        if phase != PHASE or not answers_at(precision, PRECISION):
             raise TransferError(f"the spec transfer covers AMP (fp16) inference only, not {precision} {phase}",
                                 "use the spec model (--basis spec) for other phases and precisions")
         spec = get_device(device)
@@ -122,7 +123,7 @@ class TransferPredictor:
         graphs = [g.to_pyg() for g in bound]
         roof_t = np.array([roofline_ms(g.x, tgt) for g in bound])
         terms = np.stack([graph_terms(g.u) for g in bound])
-        per, src_specs, src_reasons = [], [], [[] for _ in batches]
+        per, src_specs, src_reasons, src_space = [], [], [[] for _ in batches], [[] for _ in batches]
         for dev_str, entry in sources:
             p = self.source_predictor(entry["predictor"])
             rows = p.predict_bound(pg, batches, graphs=graphs, device=dev_str, phase=PHASE, name=name)
@@ -134,6 +135,7 @@ class TransferPredictor:
             src_specs.append(sv)
             for i, r in enumerate(rows):
                 src_reasons[i].append((entry["device"], list(r.get("domain_reasons") or [])))
+                src_space[i].append((entry["device"], list(r.get("outside_space") or [])))
         value = 10 ** self.transfer.combine_sources(np.stack(per), np.stack(src_specs), tgt)
         dev_r = device_reasons(spec, self.card.get("domain") or {})
         q = ((self.card.get("intervals") or {}).get("seernet-source") or {}).get("q")
@@ -156,7 +158,9 @@ class TransferPredictor:
             out.append({"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms",
                         "device": spec.name, "phase": PHASE, "precision": PRECISION, "value": v,
                         "interval": interval, "in_domain": not reasons, "domain_reasons": reasons,
-                        "flags": flags + fl, "basis": basis, "unseen_ops": []})
+                        "flags": flags + fl, "basis": basis, "unseen_ops": [],
+                        # a source that does not answer for the model (outside its model space) carries it
+                        "outside_space": merge_source_reasons(src_space[i])})
         return out
 
     def answer(self, pg, batches: Sequence[int], options, graphs=None, family=None) -> list[dict]:
@@ -236,7 +240,7 @@ def load_transfer(card_path=None) -> TransferPredictor:
 
 def applicable(spec, phase: str, precision: str | None) -> bool:
     """Whether the transfer can answer: AMP inference on a GPU with the spec numbers it needs."""
-    if spec.kind != "gpu" or spec.parent is not None or phase != PHASE or precision not in (None, PRECISION):
+    if spec.kind != "gpu" or spec.parent is not None or phase != PHASE or not answers_at(precision, PRECISION):
         return False
     try:
         spec_vector(spec)

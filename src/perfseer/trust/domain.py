@@ -229,3 +229,47 @@ def verdicts(domain: dict | None, graphs: Sequence, op_types: Sequence[Sequence[
                            f"training graph")
         out.append((not reasons, reasons))
     return out
+
+
+# -- the model space: where a measured card answers at all -----------------------------------------
+# A card's domain verdict above is soft (a row out of it is still answered, flagged); its *model
+# space* is hard: a model outside it is not answered by the card unless asked with force, and the
+# routing falls through to the next basis.  Two rules, each far beyond what the zoo reaches on a card
+# trained on it (timm models at batch 1-1024 on the timm cards: at most ~11x the embedding threshold,
+# inputs inside the training range), and each met by a model of another space (ResNet-50 on the
+# NAS-Bench-201 card: ~3e12x; 224x224 images on a card of 32x32 ones: 49x the input values):
+SPACE_EMBEDDING_FACTOR = 100.0  # nearest-training-graph distance beyond this many times the threshold
+SPACE_INPUT_FACTOR = 4.0  # one sample's input values beyond the training range by more than this factor
+
+
+def space_reasons(domain: dict | None, input_shapes: Sequence | None = None,
+                  distance_ratios: Sequence[float | None] | None = None, n: int = 1) -> list[list[str]]:
+    """Why each of ``n`` graphs lies outside the model space of a card (empty: inside).
+
+    Args:
+        domain: the card's ``domain`` (``None``: no space known, nothing is outside it).
+        input_shapes: per graph, one sample's input shape (``None``: not checked).
+        distance_ratios: per graph, its nearest-training-graph embedding distance divided by the
+            domain's threshold (``None``: not checked).
+    """
+    out: list[list[str]] = [[] for _ in range(n)]
+    if not domain:
+        return out
+    di = domain.get("inputs")
+    for i in range(n):
+        inp = parse_input(input_shapes[i]) if input_shapes is not None and di else None
+        if inp:
+            c, v = inp
+            lo, hi = di["values_per_sample"]
+            if c not in di["channels"]:
+                shape = input_shapes[i] if isinstance(input_shapes[i], str) else "x".join(map(str, input_shapes[i]))
+                out[i].append(f"its input of shape {shape} does not have the {' or '.join(map(str, di['channels']))} "
+                              f"channels of every training input")
+            elif v > hi * SPACE_INPUT_FACTOR or v < lo / SPACE_INPUT_FACTOR:
+                out[i].append(f"its input of {_fmt(v)} values per sample is {v / hi if v > hi else lo / v:.3g}x "
+                              f"{'above' if v > hi else 'below'} the training inputs ({_fmt(lo)}-{_fmt(hi)})")
+        r = distance_ratios[i] if distance_ratios is not None else None
+        if r is not None and r > SPACE_EMBEDDING_FACTOR:
+            out[i].append(f"its embedding is {r:.3g}x the distance threshold from the nearest training graph "
+                          f"(a graph of another model space; the limit is {SPACE_EMBEDDING_FACTOR:g}x)")
+    return out
