@@ -161,12 +161,24 @@ class Graph:
         return self.tensors.get(name) if name else None
 
     def with_batch(self, batch: int) -> "Graph":
-        """The same graph at another batch size (shapes re-bound, no re-export)."""
+        """The same graph at another batch size (shapes re-bound, no re-export).
+
+        Raises:
+            ShapeError: a bad batch size, or a graph whose batch is fixed (no tensor scales with it).
+        """
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ShapeError(f"batch size must be a positive integer, got {batch!r}",
                              "pass --batch N with N >= 1")
         if batch == self.batch_size:
             return self
+        if self.tensors and not any(t.depends_on_batch for t in self.tensors.values()):
+            # re-bound, every shape would stay at the old batch: batch-N costs labelled batch M
+            raise ShapeError(
+                f"{self.name or 'the model'} has its batch size fixed at {self.batch_size}: no tensor of its graph "
+                f"scales with the batch (the export baked it into the shapes, as torch.onnx.export does without "
+                f"dynamic_axes), so it cannot be re-bound to batch {batch}",
+                f"re-export it with a dynamic batch axis (torch.onnx.export(..., dynamic_axes={{'input': {{0: "
+                f"'batch'}}}}), or dynamo=True with dynamic_shapes), or ask for --batch {self.batch_size} only")
         tensors = {n: t.at_batch(batch) for n, t in self.tensors.items()}
         return dataclasses.replace(self, tensors=tensors, batch_size=batch,
                                    dropout=tuple(d.at_batch(batch) for d in self.dropout))
