@@ -151,3 +151,69 @@ def test_a_basis_that_cannot_answer_at_the_precision_says_so_in_the_row(cell):
     assert len(rows) == 2 and all(r["value"] is None and "fp8" in r["reason"] for r in rows)
     with pytest.raises(PerfseerError, match="no fp8 kernels"):  # one device: the error itself
         _predict(cell, device="a100-40gb", precision="fp8")
+
+
+# -- item 2 of the brief (issue item 3): batch re-binding is right or refused ---------------------
+def _tiny_onnx(path, baked: bool) -> str:
+    """A conv net exported at a fixed batch of 1; ``baked``: its flatten is a Reshape to ``[1, 256]``
+    (what ``torch.onnx.export`` writes for ``x.view(1, -1)`` at batch 1, as for torchvision's ResNets)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"])]
+    inits = [numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float32), "w")]
+    if baked:
+        inits += [numpy_helper.from_array(np.array([1, 256], np.int64), "shape"),
+                  numpy_helper.from_array(np.zeros((256, 10), np.float32), "fc")]
+        nodes += [helper.make_node("Reshape", ["r", "shape"], ["f"]), helper.make_node("MatMul", ["f", "fc"], ["y"])]
+    else:
+        nodes += [helper.make_node("GlobalAveragePool", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def test_a_fixed_batch_graph_is_refused_at_another_batch_with_the_cause_and_the_fix(tmp_path, capsys):
+    path = _tiny_onnx(tmp_path / "fixed.onnx", baked=True)
+    pg = perfseer.extract(path, batch=1)
+    with pytest.raises(PerfseerError, match="fixed at 1.*no tensor.*scales with the batch.*dynamic_axes.*--batch 1"):
+        pg.with_batch(64)
+    with pytest.raises(PerfseerError, match="fixed at 1"):
+        _predict(path, device="a100-40gb", batch=[1, 64])
+    assert _predict(path, device="a100-40gb", batch=[1])[0]["value"] > 0  # its own batch is answered
+    assert main(["predict", path, "--device", "a100-40gb", "--batch", "1,64"]) != 0
+    err = capsys.readouterr().err
+    assert "fixed at 1" in err and "dynamic_axes" in err and "Traceback" not in err
+
+
+def test_a_static_batch_without_baked_shapes_scales_every_tensor(tmp_path):
+    pg = perfseer.extract(_tiny_onnx(tmp_path / "static.onnx", baked=False), batch=1)
+    big = pg.with_batch(64)
+    assert big.flops == pytest.approx(64 * pg.flops) and big.batch_size == 64
+    assert all(t.shape[0] == 64 for t in big.graph.tensors.values() if t.depends_on_batch)
+    rows = _predict(pg, device="a100-40gb", batch=[1, 64])
+    assert rows[1]["value"] > rows[0]["value"]  # latency grows with the batch
+
+
+# -- issue item 5, in part: the CLI does not export a model again --------------------------------
+def test_a_second_prediction_reads_the_export_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSEER_CACHE", str(tmp_path))
+    exported = []
+    real = route.load_skeleton
+
+    def export(model, **kwargs):  # stands in for the seconds-long timm export
+        exported.append((model, kwargs.get("input_shape")))
+        return real("example:resnet18")
+
+    monkeypatch.setattr(route, "load_skeleton", export)
+    first = _predict("timm:resnet18", device="a100-40gb", batch=[1, 4])
+    second = _predict("timm:resnet18", device="a100-40gb", batch=[1, 4])
+    assert exported == [("timm:resnet18", None)] and list(tmp_path.glob("skeletons/*.onnx"))
+    assert [r["value"] for r in first] == [r["value"] for r in second]
+    _predict("timm:resnet18", device="a100-40gb", input_shape=(3, 224, 224))  # another key: exported again
+    assert len(exported) == 2
+    monkeypatch.setenv("PERFSEER_CACHE", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("")  # a cache that cannot be written: answered all the same
+    assert _predict("timm:resnet18", device="a100-40gb")[0]["value"] > 0

@@ -149,6 +149,12 @@ def default_cache_dir() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "perfseer" / "skeletons"
 
 
+def exporter_versions() -> dict[str, str]:
+    """The installed versions of perfseer and of the packages that export models (torch, timm,
+    torchvision, onnx, onnxscript, transformers): what a cached export was made with."""
+    return _versions()
+
+
 def _versions() -> dict[str, str]:
     out = {}
     for name in _VERSIONED:

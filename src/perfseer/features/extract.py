@@ -43,10 +43,21 @@ def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, i
     """
 
     boxes = (dims or {}).get(DETECTION_DIM)
-    is_hf = (model.startswith("hf:") if isinstance(model, str)
-             else type(model).__module__.startswith("transformers."))  # an hf: name or a transformers model
+    is_hf = _is_hf(model)
     skel = load_skeleton(model, input_shape=input_shape, input_dtypes=input_dtypes,
                          seq_len=seq_len if is_hf else None, boxes=boxes)
+    return extract_skeleton(skel, batch, input_shape, dims, seq_len, weight_work, is_hf)
+
+
+def _is_hf(model) -> bool:
+    """An ``hf:`` name or a transformers model (its sequence length is set at export)."""
+    return model.startswith("hf:") if isinstance(model, str) else type(model).__module__.startswith("transformers.")
+
+
+def extract_skeleton(skel, batch: int | None = None, input_shape=None, dims: dict[str, int] | None = None,
+                     seq_len: int | None = None, weight_work: bool | None = None, is_hf: bool = False) -> PerfGraph:
+    """:func:`extract` of a loaded (or cached) skeleton, which it consumes (``is_hf``: exported
+    at ``seq_len`` already)."""
     if seq_len is not None and not is_hf:
         dims = _bind_seq_len(skel, seq_len, dims)
     graph = extract_graph(skel, batch=batch, input_shape=None if skel.input_shape_applied else input_shape,

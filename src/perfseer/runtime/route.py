@@ -29,6 +29,7 @@ the transfer are further from the measurements than the measured-device SeerNets
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -36,10 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfseer.data.dataset import SkeletonCache, default_cache_dir, exporter_versions
 from perfseer.data.splits import model_family
 from perfseer.devices import UnknownDeviceError, get_device
 from perfseer.errors import PerfseerError
-from perfseer.features.extract import extract
+from perfseer.features.extract import extract, extract_skeleton
 from perfseer.features.perfgraph import PerfGraph
 from perfseer.graph.extract import weight_work_enabled
 from perfseer.runtime import transfer as xp
@@ -47,6 +49,10 @@ from perfseer.runtime.answer import Options, answers_at
 from perfseer.runtime.predictor import (Predictor, UnseenOperatorWarning, list_predictors, load_predictor,
                                         setting_precision)
 from perfseer.runtime.spec import load_spec_model
+from perfseer.graph.detection import DETECTION_DIM
+from perfseer.sources import split_reference
+from perfseer.sources.hf import is_local_config
+from perfseer.sources.load import load_skeleton
 
 
 def measured_predictors(device: str, phase: str = "infer", precision: str | None = None,
@@ -428,6 +434,41 @@ def _no_answer(unit: Unit, pg, b: int, error) -> dict:
             "reason": str(error) if error is not None else "no basis answers this device"}
 
 
+GRAPH_CACHE_ENV = "PERFSEER_GRAPH_CACHE"  # 0: export the model on every call
+CACHED_SCHEMES = ("timm", "torchvision", "hf", "ofa", "space")  # the references that are exported (seconds)
+
+
+def cached_extract(model, batch: int, input_shape=None, dims: dict[str, int] | None = None,
+                   seq_len: int | None = None, weight_work: bool | None = None) -> PerfGraph:
+    """:func:`perfseer.extract`, with the export of a ``timm:``, ``torchvision:``, ``hf:``, ``ofa:`` or
+    ``space:`` reference kept in the skeleton cache (:class:`perfseer.data.dataset.SkeletonCache`,
+    ``$PERFSEER_CACHE/skeletons`` or ``~/.cache/perfseer/skeletons``) under a key of the reference,
+    the input shape (``seq_len`` for ``hf:``, the detector's boxes) and the versions of perfseer and
+    the exporters: a second call on the same model reads the export instead of exporting again.
+    ``PERFSEER_GRAPH_CACHE=0`` turns it off; a cache that cannot be written is skipped."""
+    ref = split_reference(model) if isinstance(model, str) else None
+    if (ref is None or ref[0] not in CACHED_SCHEMES or os.environ.get(GRAPH_CACHE_ENV, "1").strip() == "0"
+            or ref[0] == "hf" and is_local_config(ref[1])):  # a local config can change under the same name
+        return extract(model, batch=batch, input_shape=input_shape, dims=dims, seq_len=seq_len,
+                       weight_work=weight_work)
+    is_hf, boxes = ref[0] == "hf", (dims or {}).get(DETECTION_DIM)
+    key = json.dumps({"input_shape": list(input_shape) if input_shape is not None else None,
+                      "seq_len": seq_len if is_hf else None, "boxes": boxes, "versions": exporter_versions()},
+                     sort_keys=True)
+    cache = SkeletonCache(default_cache_dir())
+    try:
+        skel = cache.get(model, key)
+    except OSError:
+        skel = None
+    if skel is None:
+        skel = load_skeleton(model, input_shape=input_shape, seq_len=seq_len if is_hf else None, boxes=boxes)
+        try:
+            cache.put(model, key, skel)
+        except OSError:
+            pass  # a read-only or full cache: answered all the same, exported again next time
+    return extract_skeleton(skel, batch, input_shape, dims, seq_len, weight_work, is_hf)
+
+
 def predict(model, *, device: str | Sequence[str] | None = None, predictor: str | Sequence[str] | None = None,
             batch: int | Sequence[int] = 1, phase: str | None = None, precision: str | None = None,
             basis: str = "auto", input_shape=None, dims: dict[str, int] | None = None, seq_len: int | None = None,
@@ -481,7 +522,7 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
     for u in units:  # one extraction per setting the units need, the first unit's first
         k = default if kept[u] is None else kept[u]
         if k not in graphs:
-            graphs[k] = model if isinstance(model, PerfGraph) else extract(
+            graphs[k] = model if isinstance(model, PerfGraph) else cached_extract(
                 model, batch=int(batches[0]), input_shape=input_shape, dims=dims, seq_len=seq_len, weight_work=k)
     name = model.graph.name if isinstance(model, PerfGraph) else str(model)
     family = model_family(model) if isinstance(model, str) else None
