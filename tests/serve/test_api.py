@@ -238,9 +238,12 @@ def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypat
     # (a blend card, the RTX 3090's, has one trunk per SeerNet member)
     per_card = [sum(isinstance(m, SeerNetTrunk) for m in load_predictor(n).net.model.modules()) for n in names]
     assert min(per_card) >= 1 and trunks == [3] * sum(per_card)
-    assert {x["predictor"] for x in r["predictions"]} == set(names)
-    nb201 = [x for x in r["predictions"] if x["predictor"] == "nb201-gpus.infer"]
-    assert len(nb201) == 5 * 3 and len({x["device"] for x in nb201}) == 5
+    # every predictor answers, or refuses with the reason: the cards of 32x32 inputs (NAS-Bench-201
+    # cells, the EPYC's) do not answer for a 224x224 ImageNet model, which is outside their model space
+    answered = {x["predictor"] for x in r["predictions"]}
+    refused = {n for n in names if any(w.startswith(f"{n}:") and "model space" in w for w in r["warnings"])}
+    assert answered | refused == set(names) and not answered & refused
+    assert "nb201-gpus.infer" in refused and "rtx3090-amp-nchw-pt240.infer" in answered
 
 
 def test_a_served_file_replaced_in_place_is_extracted_again(client):

@@ -95,9 +95,12 @@ def test_card_without_domain_still_predicts(kfolded, data, tmp_path):
 
 def test_cli_shows_interval_and_verdict(kfolded, data, capsys):
     card = str(data / "preds" / f"{kfolded.name}.json")
-    code, out, _ = run_cli(capsys, "predict", "example:resnet18", "--predictor", card, "--batch", "1,2")
+    # a card trained on NAS-Bench-201 cells refuses ImageNet's ResNet-18 (outside its model space) unless forced
+    code, _, err = run_cli(capsys, "predict", "example:resnet18", "--predictor", card, "--batch", "1,2")
+    assert code != 0 and "model space" in err and "--force" in err
+    code, out, _ = run_cli(capsys, "predict", "example:resnet18", "--predictor", card, "--batch", "1,2", "--force")
     assert code == 0 and "interval" in out and "OUT" in out and "\n  [1] " in out and "embedding" in out
-    code, out, _ = run_cli(capsys, "predict", "example:resnet18", "--predictor", card, "--json")
+    code, out, _ = run_cli(capsys, "predict", "example:resnet18", "--predictor", card, "--json", "--force")
     row = json.loads(out)["predictions"][0]
     assert code == 0 and row["in_domain"] is False and len(row["interval"]) == 2 and isinstance(row["flags"], list)
 
