@@ -72,6 +72,15 @@ def test_a_predictor_asked_for_a_model_far_outside_it_refuses_unless_forced():
         assert r["value"] is None and "sanity" in r["reason"] and r["interval"] is None
 
 
+def test_a_card_passed_over_with_no_other_basis_is_a_refusal_that_force_answers():
+    # the EPYC card learned 32x32 inputs; the spec model does not predict CPUs
+    (row,) = _predict("example:resnet18", device="epyc")
+    assert row["value"] is None and "49x above" in row["reason"] and "no other basis answers" in row["reason"]
+    assert "--force" in row["reason"]
+    (row,) = _predict("example:resnet18", device="epyc", force=True)
+    assert row["value"] > 0 and "epyc-torch-t1" in row["basis"]
+
+
 class _Wild(Predictor):
     """A measured card whose every value hits the sanity ceiling."""
 

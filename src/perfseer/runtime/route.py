@@ -408,7 +408,7 @@ def _answer_device(unit: Unit, pg, bs: list[int], family, load, at, many: bool) 
             nxt.append(b)
             prior.setdefault(b, []).append({"basis": row.get("basis"), "reason": why[0]})
             if why[1] == "space" and unit.basis == "auto":
-                last[b] = refused(row, why[0], FIXES["space"])  # passed over: shown only if nothing answers
+                last[b] = dict(refused(row, why[0], ""), reason=why[0])  # passed over: shown only if nothing answers
             else:
                 shown[b].append(refused(row, why[0], FIXES[why[1]]))
         pending = list(dict.fromkeys(nxt))
@@ -417,8 +417,9 @@ def _answer_device(unit: Unit, pg, bs: list[int], family, load, at, many: bool) 
         raise PerfseerError(shown[bs[0]][0]["reason"].split("; pass --force")[0], FIXES["space"])
     for b in pending:
         if b in last:
-            note = f" (no other basis answered: {error})" if error is not None else ""
-            shown[b].append(dict(last[b], reason=last[b]["reason"] + note))
+            other = f"no other basis answers ({getattr(error, 'problem', error)}); " if error is not None else ""
+            shown[b].append(dict(last[b], reason=f"{last[b]['reason']}; {other}pass --force (force=True) to "
+                                                 "answer with it anyway"))
         elif not shown[b]:
             if error is not None and not many:
                 raise error
