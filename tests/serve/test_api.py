@@ -82,9 +82,9 @@ def test_device_and_phase_filters(client):
 
 @pytest.mark.parametrize("payload, status, words", [
     ({"model": "timm_typo:resnet50", "batch": [1]}, 422, "unknown model reference kind"),
-    ({"model": "/etc/passwd", "batch": [1]}, 422, "inside the served folder"),
-    ({"model": "../../etc/passwd.onnx", "batch": [1]}, 422, "inside the served folder"),
-    ({"model": "example:nope", "batch": [1]}, 422, "no bundled example"),
+    ({"model": "/etc/passwd", "batch": [1]}, 422, "does not serve that model"),
+    ({"model": "../../etc/passwd.onnx", "batch": [1]}, 422, "does not serve that model"),
+    ({"model": "example:nope", "batch": [1]}, 422, "does not serve that model"),
     ({"model": "example:resnet18", "batch": [0]}, 422, "batch sizes must lie"),
     ({"model": "example:resnet18", "batch": list(range(1, 40))}, 422, "at most 32"),
     ({"model": "example:resnet18", "batch": "many"}, 422, "valid list"),
@@ -150,11 +150,11 @@ def test_without_a_served_folder_no_path_is_read(tmp_path):
     store = ModelStore(tmp_path / "up")
     assert store.resolve("timm:resnet50") == "timm:resnet50"
     for path in ("/etc/passwd", "model.onnx", str(tmp_path / "up")):
-        with pytest.raises(ModelLoadError, match="reads no paths"):
+        with pytest.raises(ModelLoadError, match="does not serve that model"):
             store.resolve(path)
     with pytest.raises(ModelLoadError, match="no uploaded model"):
         store.resolve("upload:" + "0" * 64)
-    with pytest.raises(ModelLoadError, match="no uploaded model"):
+    with pytest.raises(ModelLoadError, match="does not serve that model"):
         store.resolve("upload:../../etc/passwd")
 
 

@@ -21,12 +21,14 @@ request that cannot be served, 404 for an unknown predictor, 413 for an upload o
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Annotated
 
 from perfseer.errors import MissingDependencyError, PerfseerError
 
@@ -35,11 +37,12 @@ try:
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse
     from fastapi.staticfiles import StaticFiles
-    from pydantic import BaseModel, Field
+    from pydantic import BaseModel, Field, StringConstraints
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError("fastapi", "serve", "perfseer serve") from e
 
-from perfseer.serve.graphs import GraphCache, ModelStore
+from perfseer.serve.graphs import MAX_REFERENCE, GraphCache, ModelStore
+from perfseer.serve.limits import BodyLimit
 from perfseer.serve.rows import RowCache
 from perfseer.serve.sandbox import Busy, Limits, Sandbox, SandboxError
 from perfseer import __version__
@@ -82,34 +85,47 @@ class ServeConfig:
     predictors: list[str] = field(default_factory=list)  # served predictors (empty: every bundled one)
 
 
+# Bounds of a request's fields (a longer field is refused by validation, before any work).
+MAX_WORD = 200  # a name: predictor, device, phase, precision, dimension, input shape
+MAX_LIST = 256  # entries of a list field (the batch sizes are then checked against --max-batches)
+MAX_DIMS = 64  # symbolic dimensions given in one request
+MAX_JSON_BODY = 1 << 20  # bytes of a JSON request body
+Word = Annotated[str, StringConstraints(max_length=MAX_WORD)]
+Dim = Annotated[int, Field(ge=1, le=1 << 31)]
+
+
 class PredictRequest(BaseModel):
     model: str = Field(..., description="timm:NAME, torchvision:NAME, example:NAME, nb201:..., upload:SHA256, ...",
-                       examples=["timm:resnet50"])
-    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 256]])
-    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224")
+                       examples=["timm:resnet50"], max_length=MAX_REFERENCE)
+    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 256]], max_length=MAX_LIST)
+    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224",
+                                    max_length=MAX_WORD)
     seq_len: int | None = Field(default=None, description="tokens per sample (hf: models, or an ONNX model's "
                                                           "symbolic sequence dimensions)")
-    dims: dict[str, int] = Field(default_factory=dict, description="values of other symbolic input dimensions")
-    predictors: list[str] = Field(default_factory=list, description="predictor names (default: every served one)")
-    devices: list[str] = Field(default_factory=list, description="with predictors: only their targets on these "
+    dims: dict[Word, Dim] = Field(default_factory=dict, description="values of other symbolic input dimensions",
+                                  max_length=MAX_DIMS)
+    predictors: list[Word] = Field(default_factory=list, description="predictor names (default: every served one)",
+                                   max_length=MAX_LIST)
+    devices: list[Word] = Field(default_factory=list, max_length=MAX_LIST, description="with predictors: only their targets on these "
                                "devices; alone: any registered device (a measured predictor where one covers it, "
                                "else for AMP inference the transfer from the measured GPUs via specs, else the spec model; each "
                                "row names its basis)")
-    phase: str | None = Field(default=None, description="infer or train (default: both where covered; infer for "
-                              "devices alone)")
-    precision: str | None = Field(default=None, description="devices alone: fp32, tf32, fp16 or bf16")
-    basis: str = Field(default="auto", description="devices alone: auto, spec, transfer or measured")
+    phase: Word | None = Field(default=None, description="infer or train (default: both where covered; infer for "
+                               "devices alone)")
+    precision: Word | None = Field(default=None, description="devices alone: fp32, tf32, fp16 or bf16")
+    basis: Word = Field(default="auto", description="devices alone: auto, spec, transfer or measured")
 
 
 class MemoryRequest(BaseModel):
     model: str = Field(..., description="timm:NAME, torchvision:NAME, nb201:..., example:NAME, upload:SHA256 (ONNX: "
-                                        "inference only)", examples=["timm:resnet50"])
-    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 128]])
-    phase: str = Field(default="train", description="train or infer")
-    optimizer: str | None = Field(default="adamw", description="sgd, sgd-momentum, adam, adamw (train)")
-    precision: str = Field(default="fp32", description="fp32, amp-fp16, amp-bf16, fp16, bf16")
-    device: str | None = Field(default=None, description="a registry device (capacity, fit); GET /v1/devices")
-    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224")
+                                        "inference only)", examples=["timm:resnet50"], max_length=MAX_REFERENCE)
+    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 128]], max_length=MAX_LIST)
+    phase: Word = Field(default="train", description="train or infer")
+    optimizer: Word | None = Field(default="adamw", description="sgd, sgd-momentum, adam, adamw (train)")
+    precision: Word = Field(default="fp32", description="fp32, amp-fp16, amp-bf16, fp16, bf16")
+    device: Word | None = Field(default=None, description="a registry device (capacity, fit); GET /v1/devices")
+    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224",
+                                    max_length=MAX_WORD)
     mig: bool = Field(default=False, description="also the smallest MIG slice that fits (largest batch)")
     max_batch: bool = Field(default=False, description="also the largest batch that fits the device")
 
@@ -149,6 +165,22 @@ class Service:
         self._memory_cache: dict = {}
         self._routes: dict = {}  # Unit -> the extraction its basis wants
         self.started = time.time()
+        hidden = [(str(self.store.upload_dir), "<uploads>"), (str(Path(upload_dir).resolve()), "<uploads>")]
+        if self.store.models_dir is not None:
+            hidden += [(str(self.store.models_dir), "<served>"), (str(config.models_dir), "<served>")]
+        hidden += [(str(Path(__file__).resolve().parents[2]), "<install>"), (sys.prefix, "<install>"),
+                   (tempfile.gettempdir(), "<tmp>"), (str(Path.home()), "<home>")]
+        # longest first, so that a folder inside another is named as itself
+        self._hidden = sorted({(p, s) for p, s in hidden if len(p) > 1}, key=lambda x: -len(x[0]))
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the host's paths (upload folder, served folder, install, home,
+        temporary folder): what an error answer may show."""
+        if not text:
+            return text or ""
+        for path, shown in self._hidden:
+            text = text.replace(path, shown)
+        return text
 
     # -- predictors ------------------------------------------------------------------------------
     def predictor_names(self) -> list[str]:
@@ -329,8 +361,9 @@ class Service:
                 notes += got_notes
         if entry.summary is None:
             entry.summary = {k: v for k, v in entry.pg.summary().items() if k not in ("heaviest", "folded_ops")}
-        return {"api": API_VERSION, "model": req.model, "summary": entry.summary, "predictions": rows,
-                "warnings": sorted(set(notes)), "cached": cached,
+        summary = {**entry.summary, "model": req.model}  # the reference, never the file it resolved to
+        return {"api": API_VERSION, "model": req.model, "summary": summary, "predictions": rows,
+                "warnings": sorted({self.scrub(n) for n in notes}), "cached": cached,
                 "row_cache": {"hits": hits, "misses": len(missing)},
                 "timing_ms": {"extract": round((t1 - t0) * 1e3, 2),
                               "predict": round((time.perf_counter() - t1) * 1e3, 2)}}
@@ -358,6 +391,12 @@ class Service:
         return got
 
 
+def _short(part) -> str:
+    """One part of a field's place in a request, cut short (a dictionary key can be any length)."""
+    text = str(part)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def create_app(config: ServeConfig | None = None) -> FastAPI:
     """The FastAPI application (``uvicorn`` runs it; tests call it through ``TestClient``)."""
 
@@ -366,9 +405,16 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                   description="Predict deep-learning model performance from the computational graph.")
     app.state.service = svc
 
+    upload_limit = int(svc.config.max_upload_mb * 2**20)
+    app.add_middleware(BodyLimit, limit_for=lambda path: upload_limit + 2**16 if path == "/v1/models" else MAX_JSON_BODY,
+                       message=lambda limit: (f"the request body is over this server's {limit / 2**20:.1f} MB limit",
+                                              "export the model without weights (perfseer reads only the graph) "
+                                              "or ask the operator to raise --max-upload-mb"))
+    scrub = svc.scrub
+
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError):
-        return _error(e.status, type(e).__name__, e.problem, e.fix)
+        return _error(e.status, type(e).__name__, scrub(e.problem), scrub(e.fix))
 
     @app.exception_handler(Busy)
     async def _busy(request: Request, e: Busy):
@@ -376,17 +422,19 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
 
     @app.exception_handler(SandboxError)
     async def _sandbox(request: Request, e: SandboxError):
-        return _error(422, f"Sandbox{e.kind.capitalize()}", e.problem, e.fix)
+        return _error(422, f"Sandbox{e.kind.capitalize()}", scrub(e.problem), scrub(e.fix))
 
     @app.exception_handler(PerfseerError)
     async def _perfseer(request: Request, e: PerfseerError):
-        return _error(422, getattr(e, "kind", None) or type(e).__name__, e.problem, e.fix)
+        return _error(422, getattr(e, "kind", None) or type(e).__name__, scrub(e.problem), scrub(e.fix))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError):
-        parts = [f"{'.'.join(str(x) for x in err.get('loc', ())[1:]) or 'body'}: {err.get('msg')}"
-                 for err in e.errors()]
-        return _error(422, "InvalidRequest", "; ".join(parts), "see the schema at /docs")
+        errors = e.errors()  # the places and reasons, never the values (a field may be huge, or a secret)
+        parts = [f"{'.'.join(_short(x) for x in err.get('loc', ())[1:]) or 'body'}: {str(err.get('msg'))[:200]}"
+                 for err in errors[:5]]
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        return _error(422, "InvalidRequest", "; ".join(parts) + more, "see the schema at /docs")
 
     @app.get("/v1/health")
     def health() -> dict:
@@ -433,9 +481,16 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                 yield chunk
 
         ref = svc.store.add_upload(chunks())
-        pg, cached = svc.graphs.get(ref, wait_s=svc.config.queue_wait_s)
-        summary = {k: v for k, v in pg.summary().items() if k not in ("heaviest", "folded_ops")}
-        return {"model": ref, "filename": file.filename, "summary": summary, "cached": cached}
+        try:
+            pg, cached = svc.graphs.get(ref, wait_s=svc.config.queue_wait_s)
+        except Busy:  # the file is fine: kept for the retry
+            raise
+        except BaseException:  # refused: not kept
+            svc.store.discard(ref)
+            raise
+        summary = {**{k: v for k, v in pg.summary().items() if k not in ("heaviest", "folded_ops")}, "model": ref}
+        name = Path(str(file.filename or "")).name[:MAX_WORD] or None  # the client's own name, never a path
+        return {"model": ref, "filename": name, "summary": summary, "cached": cached}
 
     @app.post("/v1/predict")
     def predict(req: PredictRequest) -> dict:
