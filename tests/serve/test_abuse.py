@@ -164,3 +164,44 @@ def test_hf_builds_only_known_model_classes():
         _model_class(ref, None)
     ref = HFReference("x", {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}, "local")
     assert _model_class(ref, None).__name__ == "GPT2LMHeadModel"
+
+
+def test_rebinding_runs_in_the_sandbox_and_is_bounded(client):
+    svc = client.app.state.service
+    one = ["rtx3090-amp-nchw-pt240.infer"]  # one predictor: one extraction, one graph to re-bind
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [1], "predictors": one})
+    assert r.status_code == 200, r.text
+    jobs = svc.sandbox.stats["jobs"]
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [3, 5], "predictors": one})
+    assert r.status_code == 200, r.text
+    assert svc.sandbox.stats["jobs"] == jobs + 1  # one job re-bound both batch sizes
+    assert {x["batch_size"] for x in r.json()["predictions"]} == {3, 5}
+    budget = svc.config.max_bind_nodes
+    svc.config.max_bind_nodes = 10
+    try:
+        r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [7, 9]})
+    finally:
+        svc.config.max_bind_nodes = budget
+    assert r.status_code == 422 and "budget" in r.json()["error"]["message"]
+
+
+def test_a_stalled_body_is_dropped_with_408():
+    import asyncio
+
+    async def app(scope, receive, send):
+        while (await receive())["type"] == "http.request":
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sent = []
+
+    async def receive():
+        await asyncio.sleep(30)  # a client that never sends its body
+
+    async def send(m):
+        sent.append(m)
+
+    guard = BodyLimit(app, limit_for=lambda path: 10**6, message=lambda limit: ("too large", "smaller"), timeout_s=0.05)
+    asyncio.run(guard({"type": "http", "path": "/v1/predict", "headers": []}, receive, send))
+    assert sent[0]["status"] == 408 and b"stalled" in sent[1]["body"]

@@ -227,12 +227,17 @@ def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypat
                         lambda self, graphs: forwards.append((self.name, len(graphs))) or predict(self, graphs))
     monkeypatch.setattr(SeerNetTrunk, "states", lambda self, data, *a, **k: trunks.append(data.num_graphs)
                         or trunk(self, data, *a, **k))
+    svc = client.app.state.service
+    jobs, run = [], svc.sandbox.run
+    monkeypatch.setattr(svc.sandbox, "run", lambda fn, *a, **k: jobs.append((fn.__name__, a[1:])) or run(fn, *a, **k))
     r = client.post("/v1/predict", json={"model": "example:mobilenet_v3_small", "batch": [9, 10, 11]}).json()
-    names = client.app.state.service.predictor_names()
+    names = svc.predictor_names()
     # once per batch size for every predictor that extracts the same way (the i9 card keeps the work
-    # on weights, the others fold it: two graphs, each bound once per batch size)
+    # on weights, the others fold it: two graphs, each bound once per batch size), in the sandbox:
+    # nothing is re-bound in the server process
     settings = {card_weight_work(load_predictor(n).card) for n in names}
-    assert sorted(binds) == sorted([9, 10, 11] * len(settings))
+    assert binds == []
+    assert [a for name, a in jobs if name == "bind_job"] == [([9, 10, 11],)] * len(settings)
     assert sorted(forwards) == sorted((n, 3) for n in names)  # one call per predictor, all its devices and phases
     # and one pass through each network's trunk for the predictions and the domain embeddings together
     # (a blend card, the RTX 3090's, has one trunk per SeerNet member)

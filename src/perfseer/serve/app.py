@@ -21,6 +21,7 @@ request that cannot be served, 404 for an unknown predictor, 413 for an upload o
 
 from __future__ import annotations
 
+import copy
 import sys
 import tempfile
 import threading
@@ -53,7 +54,7 @@ from perfseer.devices import UnknownDeviceError
 from perfseer.devices import get_device
 from perfseer.devices import list_devices
 from perfseer.shapes import parse_shape
-from perfseer.serve.jobs import memory_job
+from perfseer.serve.jobs import bind_job, memory_job
 from perfseer.sources.load import examples
 from perfseer.sources.zoo import import_zoo
 from perfseer.graph.extract import weight_work_enabled
@@ -79,6 +80,8 @@ class ServeConfig:
     max_uploads: int = 64  # uploaded files kept on disk
     max_batches: int = 32  # batch sizes in one request
     max_batch: int = 1 << 20  # largest batch size accepted
+    max_bind_nodes: int = 2_000_000  # graph nodes x new batch sizes one request may re-bind (in the sandbox)
+    body_timeout_s: float = 60.0  # a request body that stalls this long between two chunks is dropped (408)
     models_dir: str | None = None  # a folder whose .onnx files clients may name by relative path
     upload_dir: str | None = None  # where uploads are kept (default: a temporary folder)
     torch_threads: int = 1  # torch threads of the serving process (predictions are small)
@@ -385,10 +388,42 @@ class Service:
         """Rows for the (batch, unit) pairs the row cache lacked (:func:`perfseer.runtime.route.answer_units`,
         a failing unit's error as its note); each is put in the cache."""
 
-        got = answer_units(entry.pg, missing, family=model_family(model), load=self.predictor, errors="note")
+        pg = entry.pg
+        new = sorted({int(b) for b, _ in missing if int(b) != pg.batch_size})
+        if pg.num_nodes * len(new) > self.config.max_bind_nodes:
+            raise ApiError(422, f"re-binding this {pg.num_nodes:,}-node graph to {len(new)} new batch sizes is over "
+                                f"this server's budget of {self.config.max_bind_nodes:,} node bindings per request",
+                           "ask for fewer batch sizes at a time")
+        # re-binding runs in the sandbox (time and memory limits); features are built here from its result
+        bound = self.sandbox.run(bind_job, pg, new, wait_s=self.config.queue_wait_s) if new else {}
+        built: dict = {}
+
+        def graph_at(b: int):
+            if b not in built:
+                built[b] = bound.get(int(b), pg).to_pyg()
+            return built[b]
+
+        got = answer_units(_rebound(pg, bound), missing, family=model_family(model), load=self.predictor,
+                           errors="note", graph_at=graph_at)
         for (b, unit), (rows, notes) in got.items():
             self.rows.put((entry.token, b, unit), rows, notes)
         return got
+
+
+def _rebound(pg, bound: dict):
+    """A copy of PerfGraph ``pg`` whose ``with_batch`` answers from the graphs the sandbox re-bound
+    (the answerers that bind for themselves, spec and transfer, then do no heavy work in the server
+    process); still a PerfGraph for every ``isinstance`` check."""
+    if not bound:
+        return pg
+    view = copy.copy(pg)
+
+    def with_batch(batch: int):
+        hit = bound.get(int(batch)) if isinstance(batch, int) else None
+        return hit if hit is not None else pg.with_batch(batch)
+
+    object.__setattr__(view, "with_batch", with_batch)  # frozen dataclass: set on the copy only
+    return view
 
 
 def _short(part) -> str:
@@ -407,6 +442,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
 
     upload_limit = int(svc.config.max_upload_mb * 2**20)
     app.add_middleware(BodyLimit, limit_for=lambda path: upload_limit + 2**16 if path == "/v1/models" else MAX_JSON_BODY,
+                       timeout_s=svc.config.body_timeout_s,
                        message=lambda limit: (f"the request body is over this server's {limit / 2**20:.1f} MB limit",
                                               "export the model without weights (perfseer reads only the graph) "
                                               "or ask the operator to raise --max-upload-mb"))

@@ -9,6 +9,7 @@ application sees the end of its body, never the bytes past the limit) and answer
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 
@@ -21,8 +22,8 @@ class BodyLimit:
         message: ``limit -> (problem, fix)`` of the refusal.
     """
 
-    def __init__(self, app, limit_for, message):
-        self.app, self.limit_for, self.message = app, limit_for, message
+    def __init__(self, app, limit_for, message, timeout_s: float | None = None):
+        self.app, self.limit_for, self.message, self.timeout_s = app, limit_for, message, timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -31,12 +32,16 @@ class BodyLimit:
         declared = dict(scope.get("headers") or ()).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return await self._refuse(send, limit)
-        state = {"seen": 0, "over": False, "started": False}
+        state = {"seen": 0, "over": False, "started": False, "status": 413}
 
         async def limited_receive():
             if state["over"]:
                 return {"type": "http.disconnect"}
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout_s) if self.timeout_s else await receive()
+            except asyncio.TimeoutError:  # a body that stalls: the connection is not held
+                state["over"], state["status"] = True, 408
+                return {"type": "http.disconnect"}
             if message.get("type") == "http.request":
                 state["seen"] += len(message.get("body", b""))
                 if state["seen"] > limit:
@@ -48,7 +53,7 @@ class BodyLimit:
             if state["over"]:  # whatever the application answers to a cut-off body, the client gets the 413
                 if message.get("type") == "http.response.start" and not state["started"]:
                     state["started"] = True
-                    await self._refuse(send, limit)
+                    await self._refuse(send, limit, state["status"])
                 return
             state["started"] = state["started"] or message.get("type") == "http.response.start"
             await send(message)
@@ -59,12 +64,16 @@ class BodyLimit:
             if not state["over"]:
                 raise
         if state["over"] and not state["started"]:
-            await self._refuse(send, limit)
+            await self._refuse(send, limit, state["status"])
 
-    async def _refuse(self, send, limit: int) -> None:
-        problem, fix = self.message(limit)
-        body = json.dumps({"error": {"type": "PayloadTooLarge", "message": problem, "fix": fix}}).encode()
-        await send({"type": "http.response.start", "status": 413,
+    async def _refuse(self, send, limit: int, status: int = 413) -> None:
+        if status == 408:
+            kind, problem, fix = ("RequestTimeout", f"the request body stalled for more than {self.timeout_s:g} s",
+                                  "send the body without pauses, or retry")
+        else:
+            kind, (problem, fix) = "PayloadTooLarge", self.message(limit)
+        body = json.dumps({"error": {"type": kind, "message": problem, "fix": fix}}).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
