@@ -205,3 +205,41 @@ def test_a_stalled_body_is_dropped_with_408():
     guard = BodyLimit(app, limit_for=lambda path: 10**6, message=lambda limit: ("too large", "smaller"), timeout_s=0.05)
     asyncio.run(guard({"type": "http", "path": "/v1/predict", "headers": []}, receive, send))
     assert sent[0]["status"] == 408 and b"stalled" in sent[1]["body"]
+
+
+def test_a_connection_whose_headers_stall_is_closed():
+    """A slow-loris client (half a request line, then nothing) loses its connection; a whole
+    request on another connection is answered."""
+    import asyncio
+    import socket
+    import threading
+
+    uvicorn = pytest.importorskip("uvicorn")
+    from perfseer.serve.http import header_timeout_protocol
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off",
+                            http=header_timeout_protocol(0.3))
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            if server.started:
+                break
+            threading.Event().wait(0.05)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as slow:
+            slow.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # the headers never end
+            assert slow.recv(1024) == b""  # closed by the server (a hang would time out the socket)
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as fine:
+            fine.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert fine.recv(1024).startswith(b"HTTP/1.1 200")
+    finally:
+        server.should_exit = True
+        thread.join(10)
