@@ -5,7 +5,6 @@ and bounded, device names that are not plain, and too many rows: one line, no tr
 import csv
 
 import pytest
-
 from tests.helpers import assert_cli_error
 
 P = "rtx3090-amp-nchw-pt240.infer"
@@ -21,7 +20,7 @@ def _table(path, rows):
 
 
 def _good(path, device="newgpu/amp", value=5.0, n=3):
-    return _table(path, [[f"example:resnet18", "3x224x224", b, "infer", device, value] for b in range(1, n + 1)])
+    return _table(path, [["example:resnet18", "3x224x224", b, "infer", device, value] for b in range(1, n + 1)])
 
 
 def _args(table, out, *extra):

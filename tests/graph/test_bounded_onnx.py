@@ -3,7 +3,6 @@ refusal for a recursive function, a call of the wrong arity, a fan-out past the 
 chain nested too deep, and a constant shape of 2^40 elements."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

@@ -9,17 +9,16 @@ import json
 import os
 import stat
 
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from perfseer.errors import ModelLoadError  # noqa: E402
-from perfseer.serve.app import ServeConfig, create_app  # noqa: E402
-from perfseer.serve.graphs import ModelStore  # noqa: E402
-from perfseer.serve.limits import BodyLimit  # noqa: E402
+from perfseer.errors import ModelLoadError
+from perfseer.serve.app import ServeConfig, create_app
+from perfseer.serve.graphs import ModelStore
+from perfseer.serve.limits import BodyLimit
 
 
 def _tiny() -> bytes:

@@ -159,7 +159,7 @@ def check_constant_sizes(model: onnx.ModelProto, source: str, limit: int = MAX_T
             continue  # a shape is a short int64 vector; anything else is checked by shape inference
         try:
             shape = [int(v) for v in np.asarray(numpy_helper.to_array(t)).reshape(-1)]
-        except Exception:  # unreadable: shape inference names it
+        except (ValueError, TypeError, OverflowError):  # unreadable: shape inference names it
             continue
         size = math.prod(max(v, 1) for v in shape)
         if size > limit:

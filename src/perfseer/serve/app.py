@@ -444,8 +444,8 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, limit_for=lambda path: upload_limit + 2**16 if path == "/v1/models" else MAX_JSON_BODY,
                        timeout_s=svc.config.body_timeout_s,
                        message=lambda limit: (f"the request body is over this server's {limit / 2**20:.1f} MB limit",
-                                              "export the model without weights (perfseer reads only the graph) "
-                                              "or ask the operator to raise --max-upload-mb"))
+                                              ("export the model without weights (perfseer reads only the graph) "
+                                               "or ask the operator to raise --max-upload-mb")))
     scrub = svc.scrub
 
     @app.exception_handler(ApiError)
