@@ -32,6 +32,11 @@ class ShapeError(PerfseerError):
     """Tensor shapes could not be determined or are invalid (unbound symbolic or zero-size dims)."""
 
 
+class AbsurdAnswerError(PerfseerError):
+    """A prediction or estimate came out non-finite, zero, or beyond any physical bound: refused
+    rather than shown as a number."""
+
+
 class MissingDependencyError(PerfseerError, ImportError):
     """An optional dependency is needed for this feature."""
 

@@ -13,6 +13,9 @@ from perfseer.features.pyg import attach_liveness
 from pathlib import Path
 from perfseer.runtime.predictor import Target
 from perfseer.runtime.predictor import load_predictor
+from perfseer.runtime.predictor import slug
+from perfseer.cli.bounds import (MAX_CALIBRATION_ROWS, check_device_name, check_measured, check_name,
+                                 check_out_dir)
 
 
 def add_parser(sub) -> None:
@@ -76,6 +79,8 @@ def _rows(table, device, phase, metric):
                             f"pass --metric, one of {', '.join(measured)}" if measured
                             else f"measure {metric} (perfseer collect) and calibrate on that table")
     devices = sorted(rows["device"].astype(str).unique())
+    for d in devices:  # a device name becomes part of the card's file name
+        check_device_name(d)
     if device is None:
         if len(devices) != 1:
             raise PerfseerError(f"the measurements hold {len(devices)} devices ({', '.join(devices) or 'none'} with "
@@ -98,9 +103,10 @@ def _rows(table, device, phase, metric):
     rows = rows[rows["phase"].astype(str) == phase]
     if rows.empty:
         raise PerfseerError(f"no {phase} row of {device}", f"phases measured: {', '.join(phases)}")
-    bad = ~(np.isfinite(rows[metric].to_numpy(dtype=float)) & (rows[metric].to_numpy(dtype=float) > 0))
-    if bad.any():
-        raise PerfseerError(f"{int(bad.sum())} {metric} values of {device} are <= 0", "drop or re-measure those rows")
+    if len(rows) > MAX_CALIBRATION_ROWS:
+        raise PerfseerError(f"{len(rows):,} calibration rows of {device} ({phase}): at most {MAX_CALIBRATION_ROWS:,}",
+                            "calibrate on a sample of the models (K = 5-50 models is the intended size)")
+    check_measured(rows[metric].to_numpy(dtype=float), metric, device)
     return rows.reset_index(drop=True), device, phase
 
 
@@ -166,9 +172,16 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from perfseer.data.table import read_table  # deferred: loads pandas, pyarrow
     from perfseer.fit.calibrate import CalibrationConfig, calibrate, calibrated_predictor  # deferred: loads torch, onnx
 
+    # what becomes a file is checked before any long work: the card's name and the output folder
+    if args.name is not None:
+        check_name(args.name)
+    if args.device is not None:
+        check_device_name(args.device, "--device")
+    check_out_dir(args.out)
     source = load_predictor(args.predictor)
     table = read_table(args.measurements)
     rows, device, phase = _rows(table, args.device, args.phase, args.metric)
+    name = check_name(args.name or f"{slug(device, phase)}.calibrated", "the card name")
     src_phases = {t.phase for t in source.targets if t.metric == args.metric}
     if phase not in src_phases:
         raise PerfseerError(f"the measurements are {phase} rows but predictor {source.name} predicts "
@@ -186,7 +199,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     keep = [c for c in ("model", "input_shape", "batch_size", "phase", "device", args.metric) if c in rows.columns]
     records = json.loads(rows[keep].to_json(orient="records"))
     target = Target(args.metric, device, phase)
-    pred = calibrated_predictor(source, args.predictor, cal, target, records, config, name=args.name)
+    pred = calibrated_predictor(source, args.predictor, cal, target, records, config, name=name)
     path = pred.save(args.out)
     c = pred.card["calibration"]
     if args.json:

@@ -26,6 +26,10 @@ def add_parser(sub) -> None:
                    help="prediction rows kept, one entry per graph, batch size, predictor or device, and phase "
                         "(default 4096; 0: off)")
     p.add_argument("--max-upload-mb", type=positive(float), default=200.0, metavar="MB")
+    p.add_argument("--header-timeout", type=positive(float), default=10.0, metavar="S",
+                   help="a connection whose request headers are not complete after S seconds is closed (default 10)")
+    p.add_argument("--body-timeout", type=positive(float), default=60.0, metavar="S",
+                   help="a request body that stalls S seconds between two chunks is dropped with 408 (default 60)")
     p.add_argument("--models-dir", default=None, metavar="DIR",
                    help="a folder whose .onnx files clients may name by relative path (default: no paths)")
     p.add_argument("--predictor", action="append", default=None, metavar="NAME",
@@ -45,13 +49,15 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise MissingDependencyError("uvicorn", "serve", "perfseer serve") from e
     from perfseer.serve.app import ServeConfig, create_app  # deferred: loads fastapi
+    from perfseer.serve.http import header_timeout_protocol  # deferred: loads uvicorn, an optional extra
 
     if not 0 < args.port < 65536:
         raise PerfseerError(f"--port {args.port} is not a TCP port", "use 1-65535, e.g. 8000")
     config = ServeConfig(jobs=args.jobs, job_time_s=args.job_time_limit, job_memory_mb=args.job_memory_mb,
                          cache_size=args.cache, row_cache_size=args.row_cache, max_upload_mb=args.max_upload_mb, models_dir=args.models_dir,
-                         predictors=args.predictor or [])
+                         predictors=args.predictor or [], body_timeout_s=args.body_timeout)
     app = create_app(config)
     print(f"perfseer serve: http://{args.host}:{args.port}/ (API docs at /docs)")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                http=header_timeout_protocol(args.header_timeout))
     return 0

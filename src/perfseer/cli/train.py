@@ -116,13 +116,12 @@ def run_train(args: argparse.Namespace) -> int:
     from perfseer.fit.recipe import train_predictor  # deferred: loads torch, onnx
     from perfseer.fit.trainer import TrainConfig  # deferred: loads torch
 
-    from perfseer.cli.bounds import check_name  # deferred: loads onnx
+    from perfseer.cli.bounds import check_name, check_out_dir  # deferred: loads onnx
 
     if args.name is not None:
         check_name(args.name)  # before training: the name becomes a file in --out
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise PerfseerError(f"--out {out} is a file", "give a folder for the predictor files")
+    check_out_dir(out)  # a file, a device or /proc: refused before training, not after
     cfg = TrainConfig(max_epochs=args.epochs, time_limit_s=args.time_limit, batch_size=args.batch_size, lr=args.lr,
                       seed=args.seed, num_threads=args.threads, pcgrad=not args.no_pcgrad,
                       device="cuda" if args.cuda else "cpu", progress=sys.stderr.isatty(),

@@ -28,6 +28,7 @@ from onnx import helper, numpy_helper
 
 from perfseer.errors import ShapeError, UnsupportedModelError
 from perfseer.graph import fold, safe_infer
+from perfseer.graph.functions import check_constant_sizes, inline_functions
 from perfseer.graph.ir import FLOAT_DTYPES, DropoutSite, Graph, Node, Tensor, TensorKind
 from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
 from perfseer.graph.legacy import upgrade_legacy
@@ -168,11 +169,10 @@ class _Extraction:
 
     # -- 1. what cannot be represented ------------------------------------------------------------
     def check_supported(self) -> None:
-        if self.model.functions:
-            from onnx import inliner  # deferred: heavy, loaded on first use
-
-            self.model = inliner.inline_local_functions(self.model)
-            self.g = self.model.graph
+        # nodes counted (functions followed, recursion and arity checked) before any expansion
+        self.model = inline_functions(self.model, self.source)
+        self.g = self.model.graph
+        check_constant_sizes(self.model, self.source)
         self.read_nodes()  # shared with validation and the legacy check, which keep them in step
         for node in self.nodes:
             if node.op_type in CONTROL_FLOW and node.domain in STANDARD_DOMAINS:

@@ -11,7 +11,12 @@ The in-process path serialises the model and parses the result too (that is how
 ResNet-50 extraction times with and without it are in ``docs/concepts/perfgraph.md``.  Forking the caller
 instead was measured slower (its page tables are copied at every pass once torch is loaded).
 
-``PERFSEER_SHAPE_INFERENCE=inprocess`` runs inference in-process.
+The helper has a memory limit of its own (``RLIMIT_AS``, :data:`MEMORY_MB`, or
+``PERFSEER_SHAPE_INFERENCE_MB``): a graph whose inference would allocate past it (a constant of
+2^40 elements) fails there as an inference error naming the limit, instead of taking the host's
+memory.
+
+``PERFSEER_SHAPE_INFERENCE=inprocess`` runs inference in-process (no memory limit of its own).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import onnx
 from perfseer.errors import ShapeError
 
 _MODE_ENV = "PERFSEER_SHAPE_INFERENCE"
+_MEMORY_ENV = "PERFSEER_SHAPE_INFERENCE_MB"
+MEMORY_MB = 4096  # address space of the helper process (Python and onnx map ~200 MB of it)
 _HEADER = struct.Struct("<QBBB")  # length, check_type, strict_mode, data_prop
 _REPLY = struct.Struct("<QB")  # length, status (0 ok, 1 inference error)
 _HELPER = r"""
@@ -51,6 +58,14 @@ while True:
 """
 
 
+_LIMIT = r"""
+import resource, sys
+_soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+_cap = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (_cap if _hard == resource.RLIM_INFINITY else min(_cap, _hard), _hard))
+"""
+
+
 class InferenceFailed(Exception):
     """ONNX's shape inference raised (an ordinary error, reported by the caller)."""
 
@@ -59,12 +74,16 @@ class _Helper:
     def __init__(self, code: str = _HELPER):
         self.code = code
         self.proc: subprocess.Popen | None = None
+        self.limit_mb = MEMORY_MB
         self.lock = threading.Lock()
 
     def _start(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
-        self.proc = subprocess.Popen([sys.executable, "-I", "-c", self.code], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.limit_mb = memory_limit_mb()
+        # the helper sets its own limit first thing (no preexec_fn: unsafe in a threaded server)
+        self.proc = subprocess.Popen([sys.executable, "-I", "-c", _LIMIT + self.code, str(self.limit_mb * 2**20)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     env=env)
 
     def run(self, data: bytes, flags: tuple[int, int, int], source: str) -> bytes:
         with self.lock:
@@ -94,7 +113,11 @@ class _Helper:
                     f"ONNX shape inference crashed (exit status {code}) on {source}: the graph is malformed in a "
                     "way onnx does not survive", "check the model with onnx.checker.check_model and re-export it")
         if status:
-            raise InferenceFailed(reply.decode("utf-8", "replace"))
+            text = reply.decode("utf-8", "replace")
+            if "bad_alloc" in text or "MemoryError" in text:
+                text = (f"shape inference needed more than its {self.limit_mb} MB memory limit (a tensor of the "
+                        f"graph is absurdly large; {_MEMORY_ENV} raises the limit)")
+            raise InferenceFailed(text)
         return reply
 
 
@@ -109,6 +132,21 @@ class _Helper:
                     self.proc.wait()
                 self.proc.stdout.close()
                 self.proc = None
+
+
+def memory_limit_mb() -> int:
+    """The helper's memory limit in MB: ``PERFSEER_SHAPE_INFERENCE_MB`` or :data:`MEMORY_MB`."""
+    text = os.environ.get(_MEMORY_ENV, "").strip()
+    if text:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ShapeError(f"{_MEMORY_ENV}={text[:40]!r} is not a whole number of MB",
+                             f"set {_MEMORY_ENV} to e.g. 4096, or unset it") from None
+        if value >= 256:
+            return value
+        raise ShapeError(f"{_MEMORY_ENV}={value} is too small (at least 256 MB)", f"set {_MEMORY_ENV} to e.g. 4096")
+    return MEMORY_MB
 
 
 _helper = _Helper()

@@ -24,6 +24,7 @@ from perfseer.memory.onnx_liveness import liveness_trace
 from perfseer.memory.learned import INFER_FALLBACK
 from perfseer.memory.fit import max_batch
 from perfseer.memory.learned import learned_max_batch
+from perfseer.trust.bounds import check_memory
 
 __all__ = ["GIB", "MIG_DEVICES", "TIGHT_SHARE", "MigFit", "ModelSource", "device_spec", "estimate_from_trace",
            "max_batch_for", "memory", "memory_rows", "mig_advice", "resolve_model", "simulate", "trace_model"]
@@ -262,12 +263,19 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
             spec = device_spec(device) if device is not None else None
             own = spec is not None and (spec.mig_profiles or spec.parent)
             est.mig = learned_mig(est, [spec.parent or spec.name] if own else None, context_mib)
-        return est
+        return _sane(est)
     est = estimate_from_trace(trace, src.label, batch, config, device_name, capacity, over, notes, method)
     if mig:
         spec = device_spec(device) if device is not None else None
         own = spec is not None and (spec.mig_profiles or spec.parent)
         est.mig = mig_advice(trace, [spec.parent or spec.name] if own else None, context_mib)
+    return _sane(est)
+
+
+def _sane(est: MemoryEstimate) -> MemoryEstimate:
+    """``est``, if it is a plausible answer (:func:`perfseer.trust.bounds.check_memory`: finite,
+    positive, within the device's and the per-sample ceilings); else the refusal is raised."""
+    check_memory(est.total, est.breakdown, est.batch, est.capacity, str(est.model)[:200])
     return est
 
 

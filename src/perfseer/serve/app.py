@@ -21,12 +21,15 @@ request that cannot be served, 404 for an unknown predictor, 413 for an upload o
 
 from __future__ import annotations
 
+import copy
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Annotated
 
 from perfseer.errors import MissingDependencyError, PerfseerError
 
@@ -35,11 +38,12 @@ try:
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse
     from fastapi.staticfiles import StaticFiles
-    from pydantic import BaseModel, Field
+    from pydantic import BaseModel, Field, StringConstraints
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError("fastapi", "serve", "perfseer serve") from e
 
-from perfseer.serve.graphs import GraphCache, ModelStore
+from perfseer.serve.graphs import MAX_REFERENCE, GraphCache, ModelStore
+from perfseer.serve.limits import BodyLimit
 from perfseer.serve.rows import RowCache
 from perfseer.serve.sandbox import Busy, Limits, Sandbox, SandboxError
 from perfseer import __version__
@@ -50,7 +54,7 @@ from perfseer.devices import UnknownDeviceError
 from perfseer.devices import get_device
 from perfseer.devices import list_devices
 from perfseer.shapes import parse_shape
-from perfseer.serve.jobs import memory_job
+from perfseer.serve.jobs import bind_job, memory_job
 from perfseer.sources.load import examples
 from perfseer.sources.zoo import import_zoo
 from perfseer.graph.extract import weight_work_enabled
@@ -76,40 +80,55 @@ class ServeConfig:
     max_uploads: int = 64  # uploaded files kept on disk
     max_batches: int = 32  # batch sizes in one request
     max_batch: int = 1 << 20  # largest batch size accepted
+    max_bind_nodes: int = 2_000_000  # graph nodes x new batch sizes one request may re-bind (in the sandbox)
+    body_timeout_s: float = 60.0  # a request body that stalls this long between two chunks is dropped (408)
     models_dir: str | None = None  # a folder whose .onnx files clients may name by relative path
     upload_dir: str | None = None  # where uploads are kept (default: a temporary folder)
     torch_threads: int = 1  # torch threads of the serving process (predictions are small)
     predictors: list[str] = field(default_factory=list)  # served predictors (empty: every bundled one)
 
 
+# Bounds of a request's fields (a longer field is refused by validation, before any work).
+MAX_WORD = 200  # a name: predictor, device, phase, precision, dimension, input shape
+MAX_LIST = 256  # entries of a list field (the batch sizes are then checked against --max-batches)
+MAX_DIMS = 64  # symbolic dimensions given in one request
+MAX_JSON_BODY = 1 << 20  # bytes of a JSON request body
+Word = Annotated[str, StringConstraints(max_length=MAX_WORD)]
+Dim = Annotated[int, Field(ge=1, le=1 << 31)]
+
+
 class PredictRequest(BaseModel):
     model: str = Field(..., description="timm:NAME, torchvision:NAME, example:NAME, nb201:..., upload:SHA256, ...",
-                       examples=["timm:resnet50"])
-    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 256]])
-    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224")
+                       examples=["timm:resnet50"], max_length=MAX_REFERENCE)
+    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 256]], max_length=MAX_LIST)
+    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224",
+                                    max_length=MAX_WORD)
     seq_len: int | None = Field(default=None, description="tokens per sample (hf: models, or an ONNX model's "
                                                           "symbolic sequence dimensions)")
-    dims: dict[str, int] = Field(default_factory=dict, description="values of other symbolic input dimensions")
-    predictors: list[str] = Field(default_factory=list, description="predictor names (default: every served one)")
-    devices: list[str] = Field(default_factory=list, description="with predictors: only their targets on these "
+    dims: dict[Word, Dim] = Field(default_factory=dict, description="values of other symbolic input dimensions",
+                                  max_length=MAX_DIMS)
+    predictors: list[Word] = Field(default_factory=list, description="predictor names (default: every served one)",
+                                   max_length=MAX_LIST)
+    devices: list[Word] = Field(default_factory=list, max_length=MAX_LIST, description="with predictors: only their targets on these "
                                "devices; alone: any registered device (a measured predictor where one covers it, "
                                "else for AMP inference the transfer from the measured GPUs via specs, else the spec model; each "
                                "row names its basis)")
-    phase: str | None = Field(default=None, description="infer or train (default: both where covered; infer for "
-                              "devices alone)")
-    precision: str | None = Field(default=None, description="devices alone: fp32, tf32, fp16 or bf16")
-    basis: str = Field(default="auto", description="devices alone: auto, spec, transfer or measured")
+    phase: Word | None = Field(default=None, description="infer or train (default: both where covered; infer for "
+                               "devices alone)")
+    precision: Word | None = Field(default=None, description="devices alone: fp32, tf32, fp16 or bf16")
+    basis: Word = Field(default="auto", description="devices alone: auto, spec, transfer or measured")
 
 
 class MemoryRequest(BaseModel):
     model: str = Field(..., description="timm:NAME, torchvision:NAME, nb201:..., example:NAME, upload:SHA256 (ONNX: "
-                                        "inference only)", examples=["timm:resnet50"])
-    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 128]])
-    phase: str = Field(default="train", description="train or infer")
-    optimizer: str | None = Field(default="adamw", description="sgd, sgd-momentum, adam, adamw (train)")
-    precision: str = Field(default="fp32", description="fp32, amp-fp16, amp-bf16, fp16, bf16")
-    device: str | None = Field(default=None, description="a registry device (capacity, fit); GET /v1/devices")
-    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224")
+                                        "inference only)", examples=["timm:resnet50"], max_length=MAX_REFERENCE)
+    batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 128]], max_length=MAX_LIST)
+    phase: Word = Field(default="train", description="train or infer")
+    optimizer: Word | None = Field(default="adamw", description="sgd, sgd-momentum, adam, adamw (train)")
+    precision: Word = Field(default="fp32", description="fp32, amp-fp16, amp-bf16, fp16, bf16")
+    device: Word | None = Field(default=None, description="a registry device (capacity, fit); GET /v1/devices")
+    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224",
+                                    max_length=MAX_WORD)
     mig: bool = Field(default=False, description="also the smallest MIG slice that fits (largest batch)")
     max_batch: bool = Field(default=False, description="also the largest batch that fits the device")
 
@@ -149,6 +168,22 @@ class Service:
         self._memory_cache: dict = {}
         self._routes: dict = {}  # Unit -> the extraction its basis wants
         self.started = time.time()
+        hidden = [(str(self.store.upload_dir), "<uploads>"), (str(Path(upload_dir).resolve()), "<uploads>")]
+        if self.store.models_dir is not None:
+            hidden += [(str(self.store.models_dir), "<served>"), (str(config.models_dir), "<served>")]
+        hidden += [(str(Path(__file__).resolve().parents[2]), "<install>"), (sys.prefix, "<install>"),
+                   (tempfile.gettempdir(), "<tmp>"), (str(Path.home()), "<home>")]
+        # longest first, so that a folder inside another is named as itself
+        self._hidden = sorted({(p, s) for p, s in hidden if len(p) > 1}, key=lambda x: -len(x[0]))
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the host's paths (upload folder, served folder, install, home,
+        temporary folder): what an error answer may show."""
+        if not text:
+            return text or ""
+        for path, shown in self._hidden:
+            text = text.replace(path, shown)
+        return text
 
     # -- predictors ------------------------------------------------------------------------------
     def predictor_names(self) -> list[str]:
@@ -329,8 +364,9 @@ class Service:
                 notes += got_notes
         if entry.summary is None:
             entry.summary = {k: v for k, v in entry.pg.summary().items() if k not in ("heaviest", "folded_ops")}
-        return {"api": API_VERSION, "model": req.model, "summary": entry.summary, "predictions": rows,
-                "warnings": sorted(set(notes)), "cached": cached,
+        summary = {**entry.summary, "model": req.model}  # the reference, never the file it resolved to
+        return {"api": API_VERSION, "model": req.model, "summary": summary, "predictions": rows,
+                "warnings": sorted({self.scrub(n) for n in notes}), "cached": cached,
                 "row_cache": {"hits": hits, "misses": len(missing)},
                 "timing_ms": {"extract": round((t1 - t0) * 1e3, 2),
                               "predict": round((time.perf_counter() - t1) * 1e3, 2)}}
@@ -352,10 +388,48 @@ class Service:
         """Rows for the (batch, unit) pairs the row cache lacked (:func:`perfseer.runtime.route.answer_units`,
         a failing unit's error as its note); each is put in the cache."""
 
-        got = answer_units(entry.pg, missing, family=model_family(model), load=self.predictor, errors="note")
+        pg = entry.pg
+        new = sorted({int(b) for b, _ in missing if int(b) != pg.batch_size})
+        if pg.num_nodes * len(new) > self.config.max_bind_nodes:
+            raise ApiError(422, f"re-binding this {pg.num_nodes:,}-node graph to {len(new)} new batch sizes is over "
+                                f"this server's budget of {self.config.max_bind_nodes:,} node bindings per request",
+                           "ask for fewer batch sizes at a time")
+        # re-binding runs in the sandbox (time and memory limits); features are built here from its result
+        bound = self.sandbox.run(bind_job, pg, new, wait_s=self.config.queue_wait_s) if new else {}
+        built: dict = {}
+
+        def graph_at(b: int):
+            if b not in built:
+                built[b] = bound.get(int(b), pg).to_pyg()
+            return built[b]
+
+        got = answer_units(_rebound(pg, bound), missing, family=model_family(model), load=self.predictor,
+                           errors="note", graph_at=graph_at)
         for (b, unit), (rows, notes) in got.items():
             self.rows.put((entry.token, b, unit), rows, notes)
         return got
+
+
+def _rebound(pg, bound: dict):
+    """A copy of PerfGraph ``pg`` whose ``with_batch`` answers from the graphs the sandbox re-bound
+    (the answerers that bind for themselves, spec and transfer, then do no heavy work in the server
+    process); still a PerfGraph for every ``isinstance`` check."""
+    if not bound:
+        return pg
+    view = copy.copy(pg)
+
+    def with_batch(batch: int):
+        hit = bound.get(int(batch)) if isinstance(batch, int) else None
+        return hit if hit is not None else pg.with_batch(batch)
+
+    object.__setattr__(view, "with_batch", with_batch)  # frozen dataclass: set on the copy only
+    return view
+
+
+def _short(part) -> str:
+    """One part of a field's place in a request, cut short (a dictionary key can be any length)."""
+    text = str(part)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def create_app(config: ServeConfig | None = None) -> FastAPI:
@@ -366,9 +440,17 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                   description="Predict deep-learning model performance from the computational graph.")
     app.state.service = svc
 
+    upload_limit = int(svc.config.max_upload_mb * 2**20)
+    app.add_middleware(BodyLimit, limit_for=lambda path: upload_limit + 2**16 if path == "/v1/models" else MAX_JSON_BODY,
+                       timeout_s=svc.config.body_timeout_s,
+                       message=lambda limit: (f"the request body is over this server's {limit / 2**20:.1f} MB limit",
+                                              ("export the model without weights (perfseer reads only the graph) "
+                                               "or ask the operator to raise --max-upload-mb")))
+    scrub = svc.scrub
+
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError):
-        return _error(e.status, type(e).__name__, e.problem, e.fix)
+        return _error(e.status, type(e).__name__, scrub(e.problem), scrub(e.fix))
 
     @app.exception_handler(Busy)
     async def _busy(request: Request, e: Busy):
@@ -376,17 +458,19 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
 
     @app.exception_handler(SandboxError)
     async def _sandbox(request: Request, e: SandboxError):
-        return _error(422, f"Sandbox{e.kind.capitalize()}", e.problem, e.fix)
+        return _error(422, f"Sandbox{e.kind.capitalize()}", scrub(e.problem), scrub(e.fix))
 
     @app.exception_handler(PerfseerError)
     async def _perfseer(request: Request, e: PerfseerError):
-        return _error(422, getattr(e, "kind", None) or type(e).__name__, e.problem, e.fix)
+        return _error(422, getattr(e, "kind", None) or type(e).__name__, scrub(e.problem), scrub(e.fix))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError):
-        parts = [f"{'.'.join(str(x) for x in err.get('loc', ())[1:]) or 'body'}: {err.get('msg')}"
-                 for err in e.errors()]
-        return _error(422, "InvalidRequest", "; ".join(parts), "see the schema at /docs")
+        errors = e.errors()  # the places and reasons, never the values (a field may be huge, or a secret)
+        parts = [f"{'.'.join(_short(x) for x in err.get('loc', ())[1:]) or 'body'}: {str(err.get('msg'))[:200]}"
+                 for err in errors[:5]]
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        return _error(422, "InvalidRequest", "; ".join(parts) + more, "see the schema at /docs")
 
     @app.get("/v1/health")
     def health() -> dict:
@@ -433,9 +517,16 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                 yield chunk
 
         ref = svc.store.add_upload(chunks())
-        pg, cached = svc.graphs.get(ref, wait_s=svc.config.queue_wait_s)
-        summary = {k: v for k, v in pg.summary().items() if k not in ("heaviest", "folded_ops")}
-        return {"model": ref, "filename": file.filename, "summary": summary, "cached": cached}
+        try:
+            pg, cached = svc.graphs.get(ref, wait_s=svc.config.queue_wait_s)
+        except Busy:  # the file is fine: kept for the retry
+            raise
+        except BaseException:  # refused: not kept
+            svc.store.discard(ref)
+            raise
+        summary = {**{k: v for k, v in pg.summary().items() if k not in ("heaviest", "folded_ops")}, "model": ref}
+        name = Path(str(file.filename or "")).name[:MAX_WORD] or None  # the client's own name, never a path
+        return {"model": ref, "filename": name, "summary": summary, "cached": cached}
 
     @app.post("/v1/predict")
     def predict(req: PredictRequest) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import itertools
 import threading
 from collections import OrderedDict
@@ -16,6 +17,8 @@ from perfseer.errors import ModelLoadError, PerfseerError
 from perfseer.serve.jobs import extract_job
 from perfseer.serve.sandbox import Sandbox
 from perfseer.sources import scheme_word, split_reference, unknown_scheme
+from perfseer.sources.hf import is_shipped
+from perfseer.sources.schemes import examples
 
 UPLOAD_PREFIX = "upload:"
 
@@ -31,7 +34,8 @@ class ModelStore:
     def __init__(self, upload_dir: str | os.PathLike, models_dir: str | os.PathLike | None = None,
                  max_uploads: int = 64):
         self.upload_dir = Path(upload_dir)
-        self.upload_dir.mkdir(parents=True, exist_ok=True)
+        self.upload_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.upload_dir, 0o700)  # private to the service's user, whatever umask made it
         self.models_dir = Path(models_dir).resolve() if models_dir else None
         self.max_uploads = max_uploads
         self._lock = threading.Lock()
@@ -42,7 +46,7 @@ class ModelStore:
         h = hashlib.sha256()
         tmp = self.upload_dir / f".incoming-{os.getpid()}-{threading.get_ident()}-{id(chunks)}"
         try:
-            with open(tmp, "wb") as f:
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 for chunk in chunks:
                     h.update(chunk)
                     f.write(chunk)
@@ -58,6 +62,12 @@ class ModelStore:
                 if old != final:
                     old.unlink(missing_ok=True)
         return UPLOAD_PREFIX + digest
+
+    def discard(self, ref: str) -> None:
+        """Delete the uploaded file of ``ref`` (``upload:SHA256``): an upload that was refused."""
+        digest = ref[len(UPLOAD_PREFIX):] if ref.startswith(UPLOAD_PREFIX) else ""
+        if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+            (self.upload_dir / f"{digest}.onnx").unlink(missing_ok=True)
 
     def version(self, target: str) -> str:
         """What identifies the content behind a resolved ``target``: the SHA-256 of an upload (its
@@ -89,30 +99,70 @@ class ModelStore:
         return h.hexdigest()
 
     def resolve(self, model: str) -> str:
+        """What :func:`perfseer.extract` reads for ``model``, or the one refusal :func:`not_served`.
+
+        Served: bundled examples by name (no separator, no ``..``), zoo models by plain name, the
+        encodings of the NAS spaces, the shipped ``hf:`` configurations (never a local path),
+        ``upload:SHA256`` and ``.onnx`` files inside ``models_dir``.  Every other reference gets the
+        same message, whatever exists on the host, so that an answer tells nothing of its files.
+        """
         if not isinstance(model, str) or not model.strip():
             raise ModelLoadError("no model given", "pass a reference such as timm:resnet50, or upload an ONNX file")
         model = model.strip()
+        if len(model) > MAX_REFERENCE or "\0" in model:
+            raise not_served()
         if model.startswith(UPLOAD_PREFIX):
             digest = model[len(UPLOAD_PREFIX):]
+            if not (len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+                raise not_served()
             path = self.upload_dir / f"{digest}.onnx"
-            if not (len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)) or not path.exists():
+            if not path.is_file():
                 raise ModelLoadError(f"no uploaded model '{model}' on this server (uploads are kept for the "
                                      f"latest {self.max_uploads})", "upload the file again (POST /v1/models)")
             return str(path)
-        if split_reference(model) is not None:
+        split = split_reference(model)
+        if split is not None:
+            if not _served_reference(*split):
+                raise not_served()
             return model
         kind = scheme_word(model)
         if kind is not None:
             raise unknown_scheme(kind, ", or upload the file")
         if self.models_dir is None:
-            raise ModelLoadError(f"'{model}' is a file path, and this server reads no paths",
-                                 "use a reference (timm:NAME, torchvision:NAME, example:NAME, ...) or upload the "
-                                 "file; the operator can serve a folder with `perfseer serve --models-dir DIR`")
-        path = (self.models_dir / model).resolve()
-        if self.models_dir not in path.parents or path.suffix != ".onnx" or not path.is_file():
-            raise ModelLoadError(f"'{model}' is not an .onnx file inside the served folder",
-                                 "name a file relative to the served folder, e.g. nets/mine.onnx")
+            raise not_served()
+        try:
+            path = (self.models_dir / model).resolve()
+            ok = self.models_dir in path.parents and path.suffix == ".onnx" and path.is_file()
+        except (OSError, ValueError, RuntimeError):
+            ok = False
+        if not ok:
+            raise not_served()
         return str(path)
+
+
+#: The longest model reference a service reads (``space:`` configurations are the long ones).
+MAX_REFERENCE = 4096
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}")  # a zoo or example name: no separator, no ".."
+
+
+def not_served() -> ModelLoadError:
+    """The one refusal of every reference a service does not serve (the same words whatever the
+    reference and whatever exists on the host)."""
+    return ModelLoadError("this server does not serve that model reference",
+                          "use example:NAME, timm:NAME, torchvision:NAME, a shipped hf:NAME (GET /v1/models "
+                          "lists them), a NAS encoding (nb201:, fbnet:, ofa:, space:), an upload (POST /v1/models "
+                          "answers upload:SHA256) or a file of the served folder by relative path")
+
+
+def _served_reference(kind: str, name: str) -> bool:
+    """Whether ``kind:name`` is a reference a service may build (no path of the host behind it)."""
+    if kind == "example":
+        return _PLAIN.fullmatch(name) is not None and ".." not in name and name in examples()
+    if kind in ("timm", "torchvision"):  # a plain name: no hf-hub:, no local file
+        return _PLAIN.fullmatch(name) is not None and ".." not in name
+    if kind == "hf":
+        return is_shipped(name)
+    return kind in ("nb201", "fbnet", "ofa", "space")  # encodings, parsed by their space
 
 
 @dataclass

@@ -12,6 +12,12 @@ def extract_job(model: str, input_shape, dims, seq_len=None, weight_work=None):
     return extract(model, batch=1, input_shape=input_shape, dims=dims or None, seq_len=seq_len, weight_work=weight_work)
 
 
+def bind_job(pg, batches) -> dict:
+    """``{batch: pg.with_batch(batch)}`` for each batch size: re-binding a large graph costs seconds
+    and gigabytes, so the service does it here, under the sandbox's limits."""
+    return {int(b): pg.with_batch(int(b)) for b in batches}
+
+
 def memory_job(model: str, batches, phase: str, optimizer, precision: str, device, input_shape, mig: bool,
                max_batch: bool) -> dict:
     """Simulated peak memory of ``model`` at each batch size (``perfseer.memory``), as JSON-ready

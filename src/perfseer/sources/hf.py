@@ -90,14 +90,27 @@ def known_models() -> list[str]:
     return sorted(_catalogue())
 
 
-def parse_reference(text: str) -> HFReference:
-    """``"gpt2-large@eager"`` -> :class:`HFReference` (configuration resolved, nothing built)."""
+def _split_options(text: str) -> tuple[str, list[str]]:
+    """``"gpt2-large@eager@fp16"`` -> ``("gpt2-large", ["eager", "fp16"])``."""
     name, options = text, []
     while "@" in name:  # trailing @word options; an "@" inside a file name stays
         rest, _, opt = name.rpartition("@")
         if not opt.replace("-", "").replace("_", "").isalnum():
             break
         name, options = rest, [opt, *options]
+    return name, options
+
+
+def is_shipped(text: str) -> bool:
+    """Whether ``hf:`` reference ``text`` (options allowed) names a shipped configuration (not a
+    local file): what a service accepts."""
+    name, _ = _split_options(text)
+    return isinstance(name, str) and name.strip().lower() in _names()
+
+
+def parse_reference(text: str) -> HFReference:
+    """``"gpt2-large@eager"`` -> :class:`HFReference` (configuration resolved, nothing built)."""
+    name, options = _split_options(text)
     head, attention, dtype = "default", "sdpa", "float32"
     for opt in options:
         o = opt.strip().lower()
@@ -197,12 +210,38 @@ def _model_class(ref: HFReference, config):
         return transformers.AutoModel
     archs = ref.config.get("architectures") or []
     if archs:
-        cls = getattr(transformers, archs[0], None)
-        if cls is None:
-            raise ModelLoadError(f"transformers {transformers.__version__} has no class {archs[0]} ({ref.source})",
+        arch = archs[0]
+        if not isinstance(arch, str) or arch not in known_classes():
+            raise ModelLoadError(f"the configuration's architectures[0] is not a model class perfseer builds "
+                                 f"({ref.source})", "append @base for the bare model (AutoModel), or fix "
+                                 "architectures in the config")
+        cls = getattr(transformers, arch, None)
+        if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+            raise ModelLoadError(f"transformers {transformers.__version__} has no model class {arch} ({ref.source})",
                                  "upgrade transformers, or append @base for the bare model")
         return cls
     return transformers.AutoModel
+
+
+@lru_cache(maxsize=1)
+def known_classes() -> frozenset[str]:
+    """The model class names an ``architectures`` entry may name: those of the shipped
+    configurations and those of transformers' own auto-model tables (never an arbitrary
+    attribute of the package)."""
+    names = {a for entry in _catalogue().values() for a in entry["config"].get("architectures") or ()
+             if isinstance(a, str)}
+    try:
+        from transformers.models.auto import modeling_auto  # deferred: an optional extra
+    except ImportError:
+        return frozenset(names)
+    for attr in dir(modeling_auto):
+        if attr.startswith("MODEL") and attr.endswith("_MAPPING_NAMES"):
+            table = getattr(modeling_auto, attr)
+            for value in (table.values() if isinstance(table, dict) else ()):
+                for v in (value if isinstance(value, (tuple, list)) else (value,)):
+                    if isinstance(v, str):
+                        names.add(v)
+    return frozenset(names)
 
 
 def build_model(ref: HFReference):

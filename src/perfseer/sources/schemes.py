@@ -113,6 +113,9 @@ def examples() -> list[str]:
 
 def example_path(name: str) -> Path:
     """The bundled ``.onnx`` file of ``example:NAME``."""
+    if not isinstance(name, str) or name not in examples():  # a name, never a path (no separator, no "..")
+        raise ModelLoadError(f"no bundled example named {str(name)[:80]!r}",
+                             f"use one of: {', '.join('example:' + e for e in examples())}")
     path = Path(str(resources.files("perfseer") / "examples" / f"{name}.onnx"))
     if not path.exists():
         raise ModelLoadError(f"no bundled example named '{name}'",

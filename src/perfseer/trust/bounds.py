@@ -25,7 +25,14 @@ Without a spec (or for memory), the ceiling is 1,000 times the largest training 
 by the FLOPs ratio to the largest training graph when the graph is larger; utilisation is bounded
 by 0 and 100 %.  A prediction outside its bounds, or not finite, is clipped to them and flagged
 (:func:`check`), never shown bare; its interval is then the whole ``[floor, ceiling]``: a network
-that left the physical range says nothing about where in it the answer lies.
+that left the physical range says nothing about where in it the answer lies.  A value that is not
+finite, or that is still zero or negative (or a latency under :data:`MIN_LATENCY_MS`) once
+clipped, is no answer at all: :class:`~perfseer.errors.AbsurdAnswerError`.
+
+**Memory** (:func:`check_memory`): a step's total must be finite and positive, at least its own
+weights and context, at most :data:`MEMORY_CEILING_CAPACITY` times the device's capacity (and
+:data:`MEMORY_CEILING_BYTES` whatever the device), and its batch-dependent part (activations,
+inputs, transients) at most :data:`MEMORY_CEILING_PER_SAMPLE` per sample; outside, a refusal.
 """
 
 from __future__ import annotations
@@ -34,12 +41,17 @@ import math
 
 import numpy as np
 
+from perfseer.errors import AbsurdAnswerError
 from perfseer.features import schema
 
 KERNEL_FLOOR_S = 1e-6  # least GPU time of one convolution / matmul kernel (launch to completion)
 CEILING_EFFICIENCY = 1000.0  # the ceiling runs the whole graph at 1/1000 of the roofline
 CEILING_OP_S = 0.01  # ... plus 10 ms per operator (eager frameworks spend ~5-50 us per op)
 SPEC_FREE_CEILING = 1000.0  # without a spec: this many times the largest training target
+MIN_LATENCY_MS = 1e-3  # no step of a graph takes less than 1 us (one kernel launch)
+MEMORY_CEILING_BYTES = 2**50  # 1 PiB: ~7,000 times the largest GPU; a step needing more is a corrupt graph
+MEMORY_CEILING_CAPACITY = 10_000  # a step needs at most this many times the device's memory
+MEMORY_CEILING_PER_SAMPLE = 2**40  # 1 TiB of batch-dependent memory per sample
 FLOAT_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 MATMUL_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "Attention", "LSTM", "GRU", "RNN",
                         "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
@@ -109,14 +121,17 @@ def check(value: float, lo: float, hi: float, floor: float, ceiling: float, unit
 
     Returns:
         ``(value, lo, hi, flags)``.
+
+    Raises:
+        AbsurdAnswerError: ``value`` is not finite, or is zero or negative once clipped (a latency:
+            under :data:`MIN_LATENCY_MS`); utilisation (``%``) may be zero.
     """
     flags = []
     v = float(value)
     if not math.isfinite(v):
-        mid = math.sqrt(floor * ceiling) if math.isfinite(ceiling) and floor > 0 else floor
-        flags.append(f"the network returned {v}; shown: the middle of the physical bounds {_f(floor)}-{_f(ceiling)} "
-                     f"{unit} ({basis})")
-        return mid, floor, ceiling, flags
+        raise AbsurdAnswerError(f"the network returned {v} {unit} ({basis}): no answer",
+                                "the graph is far outside what the predictor was trained on; try another "
+                                "predictor or --basis spec")
     if v < floor or v > ceiling:  # the network is off its map: the interval is all the bounds allow
         lo, hi = floor, ceiling
     if v < floor:
@@ -127,7 +142,55 @@ def check(value: float, lo: float, hi: float, floor: float, ceiling: float, unit
         flags.append(f"predicted {_f(v)} {unit} is above the sanity ceiling {_f(ceiling)} {unit} ({basis}); "
                      f"lowered to it")
         v = ceiling
+    least = MIN_LATENCY_MS if unit == "ms" else 0.0
+    if unit != "%" and (v <= 0.0 or v < least):
+        raise AbsurdAnswerError(f"the prediction {_f(v)} {unit} is {'zero or negative' if v <= 0 else 'under 1 us'} "
+                                f"({basis}): no answer", "the graph does no measurable work (check it with "
+                                "perfseer graph), or it is outside what the predictor was trained on")
     return v, max(lo, floor) if math.isfinite(lo) else lo, min(hi, ceiling) if math.isfinite(hi) else hi, flags
+
+
+_BATCH_LINES = ("input", "activations", "transient")  # the lines of a step's memory that grow with the batch
+
+
+def memory_bounds(capacity: int | None = None) -> tuple[float, float]:
+    """``(floor, ceiling)`` of a step's total memory in bytes on a device of ``capacity`` bytes
+    (``None``: no device)."""
+    ceiling = float(MEMORY_CEILING_BYTES)
+    if capacity:
+        ceiling = min(ceiling, float(MEMORY_CEILING_CAPACITY) * float(capacity))
+    return 1.0, ceiling
+
+
+def check_memory(total, breakdown: dict, batch: int, capacity: int | None, label: str) -> None:
+    """Refuse an absurd memory estimate (see the module docstring).
+
+    Raises:
+        AbsurdAnswerError: naming the value and the bound it breaks.
+    """
+    fix = "check the model's shapes (perfseer graph MODEL) and --input-shape; a corrupt graph gives absurd sizes"
+    try:
+        t = float(total)
+        lines = {k: float(v) for k, v in (breakdown or {}).items()}
+    except (TypeError, ValueError):
+        raise AbsurdAnswerError(f"{label}: the memory estimate is not a number", fix) from None
+    floor, ceiling = memory_bounds(capacity)
+    if not math.isfinite(t) or not all(math.isfinite(v) for v in lines.values()):
+        raise AbsurdAnswerError(f"{label}: the memory estimate is not finite ({t}): no answer", fix)
+    if t < floor:  # a line may be negative (a learned estimate's allocator line corrects its sum); the total not
+        raise AbsurdAnswerError(f"{label}: the memory estimate is zero or negative ({t:.4g} bytes): no answer", fix)
+    own = lines.get("weights", 0.0) + lines.get("context", 0.0)
+    if t < own * (1 - 1e-9):
+        raise AbsurdAnswerError(f"{label}: the memory estimate {t:.4g} bytes is less than its own weights and "
+                                f"context ({own:.4g} bytes): no answer", fix)
+    if t > ceiling:
+        where = "the device's memory" if capacity else "any device's memory"
+        raise AbsurdAnswerError(f"{label}: the memory estimate {t:.4g} bytes is over the sanity ceiling "
+                                f"{ceiling:.4g} bytes ({where}): no answer", fix)
+    per_sample = sum(max(0.0, lines.get(k, 0.0)) for k in _BATCH_LINES) / max(1, int(batch))
+    if per_sample > MEMORY_CEILING_PER_SAMPLE:
+        raise AbsurdAnswerError(f"{label}: {per_sample:.4g} bytes per sample is over the sanity ceiling "
+                                f"{MEMORY_CEILING_PER_SAMPLE:.4g} bytes: no answer", fix)
 
 
 def _f(v: float) -> str:
