@@ -122,6 +122,8 @@ function parseBatches(text) {
 }
 
 function fmtValue(v, unit) { return `${Number(v).toPrecision(4)} ${unit || ""}`.trim(); }
+// A refused row (value null) shows its reason, never a number.
+function fmtRow(r) { return r.value === null || r.value === undefined ? "refused: " + (r.reason || "no answer") : fmtValue(r.value, r.unit); }
 
 function render(res) {
   $("result").hidden = false;
@@ -140,7 +142,7 @@ function render(res) {
   if (hasBasis) cols.push("basis");
   const domainAt = cols.indexOf("domain");
   const cellRows = rows.map(r => {
-    const cells = [r.batch_size, r.device, r.phase, r.metric, fmtValue(r.value, r.unit),
+    const cells = [r.batch_size, r.device, r.phase, r.metric, fmtRow(r),
                    r.throughput_per_s ? Number(r.throughput_per_s).toPrecision(4) : ""];
     if (hasInterval) cells.push(Array.isArray(r.interval) ? `${Number(r.interval[0]).toPrecision(3)}–${Number(r.interval[1]).toPrecision(3)}` : "");
     if (hasDomain) cells.push(r.in_domain === false ? "out: " + (r.domain_reasons || []).join("; ") : (r.in_domain ? "in" : "-"));
@@ -149,7 +151,7 @@ function render(res) {
   });
   fillTable($("table"), cols, cellRows, (i, j) => (j === domainAt && rows[i].in_domain === false ? "out" : ""));
   const plots = $("plots"); plots.textContent = "";
-  const lat = rows.filter(r => r.metric === "latency_ms");
+  const lat = rows.filter(r => r.metric === "latency_ms" && r.value !== null && r.value !== undefined);
   const groups = {};
   for (const r of lat) (groups[`${r.device} · ${r.phase}`] ||= []).push(r);
   const series = (f, band) => Object.entries(groups).map(([name, rs]) => ({
