@@ -189,8 +189,8 @@ def _gpu(ctx: Context) -> dict:
 
 #: models measured again in full mode (each in its own resumable step) and in --quick
 REMEASURE_FULL = ("torchvision:squeezenet1_1", "torchvision:shufflenet_v2_x0_5", "torchvision:mnasnet0_5",
-                  "torchvision:mobilenet_v3_small", "timm:resnet18", "timm:efficientnet_b0",
-                  "timm:mobilevitv2_050", "timm:convnext_atto", "timm:deit_tiny_patch16_224", "timm:gcvit_xxtiny")
+                  "torchvision:mobilenet_v3_small", "timm:resnet26", "timm:efficientnet_b0",
+                  "timm:mobilevit_xxs", "timm:convnext_atto", "timm:deit_tiny_patch16_224", "timm:gcvit_xxtiny")
 REMEASURE_QUICK = ("torchvision:squeezenet1_1",)
 
 
