@@ -177,3 +177,19 @@ def timing_note(results: dict[str, dict]) -> str:
     when = max(m["finished"] for m in metas)
     rng = f"{min(loads):.2f}-{max(loads):.2f}" if loads else "?"
     return f"Measured {when} on {metas[0].get('cpus')} CPUs, 1-minute load average {rng} during the steps."
+
+
+def run_main(main: Callable, argv: list[str], out: Path) -> dict:
+    """Run a benchmark module's ``main(argv)`` that writes ``--json out``, its printout kept
+    beside it (``out`` with ``.txt``), and return the JSON."""
+    import contextlib
+    import io
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(argv + ["--json", str(out)])
+    atomic_write(out.with_suffix(".txt"), buf.getvalue())
+    if rc not in (None, 0) or not out.exists():
+        raise BenchError(f"{main.__module__} {' '.join(argv)} failed (rc {rc}); its output: {out.with_suffix('.txt')}")
+    return json.loads(out.read_text())

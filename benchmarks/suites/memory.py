@@ -1,6 +1,6 @@
 """The memory simulator against ground truth: tracked CPU execution and a real NVIDIA H200.
 
-**CPU** (``benchmarks/data/memory_cpu_truth.jsonl``, one line per model x batch x mode): the
+**CPU** (``benchmarks/data/memory_cpu_truth.jsonl.gz``, one line per model x batch x mode): the
 simulator (:func:`perfseer.memory.step.trace_step` on meta/fake tensors, ``target="cpu"``,
 ``foreach=False``) against the same step run on real CPU tensors with every storage allocation
 recorded (:mod:`perfseer.memory.trace`), peak live tensor bytes, fp32, batch 2/3/4, inference and
@@ -17,6 +17,7 @@ constant of the ``h200`` device entry was fitted on them).
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 
 import numpy as np
@@ -30,7 +31,7 @@ from perfseer.memory.step import StepConfig, trace_step
 
 from benchmarks.runner import DATA, ROOT, BenchError, Context, Step, Suite, f, md_table, timing_note
 
-JSONL = DATA / "memory_cpu_truth.jsonl"
+JSONL = DATA / "memory_cpu_truth.jsonl.gz"
 H200 = ROOT / "datasets" / "h200" / "h200-torch-cuda.csv"
 CAL_SET = ROOT / "datasets" / "calibration" / "calibration-set-20.txt"
 TOL = 0.02
@@ -46,7 +47,9 @@ def cpu_rows() -> list[dict]:
     if not JSONL.exists():
         raise BenchError(f"missing {JSONL}")
     rows = {}
-    for line in JSONL.read_text().splitlines():
+    with gzip.open(JSONL, "rt") as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
         try:
             r = json.loads(line)
         except json.JSONDecodeError:
@@ -224,7 +227,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             f"{s['torchvision_models']} torchvision; batch 2/3/4, fp32, inference and a training step with "
             f"SGD-momentum or AdamW), peak live tensor bytes simulated against measured: {s['within_2pct']:,} "
             f"within 2 %, {s['exact']:,} to the byte, largest error {100 * s['max_abs_rel_err']:.2f} % "
-            f"({s['failed']} failed), from `benchmarks/data/memory_cpu_truth.jsonl`.\n\n{modes}\n\n"
+            f"({s['failed']} failed), from `benchmarks/data/memory_cpu_truth.jsonl.gz`.\n\n{modes}\n\n"
             f"Run again now ({len(models)} models, {len(re_rows)} configurations): the simulator gives the recorded "
             f"bytes in {same_sim}, the measurement in {same_real}, {within} within 2 %.\n\n"
             f"**NVIDIA H200** (`{g['store']}`, {g['rows']} steps; the calibration set's inference rows, on which "
@@ -236,7 +239,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
 SUITE = Suite(
     name="memory",
     description="memory simulator vs tracked CPU execution (2,997 configurations) and a real H200",
-    reads="benchmarks/data/memory_cpu_truth.jsonl, datasets/h200/h200-torch-cuda.csv, timm/torchvision (model code)",
+    reads="benchmarks/data/memory_cpu_truth.jsonl.gz, datasets/h200/h200-torch-cuda.csv, timm/torchvision (model code)",
     time_full="~15 min (10 models measured again, 130 H200 steps simulated)",
     time_quick="~1 min (one configuration measured again, 10 H200 steps)",
     steps=steps, render=render)
