@@ -90,6 +90,7 @@ def _slug(name: str) -> str:
 def run_steps(suite: Suite, ctx: Context) -> dict[str, dict]:
     """Run the suite's unfinished steps (each result written atomically), return every result."""
     out: dict[str, dict] = {}
+    ctx.work.mkdir(parents=True, exist_ok=True)
     steps = suite.steps(ctx)
     for i, step in enumerate(steps, 1):
         path = ctx.work / f"{_slug(step.name)}.json"

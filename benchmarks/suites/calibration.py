@@ -69,7 +69,8 @@ def _new_device(ctx: Context, name: str) -> dict:
             "--out", str(ctx.work / f"card-{name}")] + extra
     if ctx.quick:
         held = ctx.work / "heldout-10.txt"
-        atomic_write(held, "\n".join(HELD_OUT.read_text().split()[:10]) + "\n")
+        models = [ln.strip() for ln in HELD_OUT.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        atomic_write(held, "\n".join(models[:10]) + "\n")
         argv += ["--held-out", str(held)]
     return run_main(new_device.main, argv, ctx.work / f"new-device-{name}.json")
 
