@@ -11,7 +11,9 @@
 * **new devices** (run now, ``perfseer calibrate`` end to end): the RTX 4090 card calibrated on an
   NVIDIA H200's 20 calibration-set rows (``datasets/h200``), the i9-10940X card on this VM's EPYC
   under PyTorch and under ONNX Runtime (``datasets/cpu_timm224``), each scored on 97 timm models
-  of 97 families, none of them calibration models.  ``--quick``: the EPYC only, 10 held-out models.
+  of 97 families, none of them calibration models (``-o zero_shot=1``: the H200 also with no
+  measurement, by the spec transfer and the spec model).  ``--quick``: the EPYC only, 10 held-out
+  models.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from benchmarks.runner import DATA, ROOT, Context, Step, Suite, atomic_write, f,
 SWEEPS = DATA / "calibration"
 HELD_OUT = ROOT / "benchmarks" / "gpu" / "heldout-families.txt"
 RUNS = {  # name: (measurements, source card, device, extra args)
-    "h200": ("datasets/h200/h200-torch-cuda.csv", "rtx4090-amp-nchw-pt291.infer", "h200/torch-cuda", ["--zero-shot", "h200"]),
+    "h200": ("datasets/h200/h200-torch-cuda.csv", "rtx4090-amp-nchw-pt291.infer", "h200/torch-cuda", []),
     "epyc-torch": ("datasets/cpu_timm224/epyc-torch-t1-224px.csv", "i9_10940x-fp32-nchw-pt240-dynamo.infer", "epyc/torch-t1", []),
     "epyc-ort": ("datasets/cpu_timm224/epyc-ort-t1-224px.csv", "i9_10940x-fp32-nchw-pt240-dynamo.infer", "epyc/ort-t1", []),
 }
@@ -67,6 +69,8 @@ def _new_device(ctx: Context, name: str) -> dict:
     meas, card, device, extra = RUNS[name]
     argv = ["--measurements", str(ROOT / meas), "--predictor", card, "--device", device,
             "--out", str(ctx.work / f"card-{name}")] + extra
+    if name == "h200" and ctx.options.get("zero_shot") == "1":  # the spec transfer and spec model too (+15 min)
+        argv += ["--zero-shot", "h200"]
     if ctx.quick:
         held = ctx.work / "heldout-10.txt"
         models = [ln.strip() for ln in HELD_OUT.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
@@ -120,6 +124,6 @@ SUITE = Suite(
     name="calibration",
     description="calibrating a card to a new device from K rows (sweeps; H200 and EPYC end to end)",
     reads="benchmarks/data/calibration/*.json.gz, datasets/h200, datasets/cpu_timm224, benchmarks/gpu/heldout-families.txt",
-    time_full="~60 min (three calibrations on 117 models each, the H200's with the zero-shot bases)",
-    time_quick="~3 min (the EPYC, 10 held-out models)",
+    time_full="~45 min (three calibrations, 117 models each; -o zero_shot=1: +15 min)",
+    time_quick="~15 min (the EPYC, 20 calibration + 10 held-out models exported)",
     steps=steps, render=render)

@@ -161,5 +161,5 @@ SUITE = Suite(
     name="families",
     description="accuracy on timm families absent from training (leave-families-out, adopted blends, GBMs)",
     reads="benchmarks/data/families/*.json.gz (per-row predictions), configs/families.json, the RTX 3090 and i9 cards",
-    time_full="~30 s", time_quick="~15 s (fold 1 only)",
+    time_full="~10 s", time_quick="~10 s (fold 1 only)",
     steps=steps, render=render)

@@ -52,5 +52,5 @@ SUITE = Suite(
     name="fuzz",
     description="1,200 seeded malformed ONNX files: clear errors, no crash, hang or blow-up",
     reads="bundled example graphs, the onnx package's backend test models (generated corpus, not stored)",
-    time_full="~20 min", time_quick="~1 min (60 files)",
+    time_full="~1 min", time_quick="~15 s (60 files)",
     steps=steps, render=render)

@@ -71,5 +71,5 @@ SUITE = Suite(
     name="predictors",
     description="bundled cards' k-fold and test scores (the README's accuracy table)",
     reads="src/perfseer/predictors/*.json (the shipped cards)",
-    time_full="~15 s", time_quick="~15 s (the same: nothing to cut)",
+    time_full="~10 s", time_quick="~10 s (the same: nothing to cut)",
     steps=steps, render=render)

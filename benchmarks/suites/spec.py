@@ -94,5 +94,5 @@ SUITE = Suite(
     name="spec",
     description="spec model and spec transfer on held-out GPUs (NeuSight LOGO, AMD, own graphs, timm RTX LOGO)",
     reads="../shared/datasets/neusight, datasets/timm, benchmarks/data/spec/spec_neusight.json, the spec cards",
-    time_full="~15 min", time_quick="~8 min (graph path on the P4 only)",
+    time_full="~15 min", time_quick="~6 min (graph path on the P4 only)",
     steps=steps, render=render)

@@ -129,5 +129,5 @@ SUITE = Suite(
     name="speed", kind="timing",
     description="extraction, prediction, CLI start-up and perfseer memory timings (stated tolerance, load average)",
     reads="bundled example graphs and cards, torchvision/timm model code, datasets/fbnet",
-    time_full="~10 min", time_quick="~2 min",
+    time_full="~10 min", time_quick="~1 min",
     steps=steps, render=render)
