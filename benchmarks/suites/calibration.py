@@ -24,15 +24,11 @@ from perfseer.training import calibrate as C
 
 from benchmarks.lib import calibration_sweep as cs
 from benchmarks.lib import new_device
-from benchmarks.runner import DATA, ROOT, Context, Step, Suite, atomic_write, f, md_table, run_main
+from benchmarks.runner import DATA, ROOT, Context, Step, Suite, atomic_write, f, load_config, md_table, run_main
 
 SWEEPS = DATA / "calibration"
 HELD_OUT = ROOT / "benchmarks" / "gpu" / "heldout-families.txt"
-RUNS = {  # name: (measurements, source card, device, extra args)
-    "h200": ("datasets/h200/h200-torch-cuda.csv", "rtx4090-amp-nchw-pt291.infer", "h200/torch-cuda", []),
-    "epyc-torch": ("datasets/cpu_timm224/epyc-torch-t1-224px.csv", "i9_10940x-fp32-nchw-pt240-dynamo.infer", "epyc/torch-t1", []),
-    "epyc-ort": ("datasets/cpu_timm224/epyc-ort-t1-224px.csv", "i9_10940x-fp32-nchw-pt240-dynamo.infer", "epyc/ort-t1", []),
-}
+CFG = load_config("calibration")  # benchmarks/configs/calibration.json: the adopted study
 
 
 def _device_frame(files: list[str]):
@@ -46,18 +42,17 @@ def _device_frame(files: list[str]):
 
 def _sweeps() -> dict:
     out = {}
-    for name, files in (("NAS-Bench-201 (HELP test devices)", ["sweep_nb201_2000.json.gz"]),
-                        ("timm GPU -> GPU", ["sweep_timm3090_trainonly.json.gz", "sweep_timm4090_trainonly.json.gz"])):
+    for name, files in CFG["sweeps"].items():
         dev = _device_frame(files)
         t = dev[(dev["vs"] == "test") & (dev["variant"] == "auto") & (dev["live"] == "none")
-                & dev["selection"].isin(["kcentre-glob", "random"])]
+                & dev["selection"].isin(CFG["selections"])]
         out[name] = [{"setting": s, "selection": sel, "k": int(k), "devices": int(len(p)), "rho": float(p["rho"].mean()),
                       "mape": float(p["mape"].mean()), "cov": float(p["cov"].mean()), "targets": sorted(p["target"])}
                      for (s, sel, k), p in t.groupby(["setting", "selection", "k"])]
         if name.startswith("NAS"):
             k10 = t[(t["k"] == 10) & (t["selection"] == "kcentre-glob")]
             out["nb201_k10_per_device"] = [{"target": r.target, "rho": r.rho, "mape": r.mape} for r in k10.itertuples()]
-    dev = _device_frame(["sweep_cost_timm3090.json.gz", "sweep_cost_timm4090.json.gz"])
+    dev = _device_frame(CFG["cross_kind"])
     cpu = dev[(dev["vs"] == "validation") & dev["target"].str.contains("fp32") & dev["variant"].isin(["auto", "cost"])]
     out["cross_kind"] = [{"variant": v, "mape": float(p.groupby(["setting", "target"])["mape"].mean().mean()),
                           "rho": float(p.groupby(["setting", "target"])["rho"].mean().mean()),
@@ -66,22 +61,22 @@ def _sweeps() -> dict:
 
 
 def _new_device(ctx: Context, name: str) -> dict:
-    meas, card, device, extra = RUNS[name]
-    argv = ["--measurements", str(ROOT / meas), "--predictor", card, "--device", device,
-            "--out", str(ctx.work / f"card-{name}")] + extra
+    run = CFG["new_devices"][name]
+    argv = ["--measurements", str(ROOT / run["measurements"]), "--predictor", run["source"], "--device", run["device"],
+            "--out", str(ctx.work / f"card-{name}")]
     if name == "h200" and ctx.options.get("zero_shot") == "1":  # the spec transfer and spec model too (+15 min)
         argv += ["--zero-shot", "h200"]
     if ctx.quick:
         held = ctx.work / "heldout-10.txt"
         models = [ln.strip() for ln in HELD_OUT.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-        atomic_write(held, "\n".join(models[:10]) + "\n")
+        atomic_write(held, "\n".join(models[: CFG["quick"]["held_out_models"]]) + "\n")
         argv += ["--held-out", str(held)]
     return run_main(new_device.main, argv, ctx.work / f"new-device-{name}.json")
 
 
 def steps(ctx: Context) -> list[Step]:
     out = [Step("sweeps", _sweeps)]
-    for name in (["epyc-torch"] if ctx.quick else list(RUNS)):
+    for name in (CFG["quick"]["new_devices"] if ctx.quick else list(CFG["new_devices"])):
         out.append(Step(f"new-device-{name}", lambda name=name: _new_device(ctx, name)))
     return out
 

@@ -15,7 +15,7 @@ import io
 import json
 
 from benchmarks.lib import fuzz_corpus
-from benchmarks.runner import Context, Step, Suite, atomic_write, md_table, timing_note
+from benchmarks.runner import Context, Step, Suite, atomic_write, load_config, md_table, timing_note
 
 
 def _run(ctx: Context, count: int, seed: int) -> dict:
@@ -30,8 +30,9 @@ def _run(ctx: Context, count: int, seed: int) -> dict:
 
 
 def steps(ctx: Context) -> list[Step]:
-    count = 60 if ctx.quick else 1200
-    return [Step("corpus", lambda: _run(ctx, count, 0))]
+    cfg = load_config("fuzz")  # benchmarks/configs/fuzz.json
+    count = cfg["quick"]["count"] if ctx.quick else cfg["count"]
+    return [Step("corpus", lambda: _run(ctx, count, cfg["seed"]))]
 
 
 def render(ctx: Context, res: dict[str, dict]) -> str:

@@ -29,12 +29,13 @@ from perfseer.data.table import read_table
 from perfseer.graph.zoo import build_zoo_model
 from perfseer.memory.step import StepConfig, trace_step
 
-from benchmarks.runner import DATA, ROOT, BenchError, Context, Step, Suite, f, md_table, timing_note
+from benchmarks.runner import DATA, ROOT, BenchError, Context, Step, Suite, f, load_config, md_table, timing_note
 
 JSONL = DATA / "memory_cpu_truth.jsonl.gz"
-H200 = ROOT / "datasets" / "h200" / "h200-torch-cuda.csv"
-CAL_SET = ROOT / "datasets" / "calibration" / "calibration-set-20.txt"
-TOL = 0.02
+CFG = load_config("memory")  # benchmarks/configs/memory.json
+H200 = ROOT / CFG["gpu"]["store"]
+CAL_SET = ROOT / CFG["gpu"]["exclude_infer"]
+TOL = CFG["tolerance"]
 BATCHES = (2, 3, 4)
 MODES = (("infer", None), ("train", "sgd-momentum"), ("train", "adamw"))
 #: the kit's precision names -> perfseer.memory's
@@ -183,7 +184,7 @@ def summarise(rows: list[dict]) -> list[dict]:
 
 def _gpu(ctx: Context) -> dict:
     exclude = tuple(read_model_file(str(CAL_SET)))
-    rows = compare_store(H200, "h200", 10 if ctx.quick else None, exclude)
+    rows = compare_store(H200, CFG["gpu"]["device"], CFG["gpu"]["quick_rows"] if ctx.quick else None, exclude)
     return {"store": str(H200.relative_to(ROOT)), "excluded_infer_models": len(exclude), "summary": summarise(rows),
             "failed": [r for r in rows if "sim_error" in r], "rows": len(rows)}
 
@@ -191,10 +192,8 @@ def _gpu(ctx: Context) -> dict:
 # ---------------------------------------------------------------- the suite
 
 #: models measured again in full mode (each in its own resumable step) and in --quick
-REMEASURE_FULL = ("torchvision:squeezenet1_1", "torchvision:shufflenet_v2_x0_5", "torchvision:mnasnet0_5",
-                  "torchvision:mobilenet_v3_small", "timm:resnet26", "timm:efficientnet_b0",
-                  "timm:mobilevit_xxs", "timm:convnext_atto", "timm:deit_tiny_patch16_224", "timm:gcvit_xxtiny")
-REMEASURE_QUICK = ("torchvision:squeezenet1_1",)
+REMEASURE_FULL = tuple(CFG["remeasure"])
+REMEASURE_QUICK = tuple(CFG["remeasure_quick"])
 
 
 def steps(ctx: Context) -> list[Step]:

@@ -15,14 +15,16 @@ section, with the load average beside each figure.
 from __future__ import annotations
 
 from benchmarks.lib import serve_cpu, serve_load
-from benchmarks.runner import Context, Step, Suite, f, md_table, run_main, timing_note
+from benchmarks.runner import Context, Step, Suite, f, load_config, md_table, run_main, timing_note
 
 TOLERANCE = "± 30 % at a 1-minute load average under 2 on this 2-core VM (throughput falls as the load rises)"
 
 
 def steps(ctx: Context) -> list[Step]:
-    load = ["--clients", "10" if ctx.quick else "50", "--duration", "10" if ctx.quick else "60"]
-    cpu = ["--requests", "30" if ctx.quick else "200"]
+    cfg = load_config("serve")  # benchmarks/configs/serve.json
+    cfg = {**cfg, **cfg["quick"]} if ctx.quick else cfg
+    load = ["--clients", str(cfg["load"]["clients"]), "--duration", str(cfg["load"]["duration_s"])]
+    cpu = ["--requests", str(cfg["cpu"]["requests"])]
     return [Step("load", lambda: run_main(serve_load.main, load, ctx.work / "load.json")),
             Step("cpu", lambda: run_main(serve_cpu.main, cpu, ctx.work / "cpu.json"))]
 

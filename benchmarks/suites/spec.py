@@ -20,13 +20,16 @@ import json
 import numpy as np
 
 from benchmarks.lib import spec_neusight_amd, spec_neusight_graph, spec_timm_logo, spec_transfer_logo
-from benchmarks.runner import DATA, ROOT, Context, Step, Suite, f, md_table, run_main
+from benchmarks.runner import DATA, ROOT, BenchError, Context, Step, Suite, f, load_config, md_table, run_main
 
 NEUSIGHT = ROOT.parent / "shared" / "datasets" / "neusight"
+CFG = load_config("spec")  # benchmarks/configs/spec.json
 
 
 def _logo_committed() -> dict:
-    d = json.loads((DATA / "spec" / "spec_neusight.json").read_text())
+    d = json.loads((DATA / CFG["neusight_logo"]["file"]).read_text())
+    if set(d["chosen"].values()) != {CFG["neusight_logo"]["config"]}:
+        raise BenchError(f"{CFG['neusight_logo']['file']} is not of the adopted recipe {CFG['neusight_logo']['config']}")
     return {"config": d["chosen"], "workloads": d["workloads"], "coverage": d["coverage"]["all"]}
 
 
@@ -35,8 +38,9 @@ def steps(ctx: Context) -> list[Step]:
     out = [Step("neusight-logo", _logo_committed),
            Step("amd", lambda: run_main(spec_neusight_amd.main, ["--data", str(NEUSIGHT)], w / "amd.json")),
            Step("transfer", lambda: run_main(spec_transfer_logo.main, [], w / "transfer.json")),
-           Step("timm", lambda: run_main(spec_timm_logo.main, ["--calib-models", "200"], w / "timm.json"))]
-    graph = ["--data", str(NEUSIGHT), "--cache", str(w / "graph-cache")] + (["--gpus", "tesla-p4"] if ctx.quick else [])
+           Step("timm", lambda: run_main(spec_timm_logo.main, ["--calib-models", str(CFG["timm_calib_models"])], w / "timm.json"))]
+    graph = ["--data", str(NEUSIGHT), "--cache", str(w / "graph-cache"), "--attention", CFG["graph_attention"]]
+    graph += ["--gpus", ",".join(CFG["quick"]["graph_gpus"])] if ctx.quick else []
     out.append(Step("graph", lambda: run_main(spec_neusight_graph.main, graph, w / "graph.json")))
     return out
 
@@ -56,7 +60,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     for ph in ("infer", "train"):
         s = [r for r in wl if r["phase"] == ph]
         t1.append([f"**all**", ph, len(s), f"**{f(_mape(s, 'spec_err_pct'))}**", f(_mape(s, "roofline_err_pct"))])
-    amd = [r for r in res["amd"]["workloads"] if r.get("variant") == "vector"]
+    amd = [r for r in res["amd"]["workloads"] if r.get("variant") == CFG["amd_variant"]]
     t2 = [[g, len([r for r in amd if r["gpu"] == g]), f(_mape([r for r in amd if r["gpu"] == g], "spec_err_pct")),
            f(_mape([r for r in amd if r["gpu"] == g], "roofline_err_pct"))] for g in sorted({r["gpu"] for r in amd})]
     t2.append(["**both**", len(amd), f"**{f(_mape(amd, 'spec_err_pct'))}**", f(_mape(amd, "roofline_err_pct"))])
