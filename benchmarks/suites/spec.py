@@ -70,7 +70,9 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     graph_line = (f"perfseer's own graph against NeuSight's trace, same card: inference within "
                   f"{100 * max(abs(x - 1) for x in ginf):.1f} % on all {len(ginf)} runs"
                   + (f", training steps {min(ratio['train']):.3f}-{max(ratio['train']):.3f} of it ({len(ratio['train'])} runs)"
-                     if ratio["train"] else "") + ".") if ginf else "no graph run."
+                     if ratio["train"] else "") + "; the graph path's error against the measurements: "
+                  + ", ".join(f"{ph} {_mape([r for r in gw if r['phase'] == ph], 'graph_err_pct'):.1f} %"
+                              for ph in ("infer", "train") if ratio[ph]) + ".") if ginf else "no graph run."
     tm = res["timm"]["rows"]
     t3 = [[r["gpu"], r["test_rows"], f(r["zero_shot_mape"]), f(r["calibrated_mape"]), f(r["seernet_mape"])] for r in tm]
     tr = res["transfer"]["rows"]
