@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.runner import DEFAULT_WORK, RESULTS_MD, BenchError, Context, run_steps, write_section
+from benchmarks.runner import DEFAULT_WORK, RESULTS_MD, BenchError, Context, finished_steps, run_steps, write_section
 from benchmarks.suites import all_suites, get_suite
 
 
@@ -31,8 +31,18 @@ def cmd_run(args) -> int:
     work = Path(args.work) / (suite.name + ("-quick" if args.quick else ""))
     opts = dict(kv.split("=", 1) for kv in (args.option or []))
     ctx = Context(quick=args.quick, work=work, options=opts, log=lambda m: print(m, file=sys.stderr))
-    results = run_steps(suite, ctx)
-    body = suite.render(ctx, results)
+    if args.partial:  # a long run still going (or stopped): its finished steps now, the rest named
+        results, pending = finished_steps(suite, ctx)
+        try:
+            body = suite.render(ctx, results)
+        except KeyError as e:
+            raise BenchError(f"{suite.name}: step {e} has not finished; nothing to render yet") from None
+        if pending:
+            body += (f"\n\n*Not run yet: {', '.join(pending)} (`python -m benchmarks run {suite.name}` "
+                     "resumes and completes this section).*")
+    else:
+        results = run_steps(suite, ctx)
+        body = suite.render(ctx, results)
     print(body)
     if args.quick or args.no_write:
         print(f"\n(not written to {RESULTS_MD.name}: {'--quick' if args.quick else '--no-write'})", file=sys.stderr)
@@ -51,6 +61,8 @@ def main(argv=None) -> int:
     r.add_argument("--quick", action="store_true", help="a few minutes: a subset, printed only")
     r.add_argument("--work", default=str(DEFAULT_WORK), help="where step results are kept (default .bench-work/)")
     r.add_argument("--no-write", action="store_true", help="print the section, leave docs/results.md alone")
+    r.add_argument("--partial", action="store_true",
+                   help="run nothing: render the section from the steps a run has finished, naming the others")
     r.add_argument("--page", default=str(RESULTS_MD), help=argparse.SUPPRESS)
     r.add_argument("--option", "-o", action="append", metavar="KEY=VALUE", help="a suite-specific option")
     r.set_defaults(fn=cmd_run)

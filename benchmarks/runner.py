@@ -114,6 +114,18 @@ def run_steps(suite: Suite, ctx: Context) -> dict[str, dict]:
     return out
 
 
+def finished_steps(suite: Suite, ctx: Context) -> tuple[dict[str, dict], list[str]]:
+    """The results of the steps a run already finished (read, nothing run) and the names of the rest."""
+    done, pending = {}, []
+    for step in suite.steps(ctx):
+        path = ctx.work / f"{_slug(step.name)}.json"
+        try:
+            done[step.name] = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            pending.append(step.name)
+    return done, pending
+
+
 def _jsonable(v: Any):
     try:
         import numpy as np

@@ -159,3 +159,17 @@ def test_quick_plumbing_of_the_predictors_suite(tmp_path):
     assert (tmp_path / "predictors-quick" / "cards.json").exists() and not page.exists()
     assert bench_main(["run", "predictors", "--work", str(tmp_path), "--page", str(page)]) == 0
     assert "<!-- suite:predictors -->" in page.read_text()
+
+
+def test_finished_steps_reads_what_a_run_left_and_names_the_rest(tmp_path):
+    calls = []
+    ctx = runner.Context(quick=True, work=tmp_path / "toy", log=lambda m: None)
+    runner.run_steps(_suite(calls), ctx)
+    (tmp_path / "toy" / "b_c.json").unlink()
+    done, pending = runner.finished_steps(_suite(calls), ctx)
+    assert list(done) == ["a"] and pending == ["b/c"] and calls == ["a", "b/c"]  # nothing run
+
+
+def test_partial_render_of_a_suite_that_has_not_started_is_a_clear_error(tmp_path, capsys):
+    assert bench_main(["run", "predictors", "--partial", "--no-write", "--work", str(tmp_path)]) == 2
+    assert "step 'cards' has not finished" in capsys.readouterr().err
