@@ -74,11 +74,18 @@ def _new_device(ctx: Context, name: str) -> dict:
     return run_main(new_device.main, argv, ctx.work / f"new-device-{name}.json")
 
 
-def steps(ctx: Context) -> list[Step]:
-    out = [Step("sweeps", _sweeps)]
-    for name in (CFG["quick"]["new_devices"] if ctx.quick else list(CFG["new_devices"])):
-        out.append(Step(f"new-device-{name}", lambda name=name: _new_device(ctx, name)))
-    return out
+def steps_for(suite: str, with_sweeps: bool):
+    """The steps of ``suite``: the sweeps (if asked), then its new devices (``--quick``: those listed
+    in the configuration's ``quick``, on a few held-out models)."""
+    def steps(ctx: Context) -> list[Step]:
+        out = [Step("sweeps", _sweeps)] if with_sweeps else []
+        names = [n for n, r in CFG["new_devices"].items() if r["suite"] == suite]
+        if ctx.quick:
+            names = [n for n in names if n in CFG["quick"]["new_devices"]]
+        out += [Step(f"new-device-{n}", lambda n=n: _new_device(ctx, n)) for n in names]
+        return out
+
+    return steps
 
 
 def render(ctx: Context, res: dict[str, dict]) -> str:
@@ -90,14 +97,6 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
                        r["selection"], r["k"], f(r["rho"], 3), f(r["mape"], 2), f(100 * r["cov"], 1)])
     t2 = [[r["target"], f(r["rho"], 3), f(r["mape"], 2)] for r in sw["nb201_k10_per_device"]]
     ck = {r["variant"]: r for r in sw["cross_kind"]}
-    t3 = []
-    for k, r in res.items():
-        if not k.startswith("new-device-"):
-            continue
-        for basis, s in r["held_out"].items():
-            t3.append([r["device"], f"`{r['source']}`", basis, s.get("rows"), f(s.get("mape"), 2), f(s.get("spearman"), 3),
-                       f(100 * s["coverage"], 1) if s.get("coverage") is not None else "-",
-                       r["calibration"].get("variant", "-") if basis == "calibrated" else ""])
     return ("## Calibration to a new device\n\n"
             "**From committed sweeps** (`benchmarks/data/calibration/`, the default correction `auto`, held-out rows of "
             "test devices never used for a choice; mean over devices of the mean over draws; interval: the shipped "
@@ -108,17 +107,33 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             + f"\n\nAcross device kinds (RTX 3090 / 4090 sources to the validation CPUs, mean over "
             f"{ck['cost']['cells']} source-CPU pairs): the K rows' own FLOPs + bytes fit (`cost`) {ck['cost']['mape']:.1f} % "
             f"MAPE (Spearman {ck['cost']['rho']:.3f}) against {ck['auto']['mape']:.1f} % ({ck['auto']['rho']:.3f}) for the "
-            "GPU-to-GPU correction `auto`.\n\n"
-            "**Real new devices** (run now: `perfseer calibrate` on the device's calibration-set rows, K = 20, then "
+            "GPU-to-GPU correction `auto`.\n\n" + devices_table(res))
+
+
+def devices_table(res: dict[str, dict]) -> str:
+    """The new-device runs of ``res``: each basis's scores on the held-out models."""
+    t3 = []
+    for k, r in res.items():
+        if not k.startswith("new-device-"):
+            continue
+        for basis, s in r["held_out"].items():
+            t3.append([r["device"], f"`{r['source']}`", basis, s.get("rows"), f(s.get("mape"), 2), f(s.get("spearman"), 3),
+                       f(100 * s["coverage"], 1) if s.get("coverage") is not None else "-",
+                       r["calibration"].get("variant", "-") if basis == "calibrated" else ""])
+    return ("**Real new devices** (run now: `perfseer calibrate` on the device's calibration-set rows, K = 20, then "
             "every held-out model predicted):\n\n"
             + md_table(["device", "source card", "basis", "held-out rows", "MAPE %", "Spearman", "90 % interval holds %",
                         "variant"], t3))
 
 
+def render_cpu(ctx: Context, res: dict[str, dict]) -> str:
+    return "## Calibration to a new CPU\n\n" + devices_table(res)
+
+
 SUITE = Suite(
     name="calibration",
-    description="calibrating a card to a new device from K rows (sweeps; H200 and EPYC end to end)",
-    reads="benchmarks/data/calibration/*.json.gz, datasets/h200, datasets/cpu_timm224, benchmarks/gpu/heldout-families.txt",
-    time_full="~45 min (three calibrations, 117 models each; -o zero_shot=1: +15 min)",
-    time_quick="~15 min (the EPYC, 20 calibration + 10 held-out models exported)",
-    steps=steps, render=render)
+    description="calibrating a card to a new device from K rows (committed sweeps; a real H200 end to end)",
+    reads="benchmarks/data/calibration/*.json.gz, datasets/h200, benchmarks/gpu/heldout-families.txt",
+    time_full="~35 min (the H200: 20 calibration + 97 held-out models exported; -o zero_shot=1: +15 min)",
+    time_quick="~10 min (the H200 on 10 held-out models)",
+    steps=steps_for("calibration", True), render=render)
