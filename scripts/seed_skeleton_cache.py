@@ -1,7 +1,7 @@
-"""Copy the benchmarks' timm export cache into the dataset builder's skeleton cache.
+"""Copy the timm export cache of scripts/zoo_cache.py into the dataset builder's skeleton cache.
 
-``benchmarks/zoo_cache.py`` exports every timm-benchmark model once (re-parameterised, at the
-resolution of its newest benchmark file) for the fidelity benchmark.  ``perfseer data build``
+``scripts/zoo_cache.py`` exports every timm-benchmark model once (re-parameterised, at the
+resolution of its newest benchmark file).  ``perfseer data build``
 would export the same models again under the reference ``timm:NAME@reparam``; this script files
 the existing exports under that reference instead, so a timm dataset build only exports what the
 zoo cache lacks (other resolutions, training-time forms).  Both caches hold the same thing: the
@@ -39,7 +39,7 @@ def main() -> None:
     cache.prepare()
     index = ZOO / "index.jsonl"
     if not index.is_file():
-        raise SystemExit(f"no zoo cache at {ZOO}: run python benchmarks/zoo_cache.py --zoo timm first")
+        raise SystemExit(f"no zoo cache at {ZOO}: run python scripts/zoo_cache.py --zoo timm first")
     added = present = 0
     for line in index.read_text().splitlines():
         rec = json.loads(line)

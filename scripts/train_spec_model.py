@@ -4,10 +4,10 @@ NVIDIA training GPUs and write ``src/perfseer/predictors/spec-kernels.{json,safe
     python scripts/train_spec_model.py --data ../shared/datasets/neusight \
         [--calibration benchmarks/results/spec_timm_calibration.json]
 
-``--calibration``: a JSON written by ``benchmarks/spec_timm_logo.py --fit-all`` holding the
+``--calibration``: a JSON written by ``benchmarks/lib/spec_timm_logo.py --fit-all`` holding the
 whole-model calibration (per precision) learned on timm runs of measured GPUs; it is copied into
 the card.  ``--trust FILE`` (repeatable): interval calibrations written by
-``benchmarks/spec_neusight.py --trust`` (``fp32``) and ``benchmarks/spec_timm_logo.py --trust``
+``benchmarks/lib/spec_neusight.py --trust`` (``fp32``) and ``benchmarks/lib/spec_timm_logo.py --trust``
 (``amp-calibrated``, ``amp-zero-shot``), copied into the card's ``intervals``.  Every card gets
 its ``domain`` (:func:`perfseer.specmodel.trust.build_domain`, from the training GPUs).
 ``--attach-only`` adds calibration, intervals and domain to the existing card without training.
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device-features", default="0", choices=("0", "power", "tdp", "all"))
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--trust", action="append", default=[],
-                    help="interval calibration JSON (benchmarks/spec_neusight.py / spec_timm_logo.py --trust); repeatable")
+                    help="interval calibration JSON (benchmarks/lib/spec_neusight.py / spec_timm_logo.py --trust); repeatable")
     ap.add_argument("--feature-set", default="full", choices=("full", "relative", "relative-gemm"),
                     help="kernel features (perfseer.specmodel.kernels.features)")
     ap.add_argument("--ood-weight", type=float, default=0.5,
@@ -80,8 +80,8 @@ def main(argv=None) -> int:
                                                                      for f in kt.FAMILIES},
                      "max_rows_per_family_and_gpu": args.max_rows, "wall_s": round(time.time() - t0, 1),
                      "command": "python scripts/train_spec_model.py " + " ".join(argv if argv is not None else sys.argv[1:])},
-        "evaluation": "benchmarks/spec_neusight.py (leave-one-GPU-out, NeuSight workloads), "
-                      "benchmarks/spec_timm_logo.py (leave-one-GPU-out, timm on RTX GPUs); see docs/concepts/spec-model.md",
+        "evaluation": "benchmarks/lib/spec_neusight.py (leave-one-GPU-out, NeuSight workloads), "
+                      "benchmarks/lib/spec_timm_logo.py (leave-one-GPU-out, timm on RTX GPUs); see docs/concepts/spec-model.md",
     }
     from perfseer.specmodel.trust import build_domain
 
@@ -114,7 +114,7 @@ def _intervals(paths, card: dict) -> dict:
 
 
 def attach(card_path: Path, calibration, trust, argv) -> int:
-    """Put a calibration (written by benchmarks/spec_timm_logo.py --fit-all), interval calibrations
+    """Put a calibration (written by benchmarks/lib/spec_timm_logo.py --fit-all), interval calibrations
     and the domain into a card, atomically."""
 
     from perfseer.devices import get_device

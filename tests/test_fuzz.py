@@ -1,4 +1,4 @@
-"""A fixed sample of the seeded fuzz corpus (``benchmarks/fuzz_corpus.py``) through extraction and
+"""A fixed sample of the seeded fuzz corpus (``benchmarks/lib/fuzz_corpus.py``) through extraction and
 prediction, in a worker limited to 2 GB of address space and 30 s per file: no uncaught exception,
 abort, hang, memory over the limit, or non-finite / absurd prediction returned as a success.
 The whole corpus (1,200 files) runs in the benchmark."""
@@ -8,9 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import fuzz_corpus  # noqa: E402
+from benchmarks.lib import fuzz_corpus  # noqa: E402
 
 SAMPLE = 300  # every 4th of the benchmark's 1,200 mutants of seed 0: about a minute on 2 cores
 

@@ -1,4 +1,4 @@
-"""The GPU-session scripts (benchmarks/gpu/): what can be checked without a GPU."""
+"""The GPU-session scripts (benchmarks/gpu/, benchmarks/lib/new_device.py): what can be checked without a GPU."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-nd = load_script("new_device", "benchmarks/gpu")
+from benchmarks.lib import new_device as nd  # noqa: E402
 
 
 def table():

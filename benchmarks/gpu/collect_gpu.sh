@@ -11,9 +11,10 @@
 # (on an H200, 2026-11-27: A 83 s, B 52 s, C 338 s in two calls, D 17 of 20 in 100 s; datasets/h200/)
 # Writes OUTDIR/gpu.sqlite (checkpointed), gpu.csv, gpu-failures.csv, env.txt, log.txt, worker.log.
 # Afterwards, here (no GPU needed):
-#   python benchmarks/gpu/new_device.py --measurements OUTDIR/gpu.csv --predictor rtx4090-amp-nchw-pt291.infer \
+#   python -m benchmarks.lib.new_device --measurements OUTDIR/gpu.csv --predictor rtx4090-amp-nchw-pt291.infer \
 #       --device DEVICE_OF_THE_AMP_ROWS --out .cache/gpu-card      # calibrate on A, score on C
-#   python benchmarks/memory_gpu_truth.py from-store OUTDIR/gpu.sqlite --device-name h200   # simulator vs B
+#   simulator vs B: benchmarks/suites/memory.py compare_store(OUTDIR/gpu.csv, DEVICE_NAME), which the memory
+#   suite runs on datasets/h200/ (python -m benchmarks run memory)
 set -u
 OUT=${1:?usage: collect_gpu.sh OUTDIR [BACKEND]}
 BACKEND=${2:-torch-cuda}

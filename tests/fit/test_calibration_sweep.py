@@ -1,4 +1,4 @@
-"""benchmarks/calibration_sweep.py end to end on a tiny synthetic cache (seconds): sweep, learn-scale, report."""
+"""benchmarks/lib/calibration_sweep.py end to end on a tiny synthetic cache (seconds): sweep, learn-scale, report."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import calibration_sweep as S  # noqa: E402
+from benchmarks.lib import calibration_sweep as S  # noqa: E402
 
 
 def _cache(path: Path) -> None:

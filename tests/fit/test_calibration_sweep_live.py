@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import calibration_sweep as S  # noqa: E402
+from benchmarks.lib import calibration_sweep as S  # noqa: E402
 from test_calibration_sweep import _cache  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 
 A tiny detector built from the pieces torchvision's detectors use (a score threshold through
 ``torch.where``, boolean-mask indexing, ``batched_nms``, ``MultiScaleRoIAlign`` over two levels)
-stands in for the full models, whose exports take tens of seconds (``benchmarks/zoo_detection.py``
+stands in for the full models, whose exports take tens of seconds (``benchmarks/zoo_detection.py`` at tag research-2026-11
 extracts every one of them).
 """
 

@@ -14,8 +14,7 @@ import perfseer
 from helpers import make_model
 from perfseer.errors import ModelLoadError, ShapeError, UnsupportedModelError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import fuzz_corpus  # noqa: E402
+from benchmarks.lib import fuzz_corpus  # noqa: E402
 
 ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 

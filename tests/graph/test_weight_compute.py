@@ -109,27 +109,6 @@ def test_refresh_stores_rebuilt_graphs_exactly(tmp_path):
     np.testing.assert_array_equal(back[4]["x"], arrays["x"] * 2)
     assert not list(tmp_path.glob("*.tmp*"))  # written atomically
 
-
-def test_lfo_weight_work_groups_rows_by_the_screen():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    import lfo_weight_work as lw
-
-    screen = {"timm:nf|3x8x8": {"ops": {"aten.native_batch_norm": 2}}, "timm:swin|3x8x8": {"ops": {"aten.index": 1}},
-              "timm:resnet|3x8x8": {"ops": {}}}
-    rows = {"model": ["timm:nf", "timm:swin", "timm:resnet", "timm:other"], "y": [10.0, 10.0, 10.0, 10.0]}
-    report = {"settings": {"s": {"folds": [{"fold": 0, "test_rows": rows,
-                                            "results": [{"method": "m", "pred_test": [5.0, 10.0, 12.0, 10.0]}]}]}}}
-    out = lw.score(report, "s", "m", screen)
-    assert out["unscreened_rows"] == 1
-    g = out["groups"]
-    assert g["weight-standardised"]["mape"] == pytest.approx(50.0)
-    assert g["other weight work"]["mape"] == pytest.approx(0.0)
-    assert g["no weight work"]["mean_log_ratio"] == pytest.approx(np.log(1.2))
-
-
 def test_the_argument_overrides_the_environment_and_the_graph_records_it(monkeypatch):
     nodes = [helper.make_node("Mul", ["w", "gain"], ["ws"], name="scale_w"),
              helper.make_node("Conv", ["x", "ws"], ["y"], name="conv", pads=[1, 1, 1, 1])]

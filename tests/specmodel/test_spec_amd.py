@@ -1,5 +1,5 @@
 """The AMD side of the spec model's NeuSight evaluation: the FP32 matrix peak for GEMMs, the AMD
-label folders, and benchmarks/spec_neusight_amd.py's helpers (synthetic files, no real data)."""
+label folders, and benchmarks/lib/spec_neusight_amd.py's helpers (synthetic files, no real data)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from perfseer.devices import get_device
 from perfseer.specmodel import kernels as kt
 from perfseer.specmodel import neusight as ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import spec_neusight_amd as amd  # noqa: E402
+from benchmarks.lib import spec_neusight_amd as amd  # noqa: E402
 
 
 def test_matrix_fp32_peak_only_for_gemms_of_a_sheet_that_has_one():

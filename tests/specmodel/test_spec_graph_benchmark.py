@@ -1,4 +1,4 @@
-"""benchmarks/spec_neusight_graph.py's model matching on synthetic NeuSight files (no data needed)."""
+"""benchmarks/lib/spec_neusight_graph.py's model matching on synthetic NeuSight files (no data needed)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import spec_neusight_graph as sg  # noqa: E402
+from benchmarks.lib import spec_neusight_graph as sg  # noqa: E402
 
 
 def test_config_gets_the_class_neusight_measured(tmp_path):

@@ -1,4 +1,4 @@
-"""benchmarks/spec_transfer_logo.py's run matching and inner leave-one-GPU-out on synthetic runs (no data needed)."""
+"""benchmarks/lib/spec_transfer_logo.py's run matching and inner leave-one-GPU-out on synthetic runs (no data needed)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import spec_transfer_logo as stl  # noqa: E402
+from benchmarks.lib import spec_transfer_logo as stl  # noqa: E402
 
 SPECS = {"g1": np.array([50.0, 800, 60, 1500, 6]), "g2": np.array([100.0, 1000, 100, 2000, 40]),
          "g3": np.array([200.0, 2000, 150, 2400, 96]), "g4": np.array([300.0, 1500, 180, 2200, 128])}

@@ -1,0 +1,1 @@
+"""perfseer's benchmark suites: ``python -m benchmarks list`` and ``python -m benchmarks run SUITE``."""
