@@ -82,7 +82,7 @@ case "${1:-}" in
   nb201) args=(--data nb201 --device 1080ti --device 2080ti --device titan_rtx --device titanx --device titanxp
                --phase infer --model seernet-multi --no-pcgrad --hidden 64 --max-train-models 2000 --batch-size 32
                --epochs 500 --seed 0 --name nb201-gpus.infer) ;;
-  # recipe of the memory-sim cards (benchmarks/memory_learned.py --ship, at tag research-2026-11): SeerNet-Multi with PCGrad on the
+  # recipe of the memory-sim cards (benchmarks/memory_learned.py at tag research-2026-11 --ship, at tag research-2026-11): SeerNet-Multi with PCGrad on the
   # simulator's labels, the rest of the peak (*_extra_mb) per optimizer, split by family, 16 per step
   memsim-infer) args=(--data datasets/memory_sim --device cuda-sim/fp32 --phase infer --model seernet-multi --hidden 64
                       --metric reserved_extra_mb --metric allocated_extra_mb --split family_split --batch-size 16

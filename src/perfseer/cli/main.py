@@ -3,7 +3,7 @@
 Only the module of the subcommand being run is imported and asked for its full parser; the others
 are listed by name and one-line help from :data:`COMMANDS`.  The subcommand modules import torch,
 onnx and the rest inside their functions, so ``perfseer --help`` and commands that need no torch
-start fast (see ``benchmarks/cli_startup.py``).
+start fast (see ``benchmarks/lib/cli_startup.py``).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from perfseer.runtime.scaling import FeatureScaler
 FORMAT = "perfseer.pretrained-encoder"
 VERSION = 1
 PRETRAINED_CARD = CardFormat(FORMAT, VERSION, "pre-trained encoder", writer="save_pretrained",
-                             remedy="pre-train it again (benchmarks/pretraining.py)", schema=True)
+                             remedy="pre-train it again (benchmarks/pretraining.py at tag research-2026-11)", schema=True)
 
 
 @dataclass

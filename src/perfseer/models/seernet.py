@@ -33,7 +33,7 @@ class SeerNetConfig(ModelConfig):
     head_hidden_dim: int = 256  # hidden units of the 2-layer prediction head (§3.2)
     # op_type embedding width; 0 follows the paper, whose §4.2 found one-hot node categories slightly
     # hurt SeerNet (+0.42 % MAPE).  Here a 16-wide embedding cost 4.8 points of MAPE on unseen timm
-    # families (19.07 % against 14.29 %, benchmarks/compare_methods.py, timm-3090-infer-family).
+    # families (19.07 % against 14.29 %, benchmarks/compare_methods.py at tag research-2026-11, timm-3090-infer-family).
     op_embedding_dim: int = 0
     synmm: bool = True  # global update reads max and mean of the nodes (False: mean only; ablation, Table 2)
     gnpb: bool = True  # keep a global node z (False: no global node; ablation, Table 2)

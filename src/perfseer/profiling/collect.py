@@ -90,7 +90,7 @@ def note_failure(job: Job, m: Measurement, failed_at: dict) -> None:
 
 # A CPU measurement whose process used less than this share of its threads' time was sharing its
 # cores with other work: measured here with 1 thread, such runs read 2-3x slower than on a free core
-# (benchmarks/cpu_repeatability.py), so they are recorded as ``contended`` and measured again.
+# (benchmarks/cpu_repeatability.py at tag research-2026-11), so they are recorded as ``contended`` and measured again.
 MIN_CPU_UTIL_PCT = 80.0
 CPU_BACKENDS = ("torch-cpu", "ort-cpu")
 

@@ -4,7 +4,7 @@ Which predictor answers for a device: a bundled measured-device predictor where 
 device (and phase, and precision if asked); else, for AMP inference on a GPU, the spec transfer
 from the measured GPUs (:mod:`perfseer.runtime.transfer`) when its
 leave-one-GPU-out beat the spec model's (the bundled card's ``logo``, written by
-``benchmarks/spec_transfer_logo.py``); else the spec model.
+``benchmarks/lib/spec_transfer_logo.py``); else the spec model.
 
 A request is cut into :class:`Unit` s (:func:`plan`): a named predictor on one of its devices in
 one phase, or a device as asked; each unit resolves to one basis (:func:`resolve`), which wants the
@@ -23,7 +23,7 @@ asked, else the first measured card's setting (:func:`plan`).
 
 Measured predictors win where both exist: on timm inference, leave-one-GPU-out, the spec model and
 the transfer are further from the measurements than the measured-device SeerNets' test scores
-(``benchmarks/spec_timm_logo.py``, ``benchmarks/spec_transfer_logo.py``, docs/concepts/spec-model.md).
+(``benchmarks/lib/spec_timm_logo.py``, ``benchmarks/lib/spec_transfer_logo.py``, docs/concepts/spec-model.md).
 """
 
 from __future__ import annotations

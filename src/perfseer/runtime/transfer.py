@@ -10,7 +10,7 @@ Example::
     # [{"value": ..., "interval": [...], "in_domain": ..., "basis": "transfer from rtx3090 + ... via specs ..."}]
 
 The card (``perfseer/predictors/spec-transfer.json``, written by
-``benchmarks/spec_transfer_logo.py --fit-all``) holds the fitted transfer, the source SeerNets,
+``benchmarks/lib/spec_transfer_logo.py --fit-all``) holds the fitted transfer, the source SeerNets,
 the spec ranges of the GPUs it was fitted on (``domain``), the 90 % log-residual quantile of its
 leave-one-GPU-out answers from SeerNet sources (``intervals``) and its leave-one-GPU-out scores
 next to the spec model's (``logo``: :func:`preferred` reads them to choose the default basis).
@@ -78,7 +78,7 @@ class TransferPredictor:
     def __init__(self, card: dict):
         if card.get("format") != CARD_FORMAT:
             raise TransferError(f"not a spec-transfer card (format {card.get('format')!r})",
-                                "write one with benchmarks/spec_transfer_logo.py --fit-all")
+                                "write one with python -m benchmarks.lib.spec_transfer_logo --fit-all")
         self.card = card
         self.transfer = Transfer.from_dict(card["transfer"])
         self.name = card.get("name", "spec-transfer")
@@ -231,7 +231,7 @@ def load_transfer(card_path=None) -> TransferPredictor:
     card = _read(path)
     if card is None:
         raise TransferError(f"cannot read the spec-transfer card {path}",
-                            "write it with benchmarks/spec_transfer_logo.py --fit-all " + str(path))
+                            "write it with python -m benchmarks.lib.spec_transfer_logo --fit-all " + str(path))
     tp = TransferPredictor(card)
     if card_path is None:
         _BUNDLED = tp

@@ -153,7 +153,7 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
     # No L2 term: the training GPUs' L2 spans 2-40 MiB with one GPU (A100) at the top, and the
     # bytes / L2 feature made held-out predictions worse (A100 held out, seeds 0 / 1: vec kernels
     # 38.3 / 51.3 % with it, 17.3 / 16.0 % without; GEMMs 52.7 / 60.7 % against 23.2 / 23.5 %;
-    # benchmarks/spec_kernel_ablation.py).
+    # benchmarks/spec_kernel_ablation.py at tag research-2026-11).
     common = [lg(t_flop), lg(t_mem), lg(t_roof), lg(t_flop) - lg(t_mem), table["dtype_bytes"].to_numpy() / 4.0]
     if device_features in (True, "all"):
         common += [lg(sms), lg(dev["bw_gbs"]), lg(dev["peak_tflops"]), lg(dev["l2_mib"]), lg(dev["clock_mhz"])]

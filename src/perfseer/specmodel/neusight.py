@@ -159,7 +159,7 @@ _LAYER_RE = re.compile(r"(layer|layers|\.h|block|blocks)\.0['.]")
 def trace_node_ms(trace: pd.DataFrame, num_layer: int) -> pd.DataFrame:
     """The measured time of every traced node (``node``, ``fw_ms``, ``bw_ms`` with the gradient
     accumulation, ``scale`` as in :func:`trace_kernels`): what the per-operator error breakdown of
-    ``benchmarks/spec_neusight.py`` compares the predicted kernels with."""
+    ``benchmarks/lib/spec_neusight.py`` compares the predicted kernels with."""
     t = trace[trace["op"].isin(["call_module", "call_function", "call_method"])]
     bw = t["bw_latency"].fillna(0).to_numpy(float) + t.get("acc_latency", pd.Series(0.0, index=t.index)).fillna(0).to_numpy(float)
     scale = np.array([float(num_layer) if _LAYER_RE.search(m) else 1.0 for m in t["meta"].astype(str)])

@@ -14,7 +14,7 @@ latency, FLOPs, memory traffic, node count, batch size, arithmetic intensity).  
 ordered pairs of *measured* GPUs only.  A target is answered from every source and the answers
 combined (geometric mean, or the source nearest in spec space).  Which feature set, ridge
 strength and combination: chosen by an inner leave-one-GPU-out over the training GPUs
-(``benchmarks/spec_transfer_logo.py``).
+(``benchmarks/lib/spec_transfer_logo.py``).
 
 A :class:`Transfer` is plain JSON (``to_dict``/``from_dict``); the bundled one
 (``perfseer/predictors/spec-transfer.json``) is fitted on every measured RTX GPU of the timm
@@ -187,12 +187,12 @@ class Transfer:
                     coef=[float(c) for c in d.get("coef", [])], mean=[float(v) for v in d["mean"]],
                     scale=[float(v) for v in d["scale"]], extra=dict(d.get("extra", {})))
         except (KeyError, TypeError, ValueError) as e:
-            raise TransferError(f"bad transfer model: {e}", "rewrite it with benchmarks/spec_transfer_logo.py "
+            raise TransferError(f"bad transfer model: {e}", "rewrite it with benchmarks/lib/spec_transfer_logo.py "
                                                              "--fit-all") from e
         if FEATURE_SETS[t.feature_set] is not None:
             names, cross = FEATURE_SETS[t.feature_set]
             want = len(names) * (1 + len(GRAPH_KEYS) if cross else 1)
             if len(t.coef) != want:
                 raise TransferError(f"transfer model {t.feature_set} has {len(t.coef)} coefficients, expected {want}",
-                                    "rewrite it with benchmarks/spec_transfer_logo.py --fit-all")
+                                    "rewrite it with benchmarks/lib/spec_transfer_logo.py --fit-all")
         return t

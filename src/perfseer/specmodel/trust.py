@@ -23,9 +23,9 @@ its kernel data come from).  A row is out of domain, with one reason each, when
 
 **Interval**: split-conformal in log space (:mod:`perfseer.trust.intervals`), ``q`` from
 leave-one-GPU-out residuals stored in the card's ``intervals`` by kind of answer: ``fp32``
-(NeuSight's end-to-end workloads, ``benchmarks/spec_neusight.py --trust``), ``amp-calibrated``
+(NeuSight's end-to-end workloads, ``benchmarks/lib/spec_neusight.py --trust``), ``amp-calibrated``
 and ``amp-zero-shot`` (timm inference at FP16 on RTX GPUs with / without the whole-model
-calibration, ``benchmarks/spec_timm_logo.py --trust``).  Out of domain for a reason the
+calibration, ``benchmarks/lib/spec_timm_logo.py --trust``).  Out of domain for a reason the
 calibration runs did not share (a device beyond the range, uncovered operators; a precision the
 ``amp-*`` runs were measured at is theirs) ``q`` is multiplied by ``ood_factor`` (2, as for the
 measured predictors).  The value and interval are then held to the physical bounds of

@@ -11,7 +11,7 @@ of latency predictors are: 10 % either way at 1 ms and at 1 s.
 Out of domain (:mod:`perfseer.trust.domain`) the residuals are larger and exchangeability is
 gone: there ``q`` is multiplied by the card's ``ood_factor``, the ratio of the 90 % quantile of
 log residuals on validation graphs of unseen timm families to that on the random split's
-validation graphs (measured by ``benchmarks/intervals.py``; 2.0 where a card does not record one).
+validation graphs (measured by ``benchmarks/intervals.py`` at tag research-2026-11, now the families suite; 2.0 where a card does not record one).
 Intervals are then clipped to the physical bounds (:mod:`perfseer.trust.bounds`).
 """
 

@@ -9,7 +9,7 @@ column       value
 ===========  ================================================================================
 model        ``timm:`` + the ``model`` column, + ``@reparam`` for inference rows: timm's benchmark
              fuses re-parameterisable models (RepVGG, MobileOne, FastViT...) before inference
-             (its parameter counts are those of the fused form, see ``benchmarks/zoo_fidelity.py``);
+             (its parameter counts are those of the fused form, see ``benchmarks/zoo_fidelity.py`` at tag research-2026-11);
              a no-op suffix for other models, and training runs the unfused model
 input_shape  ``3xSxS``, S from ``infer_img_size`` / ``train_img_size``
 batch_size   ``infer_batch_size`` / ``train_batch_size`` (``1024.0`` is read as 1024)
