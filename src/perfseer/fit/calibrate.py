@@ -2,7 +2,7 @@
 
 A user with a device nobody benchmarked can afford K = 5-50 measurements.  :func:`calibrate` turns
 them, with a *source* predictor trained on another device, into a predictor card for the new one.
-Four methods, compared on the same splits by ``benchmarks/calibration.py at tag research-2026-11`` (``docs/guide/calibrate.md``):
+Four methods, compared on the same splits by ``benchmarks/calibration.py`` at tag research-2026-11 (``docs/guide/calibrate.md``):
 
 ``loglinear``
     a ridge correction of the source prediction in log space,
@@ -388,7 +388,7 @@ def _kscale(logy: np.ndarray) -> tuple[float, float]:
 # Learned by simulating K-shot calibration on the validation and source devices only, never a test
 # device (docs/guide/calibrate.md).  Interpolated in log K, held constant outside the table.
 SCALE_TABLE: dict[str, dict[float, dict[int, float]]] = {
-    # python benchmarks/calibration_intervals.py at tag research-2026-11 learn rows_nb201.npz rows_timm3090.npz rows_timm4090.npz
+    # python benchmarks/calibration_intervals.py learn (at tag research-2026-11) rows_nb201.npz rows_timm3090.npz rows_timm4090.npz
     #   (its scaled_table: auto with the variant choice nested, train-only timm sources; 13 NAS-Bench-201
     #   and 2 x 3 timm simulated calibration targets, each calibration weighing the same;
     #   benchmarks/data/calibration/interval_learn_nested.json)
@@ -400,7 +400,7 @@ SELECTIONS = ("auto", "spanning", "random")
 # The ``distance`` rule: the half-width grows linearly with the distance from the calibration set in
 # the source trunk's embedding, ``beta`` per mean leave-one-model-out distance of the K rows; one c(K)
 # for every way of choosing the K models.  Chosen and learned like SCALE_TABLE, on validation and
-# source devices only: python benchmarks/calibration_intervals.py at tag research-2026-11 learn rows_nb201.npz
+# source devices only: python benchmarks/calibration_intervals.py learn (at tag research-2026-11) rows_nb201.npz
 # rows_timm3090.npz rows_timm4090.npz (docs/guide/calibrate.md; auto's residuals with the variant choice
 # nested; each calibration weighs the same in c(K); benchmarks/data/calibration/interval_learn_nested.json).
 DISTANCE_RULE = {"space": "emb", "beta": 1.0, "form": "linear"}

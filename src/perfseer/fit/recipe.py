@@ -72,7 +72,7 @@ def train_predictor(data, method: str = "seernet", devices: str | Sequence[str] 
             ``train_config.resume``); fold predictors stay there for interval benchmarks.
         on_stage: called as ``on_stage(predictor)`` with the card after the final network and
             after each fold (the CLI saves it, so a run stopped mid-way still leaves a predictor).
-        pretrained: a pre-trained encoder card (``benchmarks/pretraining.py at tag research-2026-11``): SeerNet's trunk starts
+        pretrained: a pre-trained encoder card (``benchmarks/pretraining.py`` at tag research-2026-11): SeerNet's trunk starts
             from it (:func:`perfseer.fit.pretrain.init_from_pretrained`).
         only_stages: train only these stages (``final``, ``fold0`` ... ``fold{kfold-1}``) into
             ``stage_dir`` and return ``(None, None)``: several processes can train the stages of one

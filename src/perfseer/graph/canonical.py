@@ -18,7 +18,7 @@ differently:
 
 What cannot be undone is not guessed: the legacy exporter's constant folding (on by default) fuses
 each eval-mode BatchNorm into the convolution before it, so a graph exported that way has no
-``BatchNormalization`` left to count; ``benchmarks/exporter_canonical.py at tag research-2026-11`` measures the difference
+``BatchNormalization`` left to count; ``benchmarks/exporter_canonical.py`` at tag research-2026-11 measures the difference
 that remains, with and without that folding.  Nor are spellings that the dynamo exporter itself
 uses rewritten (its ``Split`` for ``torch.split``, where the legacy exporter's ``unbind`` also
 writes ``Split`` and the dynamo exporter ``Slice`` nodes): that would change canonical graphs.  Graphs already in the canonical form are returned

@@ -29,7 +29,7 @@ backends:
   run raises (e.g. a model that reads a tensor's value).
 
 Both give the same trace (tests/memory/test_step.py, and the CPU ground truth of
-``benchmarks/memory_cpu_truth.py at tag research-2026-11`` runs the default, ``"auto"``).  With ``fake=False`` the model
+``benchmarks/memory_cpu_truth.py`` at tag research-2026-11 runs the default, ``"auto"``).  With ``fake=False`` the model
 runs on real CPU tensors (the ground truth).
 """
 

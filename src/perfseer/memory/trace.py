@@ -11,7 +11,7 @@ the block back.  Views and in-place operators return an existing storage and all
 as on a GPU.
 
 The same tracer runs over fake tensors (the simulation: no memory, any batch size) and over real
-CPU tensors (the ground truth of ``benchmarks/memory_cpu_truth.py at tag research-2026-11``).
+CPU tensors (the ground truth of ``benchmarks/memory_cpu_truth.py`` at tag research-2026-11).
 """
 
 from __future__ import annotations
