@@ -147,9 +147,12 @@ def test_timing_suites_render_with_the_load_average():
           "cpu": {"load_average_1min_at_start": 0.4, "settings": {"row cache on": {"requests": 5, "cpu_ms_median": 3.0,
                                                                                   "cpu_ms_mean": 3.1}}, **_meta()}}
     assert "| cached | 10 | 10.0 | 5 | 9 | 200:10 | 0.5 |" in serve.render(None, sv)
-    s = {"files": 3, "ok": 1, "specific_errors": 2, "error": 2, "uncaught": 0, "abort": 0, "hang": 0, "memory": 0,
-         "absurd": 0, "specific_share": 1.0, "median_s": 0.1, "max_s": 0.2}
-    assert "No failure" in fuzz.render(None, {"corpus": {"summary": s, "failures": [], "count": 3, "seed": 0, **_meta()}})
+    rows = [{"name": "00000-none-api_fp16", "entry": e, "outcome": o, "specific": True, "seconds": 0.1}
+            for e, o in (("predict", "answer"), ("predict_spec", "answer"), ("memory", "refusal"))]
+    chunk = {"start": 0, "stop": 1, "rows": rows, "failures": [], "failures_total": 0, "xfail": 0,
+             "refusal_types": {"OnnxError": 1}, **_meta()}
+    text = fuzz.render(None, {"chunk-00000": chunk})
+    assert "No failure" in text and "| memory | 1 | 1 | 1 | 0 | 0 | 0 |" in text and "| all | 3 | 1 | 1 | 2 |" in text
 
 
 def test_quick_plumbing_of_the_predictors_suite(tmp_path):

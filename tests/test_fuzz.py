@@ -1,32 +1,58 @@
-"""A fixed sample of the seeded fuzz corpus (``benchmarks/lib/fuzz_corpus.py``) through extraction and
-prediction, in a worker limited to 2 GB of address space and 30 s per file: no uncaught exception,
-abort, hang, memory over the limit, or non-finite / absurd prediction returned as a success.
-The whole corpus (1,200 files) runs in the benchmark."""
+"""A fixed sample of the seeded fuzz corpus (``benchmarks/lib/fuzz_api.py``) through what users
+call, ``perfseer.predict`` (auto and ``basis="spec"``) and ``perfseer.memory``, in a worker limited
+to 3 GB of address space and 30 s per call: no traceback, crash, hang, memory over the limit,
+absurd answer or read of an external-data file.  The whole corpus (1,600 files) runs in the
+benchmark (``python -m benchmarks run fuzz``)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from collections import Counter
+
+from benchmarks.lib import fuzz_api, fuzz_corpus
+
+COUNT = 1600  # the benchmark's corpus (benchmarks/configs/fuzz.json)
+SAMPLE = 200  # the 15 unmutated new seeds, then every 8th mutant: well under a minute on 2 busy cores
 
 
-from benchmarks.lib import fuzz_corpus  # noqa: E402
-
-SAMPLE = 300  # every 4th of the benchmark's 1,200 mutants of seed 0: about a minute on 2 cores
-
-
-def test_corpus_is_seeded_and_large_enough():
-    a, b = fuzz_corpus.generate(1200, seed=0), fuzz_corpus.generate(1200, seed=0)
-    assert len(a) == 1200 and a == b
-    kinds = {name.split("-")[1].split("+")[0] for name, _ in a}
-    assert {"byte_flip", "truncate", "cycle", "dangling", "range_blowup", "constant_blowup", "sequence_edit",
-                     "opset"} <= kinds
+def _sample() -> list[tuple[str, bytes]]:
+    corpus = fuzz_api.generate(COUNT, seed=0)
+    fresh = [c for c in corpus if "-none-" in c[0]]
+    rest = [c for c in corpus if "-none-" not in c[0]]
+    return fresh + rest[::len(rest) // (SAMPLE - len(fresh))][:SAMPLE - len(fresh)]
 
 
-def test_fuzz_sample_fails_cleanly():
-    sample = fuzz_corpus.generate(1200, seed=0)[::1200 // SAMPLE]
-    results = fuzz_corpus.run_corpus(sample)
-    summary = fuzz_corpus.summarise(results)
-    bad = [(r["outcome"], r["name"], r.get("detail", "")) for r in results if r["outcome"] in fuzz_corpus.FAILURES]
-    assert not bad, bad[:10]
-    assert summary["files"] == SAMPLE and summary["ok"] + summary["error"] == SAMPLE
-    assert summary["specific_share"] >= 0.9, summary
+def test_corpus_is_seeded_and_covers_the_seed_kinds():
+    a, b = fuzz_api.generate(COUNT, seed=0), fuzz_api.generate(COUNT, seed=0)
+    assert len(a) == COUNT and a == b
+    seeds = Counter(fuzz_api.seed_of(n) for n, _ in a)
+    for kind in ("func_valid", "func_recursive", "func_wrong_arity", "func_deep_chain", "func_fanout", "cf_if",
+                 "cf_loop", "cf_scan", "q_qdq", "q_qlinearconv", "q_dynamic", "external_data", "opset7", "opset23",
+                 "fp16"):
+        assert seeds[f"api_{kind}"] >= 20, (kind, seeds[f"api_{kind}"])  # each new seed mutated often
+    mutations = {n.split("-")[1].split("+")[0] for n, _ in a}
+    assert {"byte_flip", "truncate", "cycle", "dangling", "constant_blowup", "none"} <= mutations
+    assert fuzz_corpus.generate(100, seed=0) == fuzz_corpus.generate(100, seed=0)
+
+
+def test_fuzz_sample_through_predict_and_memory():
+    sample = _sample()
+    assert len(sample) == SAMPLE
+    results = fuzz_api.run_cases(sample)
+    bad, _expected = fuzz_api.failures(results)
+    assert not bad, [(r["outcome"], r["entry"], r["name"], r.get("detail", "")) for r in bad[:10]]
+    s = fuzz_api.summarise(results)
+    assert set(s) == {*fuzz_api.ENTRY_POINTS, "all"}
+    for entry in fuzz_api.ENTRY_POINTS:
+        c = s[entry]
+        assert c["cases"] == SAMPLE and c["refusal"] + c["answer"] == SAMPLE, (entry, c)
+        assert c["answer"] >= 20 and c["refusal"] >= 50, (entry, c)  # both ends exercised
+        assert c["refusals_specific"] >= 0.9 * c["refusal"], (entry, c)
+    # the unmutated seeds: valid ones answer, the unsupported ones are refused with their cause
+    fresh = {(r["seed"], r["entry"]): r for r in results if "-none-" in r["name"]}
+    for seed in ("api_func_valid", "api_q_qdq", "api_q_qlinearconv", "api_q_dynamic", "api_fp16", "api_opset23",
+                 "api_opset7", "api_external_data"):
+        assert all(fresh[seed, e]["outcome"] == "answer" for e in fuzz_api.ENTRY_POINTS), seed
+    for seed in ("api_func_recursive", "api_func_wrong_arity", "api_func_deep_chain", "api_func_fanout", "api_cf_if",
+                 "api_cf_loop", "api_cf_scan"):
+        assert all(fresh[seed, e]["outcome"] == "refusal" and fresh[seed, e]["specific"]
+                   for e in fuzz_api.ENTRY_POINTS), seed

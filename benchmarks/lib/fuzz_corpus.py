@@ -480,20 +480,22 @@ PROTO_MUTATIONS = {
 BYTE_MUTATIONS = {"byte_flip": _byte_flip, "truncate": _truncate}
 
 
-def generate(count: int = 1200, seed: int = 0) -> list[tuple[str, bytes]]:
+def generate(count: int = 1200, seed: int = 0, seeds: dict[str, bytes] | None = None,
+             weight=None) -> list[tuple[str, bytes]]:
     """``count`` mutants ``(name, bytes)``, the same for the same ``seed`` and seed files.
 
     About one in six is a byte-level mutant (flip or truncation), the rest protobuf edits, one to
-    three per file.
+    three per file.  ``seeds`` (default :func:`seed_files`) and ``weight(name)`` (default: 4 for
+    the built seeds, else 1) choose what is mutated.
     """
     rng = random.Random(seed)
-    seeds = seed_files()
+    seeds = seed_files() if seeds is None else seeds
     names = sorted(seeds)
     parsed: dict[str, onnx.ModelProto] = {}
     out = []
     kinds = sorted(PROTO_MUTATIONS)
     # the built seeds target the unsafe paths: give them a larger share
-    weights = [4 if n.startswith("built/") else 1 for n in names]
+    weights = [(weight or (lambda n: 4 if n.startswith("built/") else 1))(n) for n in names]
     k = 0
     while len(out) < count:
         name = rng.choices(names, weights)[0]

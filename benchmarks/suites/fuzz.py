@@ -1,57 +1,85 @@
-"""The fuzz corpus: malformed ONNX files through ``perfseer`` in a sandboxed worker.
+"""The fuzz corpus through what users call: ``perfseer.predict`` (auto and ``basis="spec"``) and
+``perfseer.memory``, each call in a worker limited to 3 GB of address space and 30 s.
 
-A seeded corpus (the same files for the same seed) of mutants of the bundled example graphs,
-ONNX's backend test models and small hand-built models (byte flips, truncation, protobuf edits:
-absurd attributes, wrong dtypes, dangling inputs, cycles, unknown domains, huge shapes ...), each
-extracted and predicted in a worker process with a memory and time limit.  A file must end in a
-result or a clear ``PerfseerError``; uncaught exceptions, aborts, hangs and memory blow-ups are
-failures.  The counts are exact for a given seed and code; the times are this machine's.
+A seeded corpus (the same files for the same seed) of mutants of the bundled example graphs, ONNX's
+backend test models, small hand-built models and the seed kinds of issue 38 (model-local functions,
+If/Loop/Scan, quantized graphs, external data, opsets 7 and 23, fp16): see
+``benchmarks/lib/fuzz_api.py``.  Every call must end in an answer that passes the sanity check or
+a ``PerfseerError``; tracebacks, absurd answers, crashes, hangs, memory over the limit and a read of
+the external-data file are failures.  The corpus runs in chunks (one resumable step each).  The
+counts are exact for a given seed and code; the times are this machine's.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
+from benchmarks.lib import fuzz_api
+from benchmarks.runner import Context, Step, Suite, load_config, md_table, timing_note
 
-from benchmarks.lib import fuzz_corpus
-from benchmarks.runner import Context, Step, Suite, atomic_write, load_config, md_table, timing_note
+_COLUMNS = ["entry point", "cases", "refusals", "naming the cause", "answers", "absurd answers", "tracebacks",
+            "over memory", "hangs", "crashes", "external data read", "median s", "max s"]
 
 
-def _run(ctx: Context, count: int, seed: int) -> dict:
-    out = ctx.work / f"corpus-{seed}.json"
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        fuzz_corpus.main(["--count", str(count), "--seed", str(seed), "--json", str(out)])  # rc 1: failures found
-    atomic_write(out.with_suffix(".txt"), buf.getvalue())
-    d = json.loads(out.read_text())
-    bad = [r for r in d["results"] if r["outcome"] in fuzz_corpus.FAILURES]
-    return {"summary": d["summary"], "failures": bad[:20], "count": count, "seed": seed}
+def _chunk(count: int, seed: int, start: int, stop: int) -> dict:
+    results = fuzz_api.run_cases(fuzz_api.generate(count, seed)[start:stop])
+    bad, expected = fuzz_api.failures(results)
+    slim = [{k: r.get(k) for k in ("name", "entry", "outcome", "detail")} for r in bad[:30]]
+    refusals = {}
+    for r in results:
+        if r["outcome"] == "refusal":
+            refusals[r.get("type", "?")] = refusals.get(r.get("type", "?"), 0) + 1
+    return {"start": start, "stop": stop, "summary": fuzz_api.summarise(results), "failures": slim,
+            "failures_total": len(bad), "xfail": len(expected), "refusal_types": refusals,
+            "rows": [{k: r.get(k) for k in ("name", "entry", "outcome", "specific", "seconds")} for r in results]}
 
 
 def steps(ctx: Context) -> list[Step]:
     cfg = load_config("fuzz")  # benchmarks/configs/fuzz.json
     count = cfg["quick"]["count"] if ctx.quick else cfg["count"]
-    return [Step("corpus", lambda: _run(ctx, count, cfg["seed"]))]
+    chunk = cfg["chunk"]
+    return [Step(f"chunk-{i:05d}", lambda i=i: _chunk(count, cfg["seed"], i, min(i + chunk, count)))
+            for i in range(0, count, chunk)]
+
+
+def _merge(res: dict[str, dict]) -> tuple[dict, list[dict], int, int, dict]:
+    rows = [r for k, v in sorted(res.items()) if k.startswith("chunk-") for r in v["rows"]]
+    fails = [f for k, v in sorted(res.items()) if k.startswith("chunk-") for f in v["failures"]]
+    total = sum(v.get("failures_total", len(v["failures"])) for k, v in res.items() if k.startswith("chunk-"))
+    xfail = sum(v.get("xfail", 0) for k, v in res.items() if k.startswith("chunk-"))
+    types: dict[str, int] = {}
+    for k, v in res.items():
+        for t, n in v.get("refusal_types", {}).items() if k.startswith("chunk-") else ():
+            types[t] = types.get(t, 0) + n
+    return fuzz_api.summarise(rows) if rows else {}, fails, total, xfail, types
 
 
 def render(ctx: Context, res: dict[str, dict]) -> str:
-    r = res["corpus"]
-    s = r["summary"]
-    row = [s["files"], s["ok"], s["specific_errors"], s["error"] - s["specific_errors"], s["uncaught"], s["abort"],
-           s["hang"], s["memory"], s["absurd"], f"{100 * (s['specific_share'] or 0):.1f} %", s["median_s"], s["max_s"]]
-    fails = "".join(f"\n- {x['outcome']}: {x['name']}: {x.get('detail', '')[:160]}" for x in r["failures"])
+    summary, fails, total, xfail, types = _merge(res)
+    files = len({r["name"] for v in res.values() for r in v.get("rows", [])})
+    table = [[e, s["cases"], s["refusal"], s["refusals_specific"], s["answer"], s["absurd"], s["traceback"],
+              s["memory"], s["hang"], s["crash"], s["read"], s["median_s"], s["max_s"]] for e, s in summary.items()]
+    listed = "".join(f"\n- {x['outcome']} [{x['entry']}]: {x['name']}: {(x.get('detail') or '')[:160]}"
+                     for x in fails[:20])
+    kinds = ", ".join(f"{t} {n}" for t, n in sorted(types.items(), key=lambda kv: -kv[1])[:8])
     return ("## Fuzz corpus\n\n"
-            f"{r['count']} malformed ONNX files (seed {r['seed']}) through extraction and prediction in a sandboxed "
-            f"worker. {timing_note(res)}\n\n"
-            + md_table(["files", "ok", "specific errors", "generic errors", "uncaught", "aborts", "hangs",
-                        "over the memory limit", "absurd successes", "errors naming the cause", "median s", "max s"], [row])
-            + (f"\n\nFailures:{fails}" if fails else "\n\nNo failure (uncaught, abort, hang, memory)."))
+            f"{files} seeded mutants of ONNX files (seed kinds: bundled examples, ONNX backend models, hand-built "
+            "Range/Expand/sequence/legacy graphs, model-local functions, If/Loop/Scan, QDQ/QLinearConv/"
+            "DynamicQuantizeLinear, external data, opsets 7 and 23, fp16) through `perfseer.predict(path, "
+            f"device=\"{fuzz_api.DEVICE}\", batch=[1, 8])`, the same with `basis=\"spec\"` and "
+            "`perfseer.memory(path, batch=2, phase=\"infer\")`, each call in a worker limited to "
+            f"{fuzz_api.MEMORY_LIMIT >> 30} GB of address space and {fuzz_api.TIME_LIMIT:.0f} s. An answer is absurd "
+            "when it is non-finite, <= 0, under 1 us, flagged above the sanity ceiling or above "
+            f"{fuzz_api.LATENCY_CEILING_MS:.0e} ms (memory: above 1 PiB). {timing_note(res)}\n\n"
+            + md_table(_COLUMNS, table)
+            + (f"\n\nRefusals by error type: {kinds}." if kinds else "")
+            + (f"\n\nExpected failures (xfail seed kinds): {xfail}." if xfail else "")
+            + (f"\n\nFailures ({total}):{listed}" if total else
+               "\n\nNo failure (traceback, absurd answer, crash, hang, memory, external-data read)."))
 
 
 SUITE = Suite(
     name="fuzz",
-    description="1,200 seeded malformed ONNX files: clear errors, no crash, hang or blow-up",
-    reads="bundled example graphs, the onnx package's backend test models (generated corpus, not stored)",
-    time_full="~1 min", time_quick="~15 s (60 files)",
+    description="1,600 seeded malformed ONNX files through perfseer.predict (auto, spec) and perfseer.memory: "
+                "refusals naming the cause, sane answers; no traceback, crash, hang or blow-up",
+    reads="bundled example graphs, the onnx package's backend test models, seeds built in code (generated, not stored)",
+    time_full="~15 min", time_quick="~1 min (60 files)",
     steps=steps, render=render)
