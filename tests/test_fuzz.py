@@ -56,3 +56,19 @@ def test_fuzz_sample_through_predict_and_memory():
                  "api_cf_loop", "api_cf_scan"):
         assert all(fresh[seed, e]["outcome"] == "refusal" and fresh[seed, e]["specific"]
                    for e in fuzz_api.ENTRY_POINTS), seed
+
+
+def test_the_classification_of_predict_rows():
+    def row(v, flags=(), reason=None, b=1):
+        return {"metric": "latency_ms", "batch_size": b, "value": v, "flags": list(flags), "reason": reason}
+
+    ok = fuzz_api._classify_rows([row(2.5), row(7.0, b=8)])
+    assert ok["outcome"] == "answer" and ok["value"] == 2.5
+    for bad in ([row(0.0)], [row(float("nan"))], [row(float("inf"))], [row(-1.0)], [row(5e-4)], [row(2e6)],
+                [row(3.0, ["above the sanity ceiling of a100 (9 ms)"])], [row(2.0), row(0.0, b=8)], []):
+        assert fuzz_api._classify_rows(bad)["outcome"] == "absurd", bad
+    refused = fuzz_api._classify_rows([row(None, reason="the spec model gave a value above the ceiling")])
+    assert refused["outcome"] == "refusal" and refused["specific"]
+    generic = fuzz_api._classify_rows([row(None, reason="the shape of 'x' cannot be determined")])
+    assert generic["outcome"] == "refusal" and not generic["specific"]
+    assert fuzz_api._classify_rows([row(1.0), row(None, reason="r", b=8)])["outcome"] == "answer"
