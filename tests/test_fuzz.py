@@ -72,3 +72,19 @@ def test_the_classification_of_predict_rows():
     generic = fuzz_api._classify_rows([row(None, reason="the shape of 'x' cannot be determined")])
     assert generic["outcome"] == "refusal" and not generic["specific"]
     assert fuzz_api._classify_rows([row(1.0), row(None, reason="r", b=8)])["outcome"] == "answer"
+
+
+def test_the_external_data_watch_sees_a_read_by_onnx(tmp_path):
+    """The control: ``onnx.load`` reads external data in C++, which the watch must see (perfseer must not)."""
+    import onnx
+
+    (tmp_path / fuzz_api.EXTERNAL_SENTINEL).write_bytes(bytes(2048 * 10 * 4))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(fuzz_api.new_seeds()["external_data"].SerializeToString())
+    watch = fuzz_api.ExternalWatch()
+    watch.watch(tmp_path / fuzz_api.EXTERNAL_SENTINEL)
+    assert not watch.opened()
+    onnx.load(str(path), load_external_data=False)
+    assert not watch.opened()
+    onnx.load(str(path))
+    assert watch.opened()

@@ -23,7 +23,8 @@ per entry point:
 ``memory``     over the memory limit (a ``MemoryError``, even one caught inside perfseer);
 ``hang``       over the time limit (the worker is killed and replaced);
 ``crash``      the worker died (a signal, a C++ abort);
-``read``       the external-data file was opened.
+``read``       the external-data file (present beside each mutant) was opened: an audit hook sees
+               Python's opens, an inotify watch those of C++ code (onnx reads external data in C++).
 """
 
 from __future__ import annotations
@@ -265,6 +266,41 @@ def _call(entry: str, path: str) -> dict:
     return {"outcome": "answer", "value": v}
 
 
+class ExternalWatch:
+    """An inotify watch (Linux) on the external-data sentinel files: ``opened()`` says whether any
+    was opened or read since the last call, by Python or by C++ code (onnx reads external data in
+    C++).  Elsewhere it sees nothing (the audit hook still sees Python's opens)."""
+
+    IN_ACCESS, IN_OPEN, IN_NONBLOCK = 0x1, 0x20, 0o4000
+
+    def __init__(self):
+        import ctypes
+        import ctypes.util
+
+        self.fd, self.paths = -1, set()
+        try:
+            self.libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
+        except (OSError, AttributeError):
+            self.fd = -1
+
+    def watch(self, path: Path) -> None:
+        if self.fd >= 0 and path not in self.paths and path.exists():
+            self.libc.inotify_add_watch(self.fd, str(path).encode(), self.IN_OPEN | self.IN_ACCESS)
+            self.paths.add(path)
+
+    def opened(self) -> bool:
+        if self.fd < 0:
+            return False
+        seen = False
+        while True:
+            try:
+                data = os.read(self.fd, 4096)
+            except BlockingIOError:
+                return seen
+            seen = seen or bool(data)
+
+
 def _worker() -> None:  # pragma: no cover - runs in the child
     """Read ``entry<TAB>path`` lines on stdin, write one JSON outcome per line on stdout."""
     import resource
@@ -286,7 +322,8 @@ def _worker() -> None:  # pragma: no cover - runs in the child
         if event == "open" and args and EXTERNAL_SENTINEL in str(args[0]):
             reads.append(str(args[0]))
 
-    sys.addaudithook(audit)
+    sys.addaudithook(audit)  # Python's own opens; the inotify watch sees those of C++ code too
+    watch = ExternalWatch()
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write to the result channel
     memory_errors: list[str] = []
@@ -307,6 +344,8 @@ def _worker() -> None:  # pragma: no cover - runs in the child
         reads.clear()
         sys.settrace(tracer)
         t0 = time.perf_counter()
+        watch.watch(Path(path).parent / EXTERNAL_SENTINEL)
+        watch.opened()  # forget earlier events
         try:
             res = _call(entry, path)
         except PerfseerError as e:
@@ -324,6 +363,8 @@ def _worker() -> None:  # pragma: no cover - runs in the child
         if memory_errors and res["outcome"] != "memory":
             res = {**res, "outcome": "memory", "detail": f"MemoryError caught inside {memory_errors[0]}() after "
                                                           f"{res['outcome']}: {res.get('detail', '')[:200]}"}
+        if watch.opened():
+            reads.append(f"{EXTERNAL_SENTINEL} (inotify)")
         if reads:
             res = {**res, "outcome": "read", "detail": f"external data opened: {reads[0]}"}
         print(json.dumps(res), file=out, flush=True)
@@ -361,6 +402,8 @@ def run_cases(mutants: list[tuple[str, bytes]], entries=ENTRY_POINTS, log=None, 
     """One outcome per (mutant, entry point): ``name``, ``seed``, ``entry`` added."""
     results = []
     with tempfile.TemporaryDirectory(prefix="perfseer-fuzz-api-") as d, Harness(**harness_kw) as h:
+        # the file an external-data initializer names, present (so a read would succeed) and watched
+        (Path(d) / EXTERNAL_SENTINEL).write_bytes(bytes(2048 * 10 * 4))
         for k, (name, data) in enumerate(mutants):
             path = Path(d) / f"{name[:150]}.onnx"
             path.write_bytes(data)
