@@ -6,8 +6,8 @@ Seeds: every seed of :mod:`benchmarks.lib.fuzz_corpus` plus the kinds of issue 3
 ``onnx.helper`` (small, deterministic): model-local ONNX functions (valid, recursive, wrong arity,
 a chain deeper than 100, a fan-out of 2^24), ``If``/``Loop``/``Scan`` graphs, quantized graphs
 (QDQ, ``QLinearConv``, ``DynamicQuantizeLinear`` + ``MatMulInteger``), an initializer stored as
-external data (the file must never be opened: an audit hook in the worker watches every
-``open``), opsets 7 and 23, and an fp16 model.  They are mutated by the corpus's mutators.
+external data (the file must never be opened: see ``read`` below), opsets 7 and 23, and an fp16
+model.  They are mutated by the corpus's mutators.
 
 Each mutant goes, in a worker process limited to ``MEMORY_LIMIT`` of address space (RLIMIT_AS)
 with ``TIME_LIMIT`` seconds per call, through every entry point of :data:`ENTRY_POINTS`.  Outcomes

@@ -81,5 +81,5 @@ SUITE = Suite(
     description="1,600 seeded malformed ONNX files through perfseer.predict (auto, spec) and perfseer.memory: "
                 "refusals naming the cause, sane answers; no traceback, crash, hang or blow-up",
     reads="bundled example graphs, the onnx package's backend test models, seeds built in code (generated, not stored)",
-    time_full="~15 min", time_quick="~1 min (60 files)",
+    time_full="~3 min", time_quick="~20 s (60 files)",
     steps=steps, render=render)
