@@ -4,6 +4,7 @@ card's kind, through each of the three loaders that use it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,3 +97,21 @@ def test_the_three_loaders_share_the_reader(tmp_path):
     weights_path(enc).write_bytes(b"\x00" * 16)
     with pytest.raises(PerfseerError, match="pre-trained encoder weights .* are corrupt"):
         init_from_pretrained(None, enc)
+
+
+def test_a_card_nested_too_deep_or_with_sections_of_the_wrong_type_is_refused(tmp_path):
+    import json as _json
+
+    from perfseer.runtime.predictor import PredictorError, load_predictor
+
+    src = Path(__file__).resolve().parents[1] / "src" / "perfseer" / "predictors" / "nb201-gpus.infer.json"
+    card = _json.loads(src.read_text())
+    deep = tmp_path / "deep.json"
+    deep.write_text(_json.dumps(dict(card, extra="x")).replace('"x"', "[" * 100_000 + "]" * 100_000))
+    with pytest.raises(PredictorError, match="nested"):
+        load_predictor(deep)
+    for section, value in (("domain", 3), ("targets", [{"metric": 1}]), ("model", "seernet")):
+        bad = tmp_path / f"bad_{section}.json"
+        bad.write_text(_json.dumps(dict(card, **{section: value})))
+        with pytest.raises(PredictorError, match=section if section != "model" else "model"):
+            load_predictor(bad)

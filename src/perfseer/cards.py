@@ -69,6 +69,11 @@ def read_card(path: str | os.PathLike, fmt: CardFormat) -> dict:
         card = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise err(f"{what} card {path} is unreadable ({e})", fmt.remedy) from e
+    except RecursionError as e:  # JSON nested deeper than the parser's stack
+        raise err(f"{what} card {path} is nested too deep to be a card", fmt.remedy) from e
+    depth = _depth(card)
+    if depth > MAX_DEPTH:
+        raise err(f"{what} card {path} is nested {depth} levels deep (a card has at most {MAX_DEPTH})", fmt.remedy)
     found = card.get("format") if isinstance(card, dict) else type(card).__name__
     if not isinstance(card, dict) or found != fmt.name:
         raise err(f"{path} is not a {what} card (format {found!r}, expected {fmt.name!r})",
@@ -83,6 +88,17 @@ def read_card(path: str | os.PathLike, fmt: CardFormat) -> dict:
             raise err(f"{path} was trained on feature schema {card.get('schema_version')}, this perfseer computes "
                       f"schema {schema.SCHEMA_VERSION}", "use a perfseer version with that schema, or re-train it")
     return card
+
+
+MAX_DEPTH = 32  # nesting levels of any card perfseer writes (the deepest holds about 8)
+
+
+def _depth(obj, level: int = 0) -> int:
+    """How deeply ``obj`` nests (stops counting past :data:`MAX_DEPTH`)."""
+    if level > MAX_DEPTH or not isinstance(obj, (dict, list)):
+        return level
+    items = obj.values() if isinstance(obj, dict) else obj
+    return max((_depth(v, level + 1) for v in items), default=level + 1)
 
 
 def peek_card(path: str | os.PathLike, fmt: CardFormat) -> dict | None:

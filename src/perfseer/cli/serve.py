@@ -19,8 +19,8 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=positive(int), default=2, help="extractions at once (default 2)")
     p.add_argument("--job-time-limit", type=positive(float), default=60.0, metavar="S",
                    help="seconds an extraction may take (default 60)")
-    p.add_argument("--job-memory-mb", type=positive(int), default=6144, metavar="MB",
-                   help="address-space limit of an extraction process (default 6144)")
+    p.add_argument("--job-memory-mb", type=positive(int), default=3072, metavar="MB",
+                   help="address-space limit of an extraction process (default 3072)")
     p.add_argument("--cache", type=positive(int), default=128, metavar="N", help="graphs kept in memory (default 128)")
     p.add_argument("--row-cache", type=_entries, default=4096, metavar="N",
                    help="prediction rows kept, one entry per graph, batch size, predictor or device, and phase "

@@ -484,6 +484,26 @@ def _paths(name_or_path: str | os.PathLike) -> tuple[Path, Path]:
     return Path(text + ".json"), Path(text + ".safetensors")
 
 
+# The sections of a predictor card and the JSON type each must have (absent or null: not recorded).
+_SECTIONS = {"model": dict, "targets": list, "scaling": dict, "estimator": dict, "domain": dict, "intervals": dict,
+             "calibration": dict, "extraction": dict, "training": dict, "scores": dict, "op_types_seen": list,
+             "devices": list, "phases": list}
+
+
+def _check_sections(card: dict, path) -> None:
+    """Refuse a card whose sections have the wrong JSON type (e.g. an integer ``domain``) or whose
+    targets are not ``{"metric", "device", "phase"}`` strings, before anything reads them."""
+    fix = "the card is corrupt: re-train or re-download the predictor"
+    for key, kind in _SECTIONS.items():
+        if card.get(key) is not None and not isinstance(card[key], kind):
+            raise PredictorError(f"{path}: section {key!r} is a {type(card[key]).__name__}, not a "
+                                 f"{'JSON object' if kind is dict else 'list'}", fix)
+    targets = card.get("targets")
+    if not targets or not all(isinstance(t, dict) and all(isinstance(t.get(k), str) for k in ("metric", "device", "phase"))
+                              for t in targets):
+        raise PredictorError(f"{path}: 'targets' must list objects with string metric, device and phase", fix)
+
+
 def _all_finite(obj) -> bool:
     if isinstance(obj, float):
         return math.isfinite(obj)
@@ -513,6 +533,7 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
         raise PredictorError(f"no predictor named or at {name_or_path}",
                              f"use a bundled name ({names}) or the path of a predictor's .json card")
     card = read_card(card_path, PREDICTOR_CARD)
+    _check_sections(card, card_path)
     kind = card.get("model", {}).get("kind", "neural") if isinstance(card.get("model"), dict) else None
     if kind not in ("neural", "estimator"):
         raise PredictorError(f"{card_path} has model kind {kind!r} (expected 'neural' or 'estimator')",

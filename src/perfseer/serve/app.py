@@ -72,7 +72,7 @@ class ServeConfig:
 
     jobs: int = 2  # extraction processes at once (each parses or exports one model)
     job_time_s: float = 60.0  # an extraction still running after this is stopped (422)
-    job_memory_mb: int = 6144  # address-space limit of an extraction process
+    job_memory_mb: int = 3072  # address-space limit of an extraction process (a request's memory bound)
     queue_wait_s: float = 30.0  # a request waits this long for an extraction slot, then gets 503
     cache_size: int = 128  # PerfGraphs kept (least recently used dropped first)
     row_cache_size: int = 4096  # prediction rows kept, one entry per graph x batch x predictor/device x phase (0: off)

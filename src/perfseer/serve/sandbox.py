@@ -41,7 +41,8 @@ class Limits:
     """What one job may use."""
 
     time_s: float = 60.0  # wall-clock seconds before the child is killed
-    memory_mb: int = 6144  # address-space limit of the child (torch alone maps ~1.5 GB of it)
+    # address-space limit of the child: torch alone maps ~1.5 GB of it; ViT-L/16 and BERT-large extract within 3 GB
+    memory_mb: int = 3072
     threads: int = 1  # torch / OpenMP threads inside the child
 
 
