@@ -146,7 +146,11 @@ def plan(devices: Sequence[str] = (), predictors: Sequence[str] = (), phase: str
                                 "pass --device h100-sxm (perfseer devices lists them) or --predictor NAME")
         if precision is None and len(set(devices)) > 1:
             precision = comparison_precision(devices, phase or "infer", basis)
-        return [Unit("device", d, d, phase or "infer", precision, basis, force) for d in devices], []
+        units = [Unit("device", d, d, phase or "infer", precision, basis, force) for d in devices]
+        cards = list_predictors()
+        for u in units:  # an impossible request fails here, before the model is exported
+            check_unit(u, cards)
+        return units, []
     units, notes = [], []
     for name in predictors:
         p = load(name)
@@ -203,6 +207,15 @@ def resolve(unit: Unit, load: Callable = load_predictor, cards: list[dict] | Non
 def _unmeasured(unit: Unit, spec) -> Resolved:
     """:func:`resolve` where no measured card answers: the transfer or the spec model."""
     phase, precision, prefer = unit.phase, unit.precision, unit.basis
+    _check_unmeasured(unit, spec)
+    if prefer == "transfer" or (prefer == "auto" and xp.applicable(spec, phase, precision) and xp.preferred()):
+        return Resolved(xp.load_transfer(), Options(spec.name, phase, precision), None)
+    return Resolved(load_spec_model(), Options(spec.name, phase, precision or "fp32"), None)
+
+
+def _check_unmeasured(unit: Unit, spec) -> None:
+    """Raise where the basis asked for cannot answer ``unit`` without a measured card."""
+    phase, precision, prefer = unit.phase, unit.precision, unit.basis
     if prefer == "measured":
         raise PerfseerError(f"no bundled measured predictor covers {spec.name} ({phase})",
                             "drop --basis measured to use the spec model, or train one (perfseer train)")
@@ -210,9 +223,18 @@ def _unmeasured(unit: Unit, spec) -> Resolved:
         raise PerfseerError(f"the spec transfer does not cover {spec.name} {precision or ''} {phase}: it answers AMP "
                             "(fp16) inference on a full GPU with FP16 peak, bandwidth, SMs, clock and L2 in its spec",
                             "use --basis spec (the spec model) or --basis auto")
-    if prefer == "transfer" or (prefer == "auto" and xp.applicable(spec, phase, precision) and xp.preferred()):
-        return Resolved(xp.load_transfer(), Options(spec.name, phase, precision), None)
-    return Resolved(load_spec_model(), Options(spec.name, phase, precision or "fp32"), None)
+
+
+def check_unit(unit: Unit, cards: list[dict] | None = None) -> None:
+    """Raise, before any model is exported, where a device unit cannot be answered as asked: an
+    unknown device, ``measured`` where no bundled card covers the device and phase, ``transfer``
+    where it does not apply (a predictor unit is checked by :func:`plan`)."""
+    if unit.kind != "device":
+        return
+    spec = get_device(unit.device)
+    if unit.basis in ("auto", "measured") and measured_predictors(unit.device, unit.phase, unit.precision, cards):
+        return
+    _check_unmeasured(unit, spec)
 
 
 def fallbacks(unit: Unit, first: Resolved) -> list[Resolved]:
