@@ -2,9 +2,9 @@
 
 import pytest
 
-import perfseer.runtime.route as route
 from perfseer.cli.main import main
 from perfseer.errors import PerfseerError
+from perfseer.runtime import route
 
 
 @pytest.fixture
@@ -17,11 +17,11 @@ def no_export(monkeypatch):
 
 
 @pytest.mark.parametrize("kw", [
-    dict(predictor="nb201-gpus.infer", phase="train"),  # a phase the predictor lacks
-    dict(predictor="nb201-gpus.infer", device="a100-40gb"),  # a device it lacks
-    dict(device="a100-40gb", basis="measured"),  # no measured card of that device
-    dict(device="a100-40gb", phase="train", basis="transfer"),  # the transfer answers inference only
-    dict(device="no-such-gpu", basis="spec"),  # an unknown device
+    {"predictor": "nb201-gpus.infer", "phase": "train"},  # a phase the predictor lacks
+    {"predictor": "nb201-gpus.infer", "device": "a100-40gb"},  # a device it lacks
+    {"device": "a100-40gb", "basis": "measured"},  # no measured card of that device
+    {"device": "a100-40gb", "phase": "train", "basis": "transfer"},  # the transfer answers inference only
+    {"device": "no-such-gpu", "basis": "spec"},  # an unknown device
 ])
 def test_an_impossible_request_fails_before_exporting(no_export, kw):
     with pytest.raises(PerfseerError):

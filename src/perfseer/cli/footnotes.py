@@ -25,7 +25,7 @@ def kind_of(reason: str) -> tuple[str, object]:
     """``(kind, figures)`` of one long reason: reasons of one kind share a footnote, whose text
     :func:`short_note` makes from the figures of all of them."""
     text = _FIGURES.sub("", _SOURCES.sub("", reason.strip()))
-    m = re.match(rf"batch \d+ outside the training batch sizes (\d+)-(\d+)", text)
+    m = re.match(r"batch \d+ outside the training batch sizes (\d+)-(\d+)", text)
     if m:
         return "batch", f"{m.group(1)}-{m.group(2)}"
     m = re.match(r"batch \d+ is not the training batch size (\d+)", text)
