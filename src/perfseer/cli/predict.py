@@ -43,7 +43,8 @@ def add_parser(sub) -> None:
                         "ONNX model")
     p.add_argument("--device", action="append", default=None, metavar="DEVICE",
                    help="repeatable, shown side by side; with --predictor: only these devices' targets; alone: any "
-                        "device of perfseer devices")
+                        "device of perfseer devices, or the device of a card in a folder of $PERFSEER_PREDICTORS "
+                        "(e.g. perfseer calibrate --out DIR)")
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="only this phase's targets")
     p.add_argument("--precision", default=None, metavar="NAME",
                    help=f"one of {', '.join(PRECISIONS)} (aliases: amp = amp-fp16, amp_bf16 = amp-bf16); default: a "
@@ -68,7 +69,8 @@ def add_parser(sub) -> None:
 
     ls = sub.add_parser("predictors", help="list the bundled predictors with their coverage and test scores",
                         description="List predictors (bundled, or the cards in --dir).")
-    ls.add_argument("--dir", default=None, help="a folder of predictor cards (default: the bundled ones)")
+    ls.add_argument("--dir", default=None, help="a folder of predictor cards (default: the bundled ones, then those in the folders of "
+                         "$PERFSEER_PREDICTORS)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_predictors)
 
