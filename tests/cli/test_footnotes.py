@@ -47,3 +47,8 @@ def test_unknown_reasons_fold_their_numbers_and_stay_short():
     marks, notes = footnotes([["42 % of the predicted step is in operators no kernel family was trained on, " * 3],
                               ["57 % of the predicted step is in operators no kernel family was trained on, " * 3]])
     assert marks == [[1], [1]] and len(notes) == 1 and len(notes[0]) <= 100
+
+
+def test_a_flag_is_kept_whole():
+    _, notes = footnotes([["calibrated:loglinear:k=117", "outside-calibration-domain"]])
+    assert notes == ["calibrated:loglinear:k=117", "outside-calibration-domain"]

@@ -58,8 +58,9 @@ def kind_of(reason: str) -> tuple[str, object]:
     if m:
         why = "the model is outside its model space" if "model space" in m.group(2) else _cut(m.group(2), 60)
         return f"fell back from {m.group(1)}", why
-    # any other reason: its first clause, numbers folded so rows of one kind share it
-    head = re.split(r"[:;(]", text, maxsplit=1)[0].strip() or text
+    # any other reason: its first clause (a flag such as "calibrated:loglinear:k=12": whole), numbers
+    # folded so rows of one kind share it
+    head = text if " " not in text else (re.split(r"[:;(]", text, maxsplit=1)[0].strip() or text)
     return "other:" + re.sub(_NUM, "#", head), _cut(head)
 
 
