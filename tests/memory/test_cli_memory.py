@@ -60,3 +60,34 @@ def test_json_flag_prints_and_out_writes(tmp_path, capsys):
     assert main(["memory", nb, "--batch", "2", "--phase", "infer", "--json", "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text())
+
+
+NB201 = "nb201:|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
+
+
+def test_tensor_lines_are_labelled_at_the_peak_with_their_own_peak(capsys):
+    assert main(["memory", NB201, "--batch", "2"]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.strip().startswith("gradients"))
+    assert "gradients at the peak" in line and "own peak" in line
+    assert "workspace at the peak" not in text  # not a tensor category: no label
+
+
+def test_category_peaks_bound_the_breakdown():
+    from perfseer.memory.api import memory
+
+    est = memory(NB201, batch=2, phase="train")
+    for k, v in est.category_peaks.items():
+        assert v >= est.breakdown[k]
+    assert est.category_peaks["gradients"] > est.breakdown["gradients"]
+
+
+def test_seq_len_is_the_tokens_of_an_hf_model(capsys):
+    from perfseer.cli.memory import input_shape_of
+
+    assert input_shape_of("hf:gpt2", None, 512) == (512,)
+    assert input_shape_of("timm:resnet50", "3x64x64", None) == (3, 64, 64)
+    assert main(["memory", "timm:resnet50", "--seq-len", "128"]) == 2
+    assert "--input-shape" in capsys.readouterr().err
+    assert main(["memory", "hf:gpt2", "--seq-len", "128", "--input-shape", "128"]) == 2
+    assert "only --seq-len" in capsys.readouterr().err

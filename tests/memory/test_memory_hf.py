@@ -84,3 +84,11 @@ def test_a_transformers_model_object_is_simulated_like_its_reference(tmp_path):
     assert next(model.parameters()).device.type == "cpu"
     with pytest.raises(Exception, match="token ids"):
         resolve_model(model, (3, 32))
+
+
+def test_cli_seq_len_gives_the_tokens(tmp_path, capsys):
+    from perfseer.cli.main import main
+
+    assert main(["memory", gpt2(tmp_path), "--seq-len", str(T), "--batch", str(B), "--phase", "infer",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_shape"] == [T]

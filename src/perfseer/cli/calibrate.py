@@ -18,6 +18,28 @@ from perfseer.cli.bounds import (MAX_CALIBRATION_ROWS, check_device_name, check_
                                  check_out_dir)
 
 
+MEASUREMENTS_FORMAT = """\
+--measurements: CSV (or Parquet), one row per measured step, with the columns
+model,input_shape,batch_size,phase,device,latency_ms (optional: precision,
+source; other metrics: memory_mb, util_pct, energy_j); model is a reference
+(timm:, torchvision:, hf:...) or an .onnx path.  For example:
+
+  model,input_shape,batch_size,phase,device,latency_ms
+  timm:resnet50,3x224x224,32,infer,my_gpu/amp,12.3
+  torchvision:mobilenet_v3_large,3x224x224,1,infer,my_gpu/amp,2.1
+
+perfseer collect export writes this format (docs/guide/calibrate.md)."""
+
+
+class _KeepLinesFormatter(argparse.HelpFormatter):
+    """Reflows the one-paragraph description; keeps the lines of a text that has several (the epilog)."""
+
+    def _fill_text(self, text, width, indent):
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 def add_parser(sub) -> None:
     from perfseer.fit.calibrate import (BLEND_VARIANT, DEFAULT_INTERVAL, DEFAULT_METHOD, DEFAULT_VARIANT,
                                              INTERVAL_RULES, METHODS, VARIANTS)
@@ -29,7 +51,8 @@ def add_parser(sub) -> None:
                     "into a predictor card for the new device, with a 90 % interval from leave-one-model-out "
                     "residuals that widens with a model's distance from the calibration models, and a domain (the "
                     "calibration rows' feature ranges; models far from every calibration model are flagged).  The card records the source "
-                    "predictor (name and file digests) and the calibration rows.")
+                    "predictor (name and file digests) and the calibration rows.",
+        epilog=MEASUREMENTS_FORMAT, formatter_class=_KeepLinesFormatter)
     p.add_argument("--predictor", required=True, metavar="NAME|PATH", help="the source predictor (perfseer predictors)")
     p.add_argument("--measurements", required=True, metavar="TABLE", help="CSV or Parquet measurement table")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the calibrated card")

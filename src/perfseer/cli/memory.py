@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from perfseer.memory.breakdown import LINES
+from perfseer.memory.trace import CATEGORIES
 from perfseer.memory.step import OPTIMIZERS, PHASES, PRECISIONS
 from perfseer.cli.train import _ints
 from perfseer.memory.api import max_batch_for
@@ -19,6 +20,7 @@ from perfseer.data.table import write_table
 from perfseer.cli.bounds import dumps
 from perfseer.cli.graph import _write_atomic
 from perfseer.cli.graph import parse_shape
+from perfseer.shapes import check_seq_len
 
 MIB = 1 << 20
 
@@ -30,7 +32,7 @@ def add_parser(sub) -> None:
                     "through a model of PyTorch's CUDA caching allocator and print the peak memory with its "
                     "breakdown; ONNX models get an inference estimate from the graph's liveness. "
                     "See docs/concepts/memory-simulation.md.")
-    p.add_argument("model", metavar="MODEL", help="timm:NAME, torchvision:NAME, hf:NAME (--input-shape TOKENS), "
+    p.add_argument("model", metavar="MODEL", help="timm:NAME, torchvision:NAME, hf:NAME (--seq-len TOKENS), "
                                                   "nb201:..., fbnet:..., space:..., or an .onnx file / example:NAME "
                                                   "(inference)")
     p.add_argument("--batch", type=_ints, default=[1], metavar="B[,B...]", help="batch sizes (default 1)")
@@ -44,6 +46,8 @@ def add_parser(sub) -> None:
     p.add_argument("--context-mib", type=float, default=None, help="CUDA context size (default 1,314 MiB, measured on an H200)")
     p.add_argument("--input-shape", default=None, metavar="CxHxW",
                    help="one sample's shape (default: the model's); for hf:NAME the number of tokens (default 128)")
+    p.add_argument("--seq-len", type=int, default=None, metavar="N",
+                   help="tokens per sample for hf: models (default 128), as perfseer predict takes it")
     p.add_argument("--max-batch", action="store_true", help="also find the largest batch that fits --device")
     p.add_argument("--mig", action="store_true",
                    help="also give the smallest MIG profile each batch fits (of --device, or of A100 40/80 GB, "
@@ -92,11 +96,17 @@ def format_report(rep: dict) -> str:
         if e["device"] or e["capacity"]:
             head += f"  on {e['device'] or 'the device'} ({e['capacity'] / (1 << 30):g} GiB)"
         lines.append(head)
+        own = e.get("category_peaks") or {}
         for k in LINES:
             v = e["breakdown"].get(k, 0)
             if v:
-                lines.append(f"  {k.replace('_', ' '):<20}{_mib(v):>16}")
-        lines.append(f"  {'total':<20}{_mib(e['total']):>16}")
+                # a tensor category is its value at the moment allocated memory peaks; its own
+                # peak (e.g. every gradient, before the optimizer step frees some) beside it
+                name = k.replace("_", " ") + (" at the peak" if k in CATEGORIES else "")
+                top = own.get(k, 0)
+                beside = f"  (own peak {_mib(top)})" if k in CATEGORIES and top > v * 1.01 else ""
+                lines.append(f"  {name:<28}{_mib(v):>16}{beside}")
+        lines.append(f"  {'total':<28}{_mib(e['total']):>16}")
         lines.append(f"  peak allocated {_mib(e['peak_allocated'])}, peak reserved {_mib(e['peak_reserved'])}")
         if e["fits"] is not None:
             lines.append("  fits" if e["fits"] else "  does not fit")
@@ -152,8 +162,22 @@ def _write_json(path: str, obj: dict) -> None:
     _write_atomic(Path(path), text)
 
 
+def input_shape_of(model: str, input_shape: str | None, seq_len: int | None):
+    """One sample's shape from ``--input-shape`` or, for an ``hf:`` model, ``--seq-len``."""
+    shape = parse_shape(input_shape) if input_shape else None
+    if seq_len is None:
+        return shape
+    check_seq_len(seq_len)
+    if shape is not None:
+        raise MemoryConfigError("--seq-len and --input-shape both give the sample's shape", "pass only --seq-len")
+    if not str(model).startswith("hf:"):
+        raise MemoryConfigError(f"--seq-len is the number of tokens of an hf: model; {model} is not one",
+                                "pass --input-shape CxHxW for this model")
+    return (seq_len,)
+
+
 def run(args: argparse.Namespace) -> int:
-    shape = parse_shape(args.input_shape) if args.input_shape else None
+    shape = input_shape_of(args.model, args.input_shape, getattr(args, "seq_len", None))
     rep = memory_report(args.model, args.batch, phase=args.phase, optimizer=args.optimizer, precision=args.precision,
                         device=args.device, capacity_gib=args.capacity_gib, context_mib=args.context_mib,
                         input_shape=shape, max_batch=args.max_batch, mig=args.mig)

@@ -8,6 +8,7 @@ import math
 import sys
 import warnings
 from pathlib import Path
+from perfseer.cli.footnotes import footnotes
 from perfseer.cli.train import _ints
 from perfseer.errors import PerfseerError
 from perfseer.runtime.answer import PRECISIONS
@@ -42,7 +43,8 @@ def add_parser(sub) -> None:
                         "ONNX model")
     p.add_argument("--device", action="append", default=None, metavar="DEVICE",
                    help="repeatable, shown side by side; with --predictor: only these devices' targets; alone: any "
-                        "device of perfseer devices")
+                        "device of perfseer devices, or the device of a card in a folder of $PERFSEER_PREDICTORS "
+                        "(e.g. perfseer calibrate --out DIR)")
     p.add_argument("--phase", default=None, choices=("infer", "train"), help="only this phase's targets")
     p.add_argument("--precision", default=None, metavar="NAME",
                    help=f"one of {', '.join(PRECISIONS)} (aliases: amp = amp-fp16, amp_bf16 = amp-bf16); default: a "
@@ -54,6 +56,8 @@ def add_parser(sub) -> None:
     p.add_argument("--basis", default="auto", choices=("auto", "spec", "transfer", "measured"),
                    help="with --device alone: auto (measured where available, else for AMP inference the transfer "
                         "from the measured GPUs via specs, else the spec model), or force one")
+    p.add_argument("--explain", action="store_true",
+                   help="print every reason and flag in full below the table (default: one short note per kind)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON to FILE (atomically)")
     p.add_argument("--plot", default=None, metavar="FILE.png|FILE.svg",
@@ -65,7 +69,8 @@ def add_parser(sub) -> None:
 
     ls = sub.add_parser("predictors", help="list the bundled predictors with their coverage and test scores",
                         description="List predictors (bundled, or the cards in --dir).")
-    ls.add_argument("--dir", default=None, help="a folder of predictor cards (default: the bundled ones)")
+    ls.add_argument("--dir", default=None, help="a folder of predictor cards (default: the bundled ones, then those in the folders of "
+                         "$PERFSEER_PREDICTORS)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_predictors)
 
@@ -110,7 +115,8 @@ def run_predict(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(doc, indent=1))
     else:
-        _print_rows(rows, f"{args.model} on {label}" if args.predictor is None else f"{args.model} with predictor {label}")
+        _print_rows(rows, f"{args.model} on {label}" if args.predictor is None else f"{args.model} with predictor {label}",
+                    explain=getattr(args, "explain", False))
         if args.plot:
             print(f"plot: {args.plot}")
     for w in caught:
@@ -118,7 +124,7 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_rows(rows: list[dict], title: str) -> None:
+def _print_rows(rows: list[dict], title: str, explain: bool = False) -> None:
     # a column whose value is the same on every row goes to the title (the table fits 80 columns)
     same = {k: rows[0].get(k) for k in ("device", "phase", "metric", "precision")
             if rows and len({r.get(k) for r in rows}) == 1 and rows[0].get(k) is not None}
@@ -129,14 +135,23 @@ def _print_rows(rows: list[dict], title: str) -> None:
                         "domain") if c not in same]
     for c in cols:
         t.add_column(c, justify="right" if c in ("batch", "predicted", "90 % interval", "per s") else "left")
-    notes: dict[str, list[int]] = {}  # each reason or flag once, numbered, below the table
-    for r in sorted(rows, key=lambda r: (r["metric"], r["phase"], r["batch_size"], r["device"])):
+    ordered = sorted(rows, key=lambda r: (r["metric"], r["phase"], r["batch_size"], r["device"]))
+    row_notes = []
+    for r in ordered:
         reasons, flags = r.get("domain_reasons", []), r.get("flags", [])
         if r.get("value") is None:  # a refusal: its reason is its one note
             reasons, flags = [r.get("reason") or "no answer"], []
         elif r.get("fallback_from"):
             reasons = [f"fell back from {r['fallback_from'].get('basis')}: {r['fallback_from'].get('reason')}"] + reasons
-        marks = [notes.setdefault(n, [len(notes) + 1])[0] for n in reasons + flags]
+        row_notes.append(list(reasons) + list(flags))
+    if explain:  # each reason or flag once, numbered, in full
+        long: dict[str, int] = {}
+        all_marks = [[long.setdefault(n, len(long) + 1) for n in ns] for ns in row_notes]
+        texts = list(long)
+    else:  # one short note per kind of reason
+        all_marks, texts = footnotes(row_notes)
+    for r, marks in zip(ordered, all_marks):
+        flags = r.get("flags", []) if r.get("value") is not None else []
         iv = r.get("interval")
         dom = {True: "in", False: "OUT", None: "-"}[r.get("in_domain")]
         tput = r.get("throughput_per_s")
@@ -148,8 +163,10 @@ def _print_rows(rows: list[dict], title: str) -> None:
                  "domain": dom + (f" [{','.join(map(str, marks))}]" if marks else "")}
         t.add_row(*(cells[c] for c in cols))
     Console().print(t)
-    for n, (k,) in notes.items():
+    for k, n in enumerate(texts, 1):
         print(f"  [{k}] {n}")
+    if texts and not explain:
+        print("(--explain: the notes in full)")
     if any(r.get("flags") for r in rows):
         print("*: the prediction carries flags (among the numbered notes)")
     for b in dict.fromkeys(r.get("basis", "") for r in rows if r.get("basis")):

@@ -321,7 +321,8 @@ def estimate_from_trace(trace, label, batch, config: StepConfig, device_name, ca
         optimizer=config.optimizer if config.phase == "train" else None, precision=config.precision,
         device=device_name, method=method, peak_tensor_bytes=r.peak_tensor_bytes, peak_allocated=r.peak_allocated,
         peak_reserved=r.peak_reserved, context=over.context, total=r.peak_reserved + over.context,
-        breakdown=r.breakdown, capacity=capacity, fits=fits, notes=list(notes or []))
+        breakdown=r.breakdown, capacity=capacity, fits=fits, notes=list(notes or []),
+        category_peaks=r.category_peaks)
 
 
 def max_batch_for(model, device: str | None = None, phase: str = "train", optimizer: str | None = "adamw",

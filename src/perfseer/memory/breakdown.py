@@ -33,6 +33,8 @@ class MemoryEstimate:
         basis: the method in words for output ("simulated", "ONNX liveness", "learned (card ...,
             90 % interval ...)").
         interval: for a learned estimate, the total's 90 % interval ``[low, high]``.
+        category_peaks: each tensor category's own peak over the step (the breakdown holds its
+            value at the moment allocated memory peaks); ``None`` where not traced.
     """
 
     model: str
@@ -54,6 +56,7 @@ class MemoryEstimate:
     mig: list[dict] | None = None  # perfseer.memory.api.mig_advice, when asked for
     interval: list[int] | None = None
     basis: str = ""
+    category_peaks: dict[str, int] | None = None  # each tensor category's own peak (simulated steps)
 
     def __post_init__(self):
         if not self.basis:
@@ -71,6 +74,7 @@ class Replayed:
     peak_allocated: int
     peak_reserved: int
     breakdown: dict[str, int]
+    category_peaks: dict[str, int] = field(default_factory=dict)
 
 
 def _with_workspace(trace: Trace, overheads: Overheads, uses_cublas: bool):
@@ -101,7 +105,21 @@ def analyse(trace: Trace, overheads: Overheads, uses_cublas: bool = True) -> Rep
             lines[kinds[aid]] += round_size(sizes[aid])
     lines["allocator_overhead"] = res.peak_reserved - sum(lines.values())
     lines["context"] = overheads.context
-    return Replayed(trace.peak()[0], res.peak_allocated, res.peak_reserved, lines)
+    return Replayed(trace.peak()[0], res.peak_allocated, res.peak_reserved, lines, category_peaks(sizes, kinds, events))
+
+
+def category_peaks(sizes, kinds, events) -> dict[str, int]:
+    """Each tensor category's own peak over the step (its live bytes, rounded as the allocator
+    rounds them): beside the breakdown, which holds each category at the moment *allocated memory*
+    peaks (e.g. gradients freed or not yet made by then)."""
+    live = {k: 0 for k in CATEGORIES}
+    top = dict(live)
+    for sign, aid in events:
+        k = kinds[aid]
+        if k in live and sizes[aid] > 0:
+            live[k] += round_size(sizes[aid]) if sign > 0 else -round_size(sizes[aid])
+            top[k] = max(top[k], live[k])
+    return top
 
 
 def fits_in(trace: Trace, overheads: Overheads, capacity: int, uses_cublas: bool = True) -> bool:

@@ -479,8 +479,9 @@ def _paths(name_or_path: str | os.PathLike) -> tuple[Path, Path]:
             text = text[: -len(suffix)]  # names hold dots ("rtx3090-amp-nchw-pt240.infer")
             break
     else:
-        if (BUNDLED / f"{text}.json").is_file():
-            text = str(BUNDLED / text)
+        folder = next((f for f in predictor_folders() if (f / f"{text}.json").is_file()), None)
+        if folder is not None:
+            text = str(folder / text)
     return Path(text + ".json"), Path(text + ".safetensors")
 
 
@@ -598,15 +599,30 @@ def _load_estimator(card: dict, card_path: Path, n_targets: int | None = None) -
 
 
 def list_predictors(directory: str | os.PathLike | None = None) -> list[dict]:
-    """The cards of the predictors in ``directory`` (default: the bundled ones), described."""
-    folder = Path(directory) if directory is not None else BUNDLED
-    out = []
-    for card_path in sorted(folder.glob("*.json")):
-        card = peek_card(card_path, PREDICTOR_CARD)
-        if card is not None:
-            card["_path"] = str(card_path)
-            out.append(Predictor.describe(_CardOnly(card, card_path.stem)))
+    """The cards of the predictors in ``directory`` (default: the bundled ones, then those of the
+    folders in ``$PERFSEER_PREDICTORS``; a name already found is not listed again), described."""
+    out, seen = [], set()
+    for folder in [Path(directory)] if directory is not None else predictor_folders():
+        for card_path in sorted(folder.glob("*.json")):
+            card = peek_card(card_path, PREDICTOR_CARD)
+            if card is not None:
+                card["_path"] = str(card_path)
+                item = Predictor.describe(_CardOnly(card, card_path.stem))
+                if item["name"] not in seen:
+                    seen.add(item["name"])
+                    out.append(item)
     return out
+
+
+#: Folders of user predictor cards (e.g. ``perfseer calibrate --out DIR``), separated by the
+#: system's path separator: searched by name, and by ``--device``, after the bundled ones.
+PREDICTORS_ENV = "PERFSEER_PREDICTORS"
+
+
+def predictor_folders() -> list[Path]:
+    """The bundled folder, then each existing folder of ``$PERFSEER_PREDICTORS``."""
+    user = [Path(p).expanduser() for p in os.environ.get(PREDICTORS_ENV, "").split(os.pathsep) if p.strip()]
+    return [BUNDLED] + [p for p in user if p.is_dir()]
 
 
 class _CardOnly:

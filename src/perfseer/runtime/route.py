@@ -61,8 +61,11 @@ def measured_predictors(device: str, phase: str = "infer", precision: str | None
     (any alias) in ``phase`` at ``precision`` (``None``: any), latency target (``cards``: the
     bundled cards' :func:`~perfseer.runtime.predictor.list_predictors`, when the caller has read them)."""
 
-    want = get_device(device)
-    if want.parent is not None:
+    try:
+        want = get_device(device)
+    except UnknownDeviceError:  # a device only a user card (PERFSEER_PREDICTORS) was measured on
+        want = None
+    if want is not None and want.parent is not None:
         return []  # a MIG slice is never the measured device
     out = []
     for p in list_predictors() if cards is None else cards:
@@ -71,11 +74,15 @@ def measured_predictors(device: str, phase: str = "infer", precision: str | None
             dev, _, ph = rest.rpartition(":")
             if metric != "latency_ms" or ph != phase:
                 continue
-            try:
-                if get_device(dev).name != want.name:
+            if want is None:  # by the card's own device string: "mybox" finds "mybox/amp"
+                if device.lower() not in (dev.lower(), dev.split("/")[0].lower()):
                     continue
-            except (UnknownDeviceError, PerfseerError):
-                continue
+            else:
+                try:
+                    if get_device(dev).name != want.name:
+                        continue
+                except (UnknownDeviceError, PerfseerError):
+                    continue
             if not answers_at(precision, setting_precision(dev)):
                 continue
             out.append((p["name"], dev))
@@ -146,7 +153,11 @@ def plan(devices: Sequence[str] = (), predictors: Sequence[str] = (), phase: str
                                 "pass --device h100-sxm (perfseer devices lists them) or --predictor NAME")
         if precision is None and len(set(devices)) > 1:
             precision = comparison_precision(devices, phase or "infer", basis)
-        return [Unit("device", d, d, phase or "infer", precision, basis, force) for d in devices], []
+        units = [Unit("device", d, d, phase or "infer", precision, basis, force) for d in devices]
+        cards = list_predictors()
+        for u in units:  # an impossible request fails here, before the model is exported
+            check_unit(u, cards)
+        return units, []
     units, notes = [], []
     for name in predictors:
         p = load(name)
@@ -190,18 +201,26 @@ def resolve(unit: Unit, load: Callable = load_predictor, cards: list[dict] | Non
     if unit.kind == "predictor":
         p = load(unit.name)
         return Resolved(p, Options(unit.device, unit.phase, unit.precision), p.weight_work)
-    spec = get_device(unit.device)
     phase, precision, prefer = unit.phase, unit.precision, unit.basis
     found = measured_predictors(unit.device, phase, precision, cards) if prefer in ("auto", "measured") else []
     if found:
         name, dev = found[0]
         p = load(name)
         return Resolved(p, Options(dev, phase, None, force=unit.force), p.weight_work, measured=dev)
-    return _unmeasured(unit, spec)
+    return _unmeasured(unit, get_device(unit.device))
 
 
 def _unmeasured(unit: Unit, spec) -> Resolved:
     """:func:`resolve` where no measured card answers: the transfer or the spec model."""
+    phase, precision, prefer = unit.phase, unit.precision, unit.basis
+    _check_unmeasured(unit, spec)
+    if prefer == "transfer" or (prefer == "auto" and xp.applicable(spec, phase, precision) and xp.preferred()):
+        return Resolved(xp.load_transfer(), Options(spec.name, phase, precision), None)
+    return Resolved(load_spec_model(), Options(spec.name, phase, precision or "fp32"), None)
+
+
+def _check_unmeasured(unit: Unit, spec) -> None:
+    """Raise where the basis asked for cannot answer ``unit`` without a measured card."""
     phase, precision, prefer = unit.phase, unit.precision, unit.basis
     if prefer == "measured":
         raise PerfseerError(f"no bundled measured predictor covers {spec.name} ({phase})",
@@ -210,9 +229,17 @@ def _unmeasured(unit: Unit, spec) -> Resolved:
         raise PerfseerError(f"the spec transfer does not cover {spec.name} {precision or ''} {phase}: it answers AMP "
                             "(fp16) inference on a full GPU with FP16 peak, bandwidth, SMs, clock and L2 in its spec",
                             "use --basis spec (the spec model) or --basis auto")
-    if prefer == "transfer" or (prefer == "auto" and xp.applicable(spec, phase, precision) and xp.preferred()):
-        return Resolved(xp.load_transfer(), Options(spec.name, phase, precision), None)
-    return Resolved(load_spec_model(), Options(spec.name, phase, precision or "fp32"), None)
+
+
+def check_unit(unit: Unit, cards: list[dict] | None = None) -> None:
+    """Raise, before any model is exported, where a device unit cannot be answered as asked: an
+    unknown device, ``measured`` where no bundled card covers the device and phase, ``transfer``
+    where it does not apply (a predictor unit is checked by :func:`plan`)."""
+    if unit.kind != "device":
+        return
+    if unit.basis in ("auto", "measured") and measured_predictors(unit.device, unit.phase, unit.precision, cards):
+        return
+    _check_unmeasured(unit, get_device(unit.device))
 
 
 def fallbacks(unit: Unit, first: Resolved) -> list[Resolved]:
@@ -220,6 +247,10 @@ def fallbacks(unit: Unit, first: Resolved) -> list[Resolved]:
     answer: a measured card's, the transfer or the spec model (at the card's precision when none
     was asked); the transfer's, the spec model.  An explicit basis has none."""
     if unit.kind != "device" or unit.basis != "auto":
+        return []
+    try:
+        get_device(unit.device)
+    except UnknownDeviceError:  # a user card's own device: no spec sheet to fall back on
         return []
     if unit.precision is None and first.measured is not None:  # the fall-back answers at the card's precision
         unit = dataclasses.replace(unit, precision=setting_precision(first.measured))

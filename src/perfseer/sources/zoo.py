@@ -6,6 +6,7 @@ downloaded) and exported through :mod:`perfseer.graph.torch_export`.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import sys
 from pathlib import Path
@@ -72,6 +73,21 @@ def import_zoo(zoo: str):
 REPARAM_SUFFIX = "@reparam"
 
 
+def did_you_mean(name: str, names, listing: str = "", n: int = 5) -> str:
+    """The fix for a mistyped model name: the closest names of ``names`` (edit distance first, then
+    names containing it), or where to list them (``listing``, e.g. ``timm.list_models()``).
+
+    >>> did_you_mean("resnt50", ["resnet50", "resnet50d", "vit_base_patch16_224"])
+    'did you mean resnet50, resnet50d?'
+    """
+    names = list(names)
+    close = difflib.get_close_matches(name, names, n=n, cutoff=0.75)
+    close += [m for m in names if name and name in m and m not in close][: n - len(close)]
+    if not close:
+        close = difflib.get_close_matches(name, names, n=n, cutoff=0.5)
+    return f"did you mean {', '.join(close)}?" if close else f"check the name{' (' + listing + ' lists them)' if listing else ''}"
+
+
 def build_zoo_model(zoo: str, name: str, meta: bool = True, reparam: bool = False):
     """Instantiate ``name`` from ``zoo`` (random weights) and its default input shape.
 
@@ -89,16 +105,14 @@ def build_zoo_model(zoo: str, name: str, meta: bool = True, reparam: bool = Fals
     lib = import_zoo(zoo)
     if zoo == "timm":
         if not lib.is_model(name):
-            close = lib.list_models(f"*{name}*")[:5]
             raise ModelLoadError(f"timm has no model named '{name}'",
-                                 f"check the name (similar: {', '.join(close) or 'none'})")
+                                 did_you_mean(name, lib.list_models(), "timm.list_models()"))
         create = lambda: lib.create_model(name, pretrained=False)  # noqa: E731
     else:
         names = [n for family in TORCHVISION_FAMILIES for n in lib.list_models(module=_tv_module(lib, family))]
         if name not in names:
-            close = [n for n in names if name.split("_")[0] in n][:5]
             raise ModelLoadError(f"torchvision has no classification, detection or segmentation model named "
-                                 f"'{name}'", f"check the name (similar: {', '.join(close) or 'none'})")
+                                 f"'{name}'", did_you_mean(name, names, "torchvision.models.list_models()"))
         kwargs = {"weights": None}
         if name not in lib.list_models(module=lib):  # detection/segmentation: no ImageNet backbone download
             kwargs["weights_backbone"] = None
