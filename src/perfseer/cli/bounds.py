@@ -92,6 +92,25 @@ def check_out_dir(out, what: str = "--out") -> Path:
     return path
 
 
+def check_out_file(out, what: str = "--out", suffixes: tuple[str, ...] = ()) -> Path:
+    """A file that can be written: a plain file name (with one of ``suffixes`` when given) in a
+    folder :func:`check_out_dir` accepts; not an existing folder.  Checked before long work.
+
+    Raises:
+        PerfseerError: naming the path and why.
+    """
+    text = str(out)
+    path = Path(os.path.abspath(os.path.expanduser(text))) if text and "\0" not in text else None
+    if path is None or not path.name or path.name in (".", ".."):
+        raise PerfseerError(f"{what} {text!r} is not a file name", "give a file, e.g. --out table.csv")
+    if path.is_dir():
+        raise PerfseerError(f"{what} {text} is a folder", "give a file name in it, e.g. --out table.csv")
+    if suffixes and not path.name.lower().endswith(suffixes):
+        raise PerfseerError(f"{what} {text} must end in {' or '.join(suffixes)}", f"e.g. --out table{suffixes[0]}")
+    check_out_dir(path.parent, what)
+    return path
+
+
 def check_device_name(name, where: str = "the measurements") -> str:
     """A device name from a table: printable, no path step (``..``, ``\\``), at most
     :data:`MAX_DEVICE_NAME` characters (it becomes part of a file name)."""

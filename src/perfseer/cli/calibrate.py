@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-
-from perfseer.errors import PerfseerError
-import numpy as np
 import os
-from perfseer.features.pyg import attach_liveness
+import sys
 from pathlib import Path
-from perfseer.runtime.predictor import Target
-from perfseer.runtime.predictor import load_predictor
-from perfseer.runtime.predictor import slug
-from perfseer.cli.bounds import (MAX_CALIBRATION_ROWS, check_device_name, check_measured, check_name,
-                                 check_out_dir)
 
+import numpy as np
+
+from perfseer.cli.bounds import MAX_CALIBRATION_ROWS, check_device_name, check_measured, check_name, check_out_dir
+from perfseer.errors import PerfseerError
+from perfseer.features.pyg import attach_liveness
+from perfseer.runtime.predictor import Target, load_predictor, slug
 
 MEASUREMENTS_FORMAT = """\
 --measurements: CSV (or Parquet), one row per measured step, with the columns
@@ -42,7 +39,7 @@ class _KeepLinesFormatter(argparse.HelpFormatter):
 
 def add_parser(sub) -> None:
     from perfseer.fit.calibrate import (BLEND_VARIANT, DEFAULT_INTERVAL, DEFAULT_METHOD, DEFAULT_VARIANT,
-                                             INTERVAL_RULES, METHODS, VARIANTS)
+                                        INTERVAL_RULES, METHODS, VARIANTS)
 
     p = sub.add_parser(
         "calibrate", help="calibrate a trained predictor to a new device from a few measurements",
@@ -142,8 +139,8 @@ def graphs_of(rows, base_dir=None, weight_work: bool | None = None) -> list:
         PerfseerError: a model that cannot be extracted, named with its error.
     """
 
-    from perfseer.features.extract import extract  # deferred: loads onnx
     from perfseer.data.dataset import parse_shape  # deferred: loads onnx, pandas
+    from perfseer.features.extract import extract  # deferred: loads onnx
 
     cache, live, out = {}, {}, []
     for _, r in rows.iterrows():

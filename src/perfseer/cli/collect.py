@@ -12,44 +12,31 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.util
+import json
 import math
 import os
+import re
 import statistics
 import time
 from pathlib import Path
 
-from perfseer.profiling.jobs import OPTIMIZERS, PHASES, PRECISIONS, CollectError
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from perfseer.cli.bounds import MAX_BATCH, MAX_SPACE, check_out_file
+from perfseer.profiling.backends import BACKENDS, backend_class
+from perfseer.profiling.collect import Grid, Summary, models_from, plan, run_local
+from perfseer.profiling.jobs import OPTIMIZERS, PHASES, PRECISIONS, STATUSES, CollectError, parse_shape, shape_text
+from perfseer.profiling.protocol import Protocol
+from perfseer.profiling.ray_runner import RayRunner
+from perfseer.profiling.store import Store
+from perfseer.profiling.worker import Worker
 from perfseer.sources import NAMES, scheme_word, split_reference
 from perfseer.sources.space import canonical_ref
-from perfseer.cli.bounds import MAX_BATCH
-from perfseer.profiling.jobs import parse_shape
-from perfseer.profiling.jobs import shape_text
-import importlib.util
-import re
-from perfseer.profiling.backends import BACKENDS
-from perfseer.profiling.backends import backend_class
-from perfseer.profiling.protocol import Protocol
-from perfseer.cli.bounds import MAX_SPACE
-from rich.console import Console
-from perfseer.profiling.collect import Grid
-from perfseer.profiling.collect import Summary
-from perfseer.profiling.collect import models_from
-from perfseer.profiling.collect import plan
-from perfseer.profiling.collect import run_local
-from perfseer.profiling.store import Store
-from perfseer.profiling.ray_runner import RayRunner
-from perfseer.profiling.worker import Worker
-from rich.progress import BarColumn
-from rich.progress import MofNCompleteColumn
-from rich.progress import Progress
-from rich.progress import TextColumn
-from rich.progress import TimeElapsedColumn
-from rich.progress import TimeRemainingColumn
-import hashlib
-import json
-from rich import box
-from rich.table import Table
-from perfseer.profiling.jobs import STATUSES
 
 _BACKENDS = ("torch-cpu", "ort-cpu", "torch-cuda")  # perfseer.profiling.backends.BACKENDS, without importing
 
@@ -368,6 +355,7 @@ def _print_summary(console, summary, db: str) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     with Store(_existing(args.db), create=False) as store:
+        check_out_file(args.out, suffixes=(".csv", ".parquet"))
         table, excluded = store.export(args.out, args.failures, args.source)
     console = _console()
     unconverged = int((table["converged"] == False).sum()) if "converged" in table else 0  # noqa: E712

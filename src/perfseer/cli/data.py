@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import argparse
 import time
+
 from rich import box
 from rich.console import Console
-from rich.table import Table
-from rich.progress import BarColumn
-from rich.progress import MofNCompleteColumn
-from rich.progress import Progress
-from rich.progress import TextColumn
-from rich.progress import TimeElapsedColumn
-from rich.progress import TimeRemainingColumn
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from perfseer.cli.bounds import check_out_dir, check_out_file
 
 SOURCES = ("timm-benchmark", "help-nas")  # perfseer.data.importers.IMPORTERS, without importing pandas
 
@@ -96,6 +94,7 @@ def import_to_table(source: str, directory: str, out: str):
 
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
+    check_out_file(args.out, suffixes=(".csv", ".parquet"))
     table, report = import_to_table(args.source, args.dir, args.out)
     render(table, report, args.out, time.perf_counter() - start)
     return 0
@@ -155,6 +154,7 @@ def run_build(args: argparse.Namespace) -> int:
         text = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
         bar.update(job, completed=done, total=total, counts=text)
 
+    check_out_dir(args.out)
     try:
         report = build_dataset(args.table, args.out, workers=args.workers, cache=args.cache,
                                split_seed=args.split_seed, retry_failed=args.retry_failed, progress=progress,
@@ -169,6 +169,7 @@ def run_build(args: argparse.Namespace) -> int:
 def run_compact(args: argparse.Namespace) -> int:
     from perfseer.data.dataset import compact_dataset  # deferred: loads onnx, pandas
 
+    check_out_dir(args.out)
     c = compact_dataset(args.src, args.out)
     print(f"wrote {c['graphs']:,} graphs of {c['models']:,} (model, input shape) to {args.out}: "
           f"{c['distinct_node_rows']:,} distinct node rows of {c['node_rows']:,}, "

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from perfseer.devices import add_device_file
-from perfseer.devices import get_device
-from perfseer.devices import list_devices
-from perfseer.devices import user_dir
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from perfseer.devices import add_device_file, get_device, list_devices, user_dir
 
 
 def add_parser(sub) -> None:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from perfseer.errors import PerfseerError, ShapeError
-from perfseer.shapes import check_seq_len, parse_dims, parse_shape  # noqa: F401 - their old home
-from perfseer.features.extract import extract
-from perfseer.cli.bounds import MAX_BATCH
-from perfseer.cli.bounds import dumps
-from perfseer.features.pyg import save_graphs
-from perfseer.cli.bounds import atomic_write_text
 from rich.console import Console
 from rich.table import Table
+
+from perfseer.cli.bounds import MAX_BATCH, atomic_write_text, dumps
+from perfseer.errors import PerfseerError, ShapeError
+from perfseer.features.extract import extract
+from perfseer.features.pyg import save_graphs
+from perfseer.shapes import check_seq_len, parse_dims, parse_shape  # noqa: F401 - their old home
 
 
 def add_parser(sub) -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from perfseer import __version__
 from perfseer.errors import PerfseerError
-import os
 
 # subcommand -> (module whose add_parser(sub) defines it, one-line help shown by `perfseer --help`)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -7,19 +7,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfseer.memory.breakdown import LINES
-from perfseer.memory.trace import CATEGORIES
-from perfseer.memory.step import OPTIMIZERS, PHASES, PRECISIONS
-from perfseer.cli.train import _ints
-from perfseer.memory.api import max_batch_for
-from perfseer.memory.api import memory
-from perfseer.memory.api import resolve_model
-from perfseer.errors import MemoryConfigError
-from perfseer.data.table import read_table
-from perfseer.data.table import write_table
 from perfseer.cli.bounds import dumps
-from perfseer.cli.graph import _write_atomic
-from perfseer.cli.graph import parse_shape
+from perfseer.cli.graph import _write_atomic, parse_shape
+from perfseer.cli.train import _ints
+from perfseer.data.table import read_table, write_table
+from perfseer.errors import MemoryConfigError
+from perfseer.memory.api import max_batch_for, memory, resolve_model
+from perfseer.memory.breakdown import LINES
+from perfseer.memory.step import OPTIMIZERS, PHASES, PRECISIONS
+from perfseer.memory.trace import CATEGORIES
 from perfseer.shapes import check_seq_len
 
 MIB = 1 << 20

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from perfseer.features.ops import REGISTRY
+
 from rich.console import Console
 from rich.table import Table
+
+from perfseer.features.ops import REGISTRY
 
 
 def add_parser(sub) -> None:

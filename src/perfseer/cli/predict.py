@@ -6,20 +6,20 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 import warnings
 from pathlib import Path
-from perfseer.cli.footnotes import footnotes
-from perfseer.cli.train import _ints
-from perfseer.errors import PerfseerError
-from perfseer.runtime.answer import PRECISIONS
-from perfseer.runtime.predictor import UnseenOperatorWarning
+
 from rich import box
 from rich.console import Console
-from rich.table import Table
-from perfseer.errors import MissingDependencyError
-from perfseer.runtime.predictor import list_predictors
 from rich.markup import escape
-import textwrap
+from rich.table import Table
+
+from perfseer.cli.footnotes import footnotes
+from perfseer.cli.train import _ints
+from perfseer.errors import MissingDependencyError, PerfseerError
+from perfseer.runtime.answer import PRECISIONS
+from perfseer.runtime.predictor import UnseenOperatorWarning, list_predictors
 
 
 def add_parser(sub) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+
 from perfseer.cli.train import positive
-from perfseer.errors import MissingDependencyError
-from perfseer.errors import PerfseerError
+from perfseer.errors import MissingDependencyError, PerfseerError
 
 
 def add_parser(sub) -> None:

@@ -4,14 +4,16 @@ a measurement table."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
-import shutil
-from perfseer.errors import PerfseerError
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from perfseer.errors import PerfseerError
 from perfseer.runtime.predictor import load_predictor
 
 
@@ -42,7 +44,6 @@ def positive(kind):
 
 def add_parser(sub) -> None:
     from perfseer.cli.bounds import MAX_GRAPHS_PER_STEP, MAX_HIDDEN, bounded_int  # deferred: loads onnx
-
     from perfseer.fit.trainer import TrainConfig  # deferred: loads torch
 
     d = TrainConfig()
@@ -113,10 +114,9 @@ def add_parser(sub) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from perfseer.cli.bounds import check_name, check_out_dir  # deferred: loads onnx
     from perfseer.fit.recipe import train_predictor  # deferred: loads torch, onnx
     from perfseer.fit.trainer import TrainConfig  # deferred: loads torch
-
-    from perfseer.cli.bounds import check_name, check_out_dir  # deferred: loads onnx
 
     if args.name is not None:
         check_name(args.name)  # before training: the name becomes a file in --out
@@ -126,8 +126,8 @@ def run_train(args: argparse.Namespace) -> int:
                       seed=args.seed, num_threads=args.threads, pcgrad=not args.no_pcgrad,
                       device="cuda" if args.cuda else "cpu", progress=sys.stderr.isatty(),
                       checkpoint_dir=str(out / ".checkpoint"), resume=args.resume)
-    from perfseer.models.registry import parse_overrides  # deferred: loads torch, pandas
     from perfseer.fit.methods import ALIASES  # deferred: loads torch, onnx
+    from perfseer.models.registry import parse_overrides  # deferred: loads torch, pandas
 
     model_config = (({"hidden_dim": args.hidden} if args.hidden else {})
                     | parse_overrides(ALIASES.get(args.model, args.model), args.set))

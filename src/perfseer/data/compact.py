@@ -43,9 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from perfseer.errors import SchemaError
-from perfseer.features.perfgraph import PRIMARY_NODE_COLUMNS
-from perfseer.features.perfgraph import derive_features
 from perfseer.features import schema
+from perfseer.features.perfgraph import PRIMARY_NODE_COLUMNS, derive_features
 from perfseer.features.pyg import OP_VOCAB
 
 COMPACT_FILE = "graphs.npz"

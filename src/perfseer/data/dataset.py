@@ -66,50 +66,40 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import multiprocessing
 import os
 import re
 import secrets
+import shutil
+import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from perfseer.errors import MissingDependencyError, PerfseerError
+from perfseer import __version__
+from perfseer.data import splits
+from perfseer.data.compact import COMPACT_FILE, CompactGraphs, pack
+from perfseer.data.table import read_table, write_table
+from perfseer.errors import MissingDependencyError, PerfseerError, SchemaError
+from perfseer.features import schema
+from perfseer.features.perfgraph import build_perfgraph
+from perfseer.features.pyg import OP_VOCAB, load_graphs, op_type_ids, save_graphs
+from perfseer.graph.extract import extract_graph, weight_work_enabled
+from perfseer.graph.onnx_io import read_skeleton
 from perfseer.shapes import parse_shape
 from perfseer.sources import SCHEMES, choices, scheme_word, split_reference
 from perfseer.sources.hf import is_local_config
-from perfseer.graph.extract import weight_work_enabled
-from perfseer.features.pyg import op_type_ids
 from perfseer.sources.load import load_skeleton
-from perfseer.features.perfgraph import build_perfgraph
-from perfseer.graph.extract import extract_graph
-import multiprocessing
-import signal
-import threading
-from concurrent.futures import FIRST_COMPLETED
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import wait
-from concurrent.futures.process import BrokenProcessPool
-from perfseer import __version__
-from perfseer.data import splits
-from perfseer.data.table import read_table
-from perfseer.data.table import write_table
-from perfseer.features import schema
-from perfseer.features.pyg import save_graphs
-from perfseer.data.compact import COMPACT_FILE
-from perfseer.data.compact import pack
-from perfseer.features.pyg import OP_VOCAB
-from perfseer.data.compact import CompactGraphs
-from perfseer.errors import SchemaError
-from perfseer.features.pyg import load_graphs
-import shutil
-from perfseer.graph.onnx_io import read_skeleton
 
 # Version of what a cached skeleton holds; part of every cache key.  Bump it when the exporter or
 # the stored metadata changes in a way that makes old entries wrong.

@@ -34,9 +34,9 @@ import hashlib
 import re
 from collections.abc import Sequence
 
+from perfseer.errors import PerfseerError
 from perfseer.sources import split_reference
 from perfseer.sources.zoo import REPARAM_SUFFIX
-from perfseer.errors import PerfseerError
 
 SPLITS = ("train", "val", "test")
 DEFAULT_RATIOS = (2, 1, 1)  # PerfSeer: 50 % train, 25 % validation, 25 % test

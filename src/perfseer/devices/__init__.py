@@ -13,15 +13,8 @@ The bundled spec files are under ``perfseer/devices/data/``, each device with it
 users add their own (see :mod:`perfseer.devices.registry`).
 """
 
-from perfseer.devices.registry import (
-    UnknownDeviceError,
-    add_device_file,
-    get_device,
-    list_devices,
-    read_spec_file,
-    registry,
-    user_dir,
-)
+from perfseer.devices.registry import (UnknownDeviceError, add_device_file, get_device, list_devices, read_spec_file,
+                                       registry, user_dir)
 from perfseer.devices.spec import DeviceSpec, DeviceSpecError, MigProfile
 
 __all__ = ["DeviceSpec", "MigProfile", "DeviceSpecError", "UnknownDeviceError", "get_device", "list_devices",

@@ -7,9 +7,9 @@ import re
 
 from perfseer.errors import ShapeError
 from perfseer.features.perfgraph import PerfGraph, build_perfgraph
+from perfseer.graph.detection import DETECTION_DIM
 from perfseer.graph.extract import extract_graph
 from perfseer.sources.load import load_skeleton
-from perfseer.graph.detection import DETECTION_DIM
 
 
 def extract(model, batch: int | None = None, input_shape=None, dims: dict[str, int] | None = None,

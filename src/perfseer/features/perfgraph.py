@@ -11,12 +11,9 @@ import numpy as np
 from perfseer.features import schema
 from perfseer.features.ops import REGISTRY, NodeView, OpCost, generic_cost, memory_of
 from perfseer.features.ops.registry import registry_key
-from perfseer.graph.ir import Graph, Tensor
-from perfseer.features.precision import node_compute_dtypes
-from perfseer.features.precision import totals_by_dtype
-from perfseer.features.precision import params_by_dtype
-from perfseer.features.precision import dominant
+from perfseer.features.precision import dominant, node_compute_dtypes, params_by_dtype, totals_by_dtype
 from perfseer.features.pyg import to_data
+from perfseer.graph.ir import Graph, Tensor
 
 _N_HP = len(schema.HYPERPARAMETERS)
 _COST_AT = {name: _N_HP + i for i, name in enumerate(schema.COST_FEATURES)}

@@ -83,12 +83,31 @@ from perfseer.errors import PerfseerError
 from perfseer.fit.metrics import evaluate
 from perfseer.models.registry import build_model
 from perfseer.profiling.backends import setting_kind
+
 # The loading half of a calibrated card lives in the runtime; its names stay importable from here.
-from perfseer.runtime.corrections import (BLEND_VARIANT, DOMAIN_FEATURES, LIVE_DESIGN, LIVE_FEATURES,  # noqa: F401
-                                          OUTPUT_INDEPENDENT, BlendedCorrection, CalibratedNet, CorrectedNet,
-                                          LogLinear, _parts, correction_from_dict, domain_check, embed,
-                                          global_design, graph_liveness, has_embedding, live_design,
-                                          nearest_distance, row_halfwidths, width_growth, wrap_loaded)
+from perfseer.runtime.corrections import (  # noqa: F401
+    BLEND_VARIANT,
+    DOMAIN_FEATURES,
+    LIVE_DESIGN,
+    LIVE_FEATURES,
+    OUTPUT_INDEPENDENT,
+    BlendedCorrection,
+    CalibratedNet,
+    CorrectedNet,
+    LogLinear,
+    _parts,
+    correction_from_dict,
+    domain_check,
+    embed,
+    global_design,
+    graph_liveness,
+    has_embedding,
+    live_design,
+    nearest_distance,
+    row_halfwidths,
+    width_growth,
+    wrap_loaded,
+)
 from perfseer.runtime.net import NeuralPredictor, _model_input
 from perfseer.runtime.predictor import Predictor, _paths, slug
 from perfseer.runtime.scaling import TargetScaler

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
 from perfseer.errors import PerfseerError
@@ -57,11 +58,6 @@ from perfseer.fit.metrics import evaluate_targets
 from perfseer.fit.pcgrad import pcgrad_backward
 from perfseer.runtime.net import NeuralPredictor, _as_2d, _model_input, resolve_device
 from perfseer.runtime.scaling import FeatureScaler, TargetScaler
-from rich.progress import BarColumn
-from rich.progress import MofNCompleteColumn
-from rich.progress import Progress
-from rich.progress import TextColumn
-from rich.progress import TimeElapsedColumn
 
 LOSSES = ("mse", "huber", "l1")
 CHECKPOINT_FORMAT = "perfseer.train-checkpoint"

@@ -160,8 +160,8 @@ def _remove_small_boxes(boxes, min_size: float):
 
 def _roi_align(features, rois, output_size, spatial_scale=1.0, sampling_ratio=-1, aligned=False):
     import torch  # deferred: heavy, loaded on first use
-    from torchvision.ops._utils import convert_boxes_to_roi_format  # deferred: an optional extra
     from torch.nn.modules.utils import _pair  # deferred: heavy, loaded on first use
+    from torchvision.ops._utils import convert_boxes_to_roi_format  # deferred: an optional extra
 
     if not isinstance(rois, torch.Tensor):
         rois = convert_boxes_to_roi_format(rois)
@@ -211,7 +211,6 @@ def static_detection(boxes: int = DEFAULT_BOXES):
     import torchvision.ops  # deferred: an optional extra
     import torchvision.ops.boxes as box_ops  # deferred: an optional extra
     import torchvision.ops.poolers as poolers  # deferred: an optional extra
-
     import torchvision.ops.roi_align  # noqa: F401  (the attribute is the function; the module is in sys.modules)
 
     roi_align_mod = sys.modules["torchvision.ops.roi_align"]

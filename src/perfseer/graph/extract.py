@@ -22,30 +22,24 @@ import contextvars
 import json
 import math
 from collections import Counter
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from perfseer.errors import ShapeError, UnsupportedModelError
 from perfseer.graph import fold, safe_infer
+from perfseer.graph.canonical import canonicalize
 from perfseer.graph.functions import check_constant_sizes, inline_functions
 from perfseer.graph.ir import FLOAT_DTYPES, DropoutSite, Graph, Node, Tensor, TensorKind
-from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
 from perfseer.graph.legacy import upgrade_legacy
 from perfseer.graph.node_fields import NodeFields, attribute_values, read_nodes
+from perfseer.graph.onnx_io import SMALL_VALUE_ELEMENTS, Skeleton
 from perfseer.graph.sequences import SEQUENCE_OPS, expand_sequences, unsupported_sequence
+from perfseer.graph.torch_export import (BATCH_SENTINEL, META_BUFFERS, META_DROPOUT, META_FIXED_BATCH, META_SENTINEL,
+                                         META_SOURCE, input_channel_error)
 from perfseer.graph.validate import validate_model
 from perfseer.switches import env_flag
-from perfseer.graph.torch_export import (
-    BATCH_SENTINEL,
-    META_BUFFERS,
-    META_DROPOUT,
-    META_FIXED_BATCH,
-    META_SENTINEL,
-    META_SOURCE,
-    input_channel_error,
-)
-from perfseer.graph.canonical import canonicalize
 
 CONTROL_FLOW = frozenset({"Loop", "If", "Scan"})
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})

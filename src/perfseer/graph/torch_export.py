@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import io
 import json
 import logging
@@ -20,15 +21,14 @@ import re
 import sys
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Sequence
 
 from perfseer.deadline import deadline
 from perfseer.errors import ExportTimeoutError, ModelLoadError, ShapeError, UnsupportedModelError
-from perfseer.graph.onnx_io import NOT_EXPORTED, Skeleton
 from perfseer.graph import detection
-import inspect
-import traceback
+from perfseer.graph.onnx_io import NOT_EXPORTED, Skeleton
 
 # A prime no real layer width is a multiple of: dims divisible by it scale with the batch.
 BATCH_SENTINEL = 7919

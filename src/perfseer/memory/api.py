@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import os
+import types
 from dataclasses import dataclass
 
+from perfseer.deadline import deadline
 from perfseer.errors import ModelLoadError, PerfseerError
 from perfseer.memory.breakdown import MemoryEstimate, analyse, fits_in
+from perfseer.memory.fit import max_batch
 from perfseer.memory.imports import import_zoo, skip_meta_init, without_dynamo
+from perfseer.memory.learned import INFER_FALLBACK, learned_estimate, learned_max_batch, learned_mig
 from perfseer.memory.mig import GIB, MIG_DEVICES, TIGHT_SHARE, MigFit, device_spec, mig_advice
+from perfseer.memory.onnx_liveness import liveness_trace
 from perfseer.memory.overheads import Overheads, overheads_for
 from perfseer.memory.step import MemoryConfigError, SimulationError, StepConfig, trace_step
 from perfseer.sources import SCHEMES, Scheme, hf, split_reference
 from perfseer.sources.zoo import ZOOS
-import types
-import inspect
-from perfseer.deadline import deadline
-from perfseer.memory.learned import learned_estimate
-from perfseer.memory.learned import learned_mig
-from perfseer.memory.onnx_liveness import liveness_trace
-from perfseer.memory.learned import INFER_FALLBACK
-from perfseer.memory.fit import max_batch
-from perfseer.memory.learned import learned_max_batch
 from perfseer.trust.bounds import check_memory
 
 __all__ = ["GIB", "MIG_DEVICES", "TIGHT_SHARE", "MigFit", "ModelSource", "device_spec", "estimate_from_trace",

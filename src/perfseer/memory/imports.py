@@ -32,6 +32,7 @@ import functools
 import importlib
 import sys
 import types
+
 from perfseer.sources.zoo import _prepare_torchvision
 
 _STUBS = ("torch._dynamo", "torch._dynamo.utils")

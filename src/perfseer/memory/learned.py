@@ -26,12 +26,12 @@ from __future__ import annotations
 import functools
 
 from perfseer.errors import MemoryConfigError, PerfseerError, SimulationError
+from perfseer.features.extract import extract
 from perfseer.memory.breakdown import LINES, MemoryEstimate
 from perfseer.memory.fit import MaxBatch
 from perfseer.memory.mig import mig_table
 from perfseer.memory.overheads import overheads_for
 from perfseer.runtime.predictor import load_predictor
-from perfseer.features.extract import extract
 
 MIB = 1 << 20
 #: Optimizer-state buffers per trainable parameter (torch.optim: SGD with momentum keeps

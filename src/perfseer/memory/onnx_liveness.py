@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
-from perfseer.memory.trace import Allocation, Trace
 from perfseer.graph.extract import extract_graph
+from perfseer.memory.trace import Allocation, Trace
 from perfseer.sources.load import load_skeleton
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})

@@ -43,11 +43,10 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_leaves
 
 from perfseer.errors import MemoryConfigError, PerfseerError, SimulationError
-from perfseer.memory.trace import StorageTracer, Trace
-from perfseer.memory.emulate import META_KERNELS
-from perfseer.memory.imports import without_dynamo
 from perfseer.memory.autocast import CudaAutocast
-from perfseer.memory.emulate import KernelChoices
+from perfseer.memory.emulate import META_KERNELS, KernelChoices
+from perfseer.memory.imports import without_dynamo
+from perfseer.memory.trace import StorageTracer, Trace
 
 PHASES = ("infer", "train")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")

@@ -33,6 +33,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -42,7 +43,6 @@ from perfseer.errors import PerfseerError
 from perfseer.features.pyg import OP_VOCAB
 from perfseer.features.schema import NODE_FEATURES
 from perfseer.models.estimator import EstimatorConfig, GraphEstimator, floats, signed_log1p
-import contextlib
 
 
 @dataclass

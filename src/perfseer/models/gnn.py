@@ -14,9 +14,8 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, GINConv, global_add_pool, global_max_pool, global_mean_pool
 
 from perfseer.errors import PerfseerError
-from perfseer.models.base import (
-    ACTIVATIONS, GraphRegressor, ModelConfig, NodeInput, _check_choice, _check_dropout, _check_positive, mlp,
-)
+from perfseer.models.base import (ACTIVATIONS, GraphRegressor, ModelConfig, NodeInput, _check_choice, _check_dropout,
+                                  _check_positive, mlp)
 
 POOLS = {"mean": global_mean_pool, "add": global_add_pool, "max": global_max_pool}
 

@@ -8,9 +8,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
-from perfseer.models.base import (
-    ACTIVATIONS, GraphRegressor, ModelConfig, NodeInput, _check_choice, _check_dropout, _check_positive, mlp,
-)
+from perfseer.models.base import (ACTIVATIONS, GraphRegressor, ModelConfig, NodeInput, _check_choice, _check_dropout,
+                                  _check_positive, mlp)
 
 
 @dataclass

@@ -11,15 +11,12 @@ from torch_geometric.nn import SAGEConv
 
 from perfseer.errors import PerfseerError
 from perfseer.features.schema import NODE_FEATURES
-from perfseer.models.base import _check_choice
-from perfseer.models.gnn import ConvStack, ConvStackConfig
-from perfseer.models.roofline import BYTES_COL, FLOPS_COL, STEPS_COLS
-from perfseer.models.estimator import OP_GROUP_NAMES
-from perfseer.models.estimator import _group_lookup
-from perfseer.models.roofline import recurrent_op_ids
 from perfseer.models import roofline as rl
-from perfseer.models.roofline import log_baseline_torch
-from perfseer.models.roofline import log_group_baseline_torch
+from perfseer.models.base import _check_choice
+from perfseer.models.estimator import OP_GROUP_NAMES, _group_lookup
+from perfseer.models.gnn import ConvStack, ConvStackConfig
+from perfseer.models.roofline import (BYTES_COL, FLOPS_COL, STEPS_COLS, log_baseline_torch, log_group_baseline_torch,
+                                      recurrent_op_ids)
 
 SHAPE_COLS = tuple(NODE_FEATURES.index(n) for n in ("kernel_h", "kernel_w", "groups"))
 

@@ -57,15 +57,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfseer.errors import PerfseerError
-from perfseer.features.schema import NODE_FEATURES
-from perfseer.models.estimator import EstimatorConfig, GraphEstimator, floats, global_features, signed_log1p
 from perfseer.devices.registry import get_device
+from perfseer.errors import PerfseerError
 from perfseer.features.pyg import OP_VOCAB
-from perfseer.models.estimator import OP_GROUPS
-from perfseer.models.estimator import OP_GROUP_NAMES
-from perfseer.models.estimator import _group_lookup
-from perfseer.models.estimator import node_groups
+from perfseer.features.schema import NODE_FEATURES
+from perfseer.models.estimator import (OP_GROUP_NAMES, OP_GROUPS, EstimatorConfig, GraphEstimator, _group_lookup,
+                                       floats, global_features, node_groups, signed_log1p)
 from perfseer.models.gbm import _lightgbm
 
 FLOPS_COL = NODE_FEATURES.index("flops")

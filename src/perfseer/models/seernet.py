@@ -17,10 +17,8 @@ from torch_geometric.nn.aggr import Aggregation, MaxAggregation, MeanAggregation
 from torch_geometric.utils import scatter
 
 from perfseer.errors import PerfseerError
-from perfseer.models.base import (
-    ACTIVATIONS, GraphRegressor, ModelConfig, NodeInput, _check_choice, _check_dropout, _check_positive, mlp,
-    task_losses,
-)
+from perfseer.models.base import (ACTIVATIONS, GraphRegressor, ModelConfig, NodeInput, _check_choice, _check_dropout,
+                                  _check_positive, mlp, task_losses)
 
 
 @dataclass

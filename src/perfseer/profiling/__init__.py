@@ -34,6 +34,7 @@ Dependencies run one way: profiling uses sources (model references, runnable mod
 """
 
 from __future__ import annotations
+
 import importlib
 
 _LAZY = {

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from perfseer.profiling.jobs import Job, Measurement, device_name, shape_text
 from perfseer.profiling.store import Store, new_owner
 from perfseer.profiling.store import _now as store_now
-from perfseer.sources.space import canonical_ref
-from perfseer.sources.space import sample_configs
-from perfseer.sources.space import space_ref
+from perfseer.sources.space import canonical_ref, sample_configs, space_ref
 
 
 @dataclass

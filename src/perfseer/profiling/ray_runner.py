@@ -21,17 +21,11 @@ import platform
 from collections.abc import Callable
 
 from perfseer.errors import MissingDependencyError, PerfseerError
+from perfseer.profiling.collect import (Summary, check_contention, lease_seconds, note_failure, skipped, store_now,
+                                        store_result)
 from perfseer.profiling.jobs import CollectError, Job, Measurement
-from perfseer.profiling.store import Store
+from perfseer.profiling.store import Store, new_owner
 from perfseer.profiling.worker import Worker
-from perfseer.profiling.collect import check_contention
-from perfseer.profiling.collect import Summary
-from perfseer.profiling.collect import lease_seconds
-from perfseer.profiling.collect import note_failure
-from perfseer.profiling.collect import skipped
-from perfseer.profiling.collect import store_now
-from perfseer.profiling.collect import store_result
-from perfseer.profiling.store import new_owner
 
 # In each Ray worker process: the measuring Worker of each backend configuration, kept between tasks.
 _WORKERS: dict = {}

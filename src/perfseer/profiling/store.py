@@ -44,19 +44,18 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import socket
 import sqlite3
+import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from perfseer.profiling.jobs import FAILED, STATUSES, CollectError, Job, Measurement
-import socket
-import uuid
-import time
-from perfseer.profiling.environment import fingerprint
-from perfseer.data.table import table_format
-from perfseer.data.table import write_table
 from perfseer.atomic import atomic_write_text
+from perfseer.data.table import table_format, write_table
+from perfseer.profiling.environment import fingerprint
+from perfseer.profiling.jobs import FAILED, STATUSES, CollectError, Job, Measurement
 
 SCHEMA_VERSION = 1
 _SCHEMA = """

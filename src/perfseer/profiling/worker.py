@@ -33,12 +33,9 @@ import sys
 import time
 
 from perfseer.errors import PerfseerError
-from perfseer.profiling.jobs import CollectError, Job, Measurement
 from perfseer.profiling.backends import create_backend
-from perfseer.profiling.backends.base import describe_error
-from perfseer.profiling.backends.base import is_oom
-from perfseer.profiling.backends.base import Backend
-from perfseer.profiling.jobs import device_name
+from perfseer.profiling.backends.base import Backend, describe_error, is_oom
+from perfseer.profiling.jobs import CollectError, Job, Measurement, device_name
 
 # The driver waits this much longer than the job's timeout for a fork-backend worker, which
 # enforces the timeout itself: past it, the worker is stuck, not the model.

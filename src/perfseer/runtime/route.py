@@ -43,13 +43,13 @@ from perfseer.devices import UnknownDeviceError, get_device
 from perfseer.errors import PerfseerError
 from perfseer.features.extract import extract, extract_skeleton
 from perfseer.features.perfgraph import PerfGraph
+from perfseer.graph.detection import DETECTION_DIM
 from perfseer.graph.extract import weight_work_enabled
 from perfseer.runtime import transfer as xp
 from perfseer.runtime.answer import Options, answers_at
 from perfseer.runtime.predictor import (Predictor, UnseenOperatorWarning, list_predictors, load_predictor,
                                         setting_precision)
 from perfseer.runtime.spec import load_spec_model
-from perfseer.graph.detection import DETECTION_DIM
 from perfseer.sources import split_reference
 from perfseer.sources.hf import is_local_config
 from perfseer.sources.load import load_skeleton

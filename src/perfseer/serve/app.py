@@ -42,25 +42,20 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError("fastapi", "serve", "perfseer serve") from e
 
+from perfseer import __version__
+from perfseer.data.splits import model_family
+from perfseer.devices import UnknownDeviceError, get_device, list_devices
+from perfseer.graph.extract import weight_work_enabled
+from perfseer.runtime.predictor import list_predictors, load_predictor
+from perfseer.runtime.route import answer_units, extraction, plan
 from perfseer.serve.graphs import MAX_REFERENCE, GraphCache, ModelStore
+from perfseer.serve.jobs import bind_job, memory_job
 from perfseer.serve.limits import BodyLimit
 from perfseer.serve.rows import RowCache
 from perfseer.serve.sandbox import Busy, Limits, Sandbox, SandboxError
-from perfseer import __version__
-from perfseer.runtime.predictor import list_predictors
-from perfseer.runtime.predictor import load_predictor
-from perfseer.runtime.route import extraction
-from perfseer.devices import UnknownDeviceError
-from perfseer.devices import get_device
-from perfseer.devices import list_devices
 from perfseer.shapes import parse_shape
-from perfseer.serve.jobs import bind_job, memory_job
 from perfseer.sources.load import examples
 from perfseer.sources.zoo import import_zoo
-from perfseer.graph.extract import weight_work_enabled
-from perfseer.runtime.route import plan
-from perfseer.data.splits import model_family
-from perfseer.runtime.route import answer_units
 
 API_VERSION = "v1"
 STATIC = Path(str(resources.files("perfseer") / "serve" / "static"))

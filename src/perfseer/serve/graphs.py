@@ -5,9 +5,9 @@ same key sharing one extraction."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
-import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass

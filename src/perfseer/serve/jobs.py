@@ -2,6 +2,7 @@
 by name).  Each returns plain data or objects of perfseer's own."""
 
 from __future__ import annotations
+
 from dataclasses import asdict
 
 

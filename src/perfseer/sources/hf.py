@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import inspect
 import json
 import os
 import types
@@ -47,7 +48,6 @@ from pathlib import Path
 
 from perfseer.errors import MissingDependencyError, ModelLoadError, ShapeError, UnsupportedModelError
 from perfseer.sources.zoo import _prepare_torchvision
-import inspect
 
 DEFAULT_SEQ_LEN = 128
 HEADS = ("base", "encoder")

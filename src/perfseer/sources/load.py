@@ -16,9 +16,9 @@ import os
 
 from perfseer.errors import ModelLoadError
 from perfseer.graph.onnx_io import Skeleton, read_skeleton, skeleton_from_proto
+from perfseer.graph.torch_export import skeleton_from_module
 from perfseer.sources.hf import export_hf_module, is_hf_module
 from perfseer.sources.schemes import NAMES, SCHEMES, example_path, examples, split_reference
-from perfseer.graph.torch_export import skeleton_from_module
 
 #: The reference schemes (the names of :data:`perfseer.sources.schemes.SCHEMES`).
 REFERENCE_KINDS = NAMES

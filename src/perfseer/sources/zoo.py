@@ -11,8 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from perfseer.errors import MissingDependencyError, ModelLoadError
-from perfseer.errors import UnsupportedModelError
+from perfseer.errors import MissingDependencyError, ModelLoadError, UnsupportedModelError
 
 ZOOS = ("timm", "torchvision")
 _DEFAULT_INPUT = (3, 224, 224)

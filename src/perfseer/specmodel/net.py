@@ -23,12 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfseer.cards import CardFormat
+from perfseer.cards import CardFormat, read_card, read_weights, weights_path
 from perfseer.errors import PerfseerError
 from perfseer.specmodel import kernels as kt
-from perfseer.cards import read_card
-from perfseer.cards import read_weights
-from perfseer.cards import weights_path
 
 RANGE_COLUMNS = ("peak_tflops", "bw_gbs", "sms")  # device inputs whose training range bounds extrapolation
 CARD_FORMAT = "perfseer.specmodel"

@@ -25,12 +25,12 @@ spec ranges of its GPUs (``domain``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
 from perfseer.errors import PerfseerError
 from perfseer.features import schema
-from types import SimpleNamespace
 
 SPEC_KEYS = ("fp16_tflops", "mem_bandwidth_gbs", "sms", "clock_mhz", "l2_mib")
 GRAPH_KEYS = ("log_y_src", "log_flops", "log_mem", "log_nodes", "log_batch", "log_ai")

@@ -40,10 +40,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfseer.data.importers.base import (
-    BAD_ARCHITECTURE, ImportReport, first_reason, list_folder, positive_ints, read_header,
-    read_source_csv, screen_latency,
-)
+from perfseer.data.importers.base import (BAD_ARCHITECTURE, ImportReport, first_reason, list_folder, positive_ints,
+                                          read_header, read_source_csv, screen_latency)
 from perfseer.data.table import validate
 from perfseer.errors import TableError
 from perfseer.sources.nas.ofa import SLOTS as OFA_SLOTS

@@ -34,10 +34,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfseer.data.importers.base import (
-    BAD_BATCH, BAD_INPUT_SIZE, MISSING_MODEL, ImportReport, first_reason, list_folder, positive_ints,
-    read_source_csv, screen_latency,
-)
+from perfseer.data.importers.base import (BAD_BATCH, BAD_INPUT_SIZE, MISSING_MODEL, ImportReport, first_reason,
+                                          list_folder, positive_ints, read_source_csv, screen_latency)
 from perfseer.data.table import validate
 from perfseer.errors import TableError
 from perfseer.sources.zoo import REPARAM_SUFFIX

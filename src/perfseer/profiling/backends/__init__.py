@@ -15,11 +15,10 @@ Another backend can be named as ``package.module:Class`` (a :class:`~.base.Backe
 from __future__ import annotations
 
 import importlib
+import re
 
 from perfseer.profiling.backends.base import Backend
-from perfseer.profiling.jobs import CollectError
-import re
-from perfseer.profiling.jobs import OPTIMIZERS
+from perfseer.profiling.jobs import OPTIMIZERS, CollectError
 
 BACKENDS = {
     "torch-cpu": "perfseer.profiling.backends.torch_cpu:TorchCpuBackend",

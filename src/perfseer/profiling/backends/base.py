@@ -27,10 +27,9 @@ import traceback
 from typing import ClassVar
 
 from perfseer.errors import PerfseerError
-from perfseer.profiling.jobs import OPTIMIZERS, PHASES, PRECISIONS, CollectError, Measurement
-from perfseer.profiling.protocol import Protocol
-from perfseer.profiling.protocol import run_protocol
 from perfseer.profiling.environment import capture
+from perfseer.profiling.jobs import OPTIMIZERS, PHASES, PRECISIONS, CollectError, Measurement
+from perfseer.profiling.protocol import Protocol, run_protocol
 
 MIB = float(2**20)
 

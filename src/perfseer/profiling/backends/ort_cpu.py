@@ -22,17 +22,14 @@ import shutil
 import tempfile
 import time
 
-from perfseer.errors import PerfseerError
-from perfseer.profiling.backends.base import (Backend, RssProbe, collect_garbage, describe_error, is_oom,
-                                               run_timed_cpu)
-from perfseer.profiling.jobs import Measurement
-from perfseer.profiling.environment import cpu_model
-from perfseer.profiling.environment import device_slug
-from perfseer.profiling.environment import capture
 import numpy as np
-from perfseer.sources.runnable import scheme_of
+
+from perfseer.errors import PerfseerError
+from perfseer.profiling.backends.base import Backend, RssProbe, collect_garbage, describe_error, is_oom, run_timed_cpu
+from perfseer.profiling.environment import capture, cpu_model, device_slug
+from perfseer.profiling.jobs import Measurement
+from perfseer.sources.runnable import export_onnx, scheme_of
 from perfseer.sources.space import canonical_json
-from perfseer.sources.runnable import export_onnx
 
 _KEEP = 4  # exported models kept in the cache folder (jobs come grouped by model)
 

@@ -34,16 +34,13 @@ from __future__ import annotations
 import time
 
 from perfseer.errors import PerfseerError
-from perfseer.profiling.backends.base import (MIB, Backend, RssProbe, collect_garbage, describe_error, is_oom,
-                                               run_timed_cpu)
-from perfseer.profiling.jobs import Measurement
-from perfseer.profiling.environment import cpu_model
-from perfseer.profiling.environment import device_slug
-from perfseer.profiling.environment import capture
 from perfseer.profiling.backends._torch_steps import make_step
+from perfseer.profiling.backends.base import (MIB, Backend, RssProbe, collect_garbage, describe_error, is_oom,
+                                              run_timed_cpu)
+from perfseer.profiling.environment import capture, cpu_model, device_slug
+from perfseer.profiling.jobs import Measurement
+from perfseer.sources.runnable import build_module, weight_bytes
 from perfseer.sources.space import build_space_model
-from perfseer.sources.runnable import build_module
-from perfseer.sources.runnable import weight_bytes
 
 
 def bf16_supported() -> bool:

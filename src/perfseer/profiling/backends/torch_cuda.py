@@ -37,14 +37,12 @@ import threading
 import time
 
 from perfseer.errors import PerfseerError
+from perfseer.profiling.backends._torch_steps import make_step
 from perfseer.profiling.backends.base import MIB, Backend, describe_error, is_oom
+from perfseer.profiling.environment import capture, device_slug
 from perfseer.profiling.jobs import CollectError, Measurement
 from perfseer.profiling.protocol import Protocol, run_protocol
-from perfseer.profiling.environment import device_slug
-from perfseer.profiling.environment import capture
-from perfseer.profiling.backends._torch_steps import make_step
-from perfseer.sources.runnable import build_module
-from perfseer.sources.runnable import weight_bytes
+from perfseer.sources.runnable import build_module, weight_bytes
 
 
 def open_nvml(index: int):

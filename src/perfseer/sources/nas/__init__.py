@@ -16,10 +16,10 @@ builders' exports.  ``ofa:`` sub-networks are exported by ``torch.onnx`` (second
 """
 
 from __future__ import annotations
+
 from perfseer.errors import ModelLoadError
-from perfseer.sources.nas.ofa import build_ofa
-from perfseer.sources.nas.ofa import ofa_skeleton
 from perfseer.sources.nas import ofa
+from perfseer.sources.nas.ofa import build_ofa, ofa_skeleton
 
 SPACES = ("nb201", "fbnet", "ofa")
 DEFAULT_INPUT = (3, 32, 32)  # nb201 and fbnet: CIFAR images

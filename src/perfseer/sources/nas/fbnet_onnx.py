@@ -19,12 +19,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from perfseer.graph.onnx_io import Skeleton
-from perfseer.sources.nas.fbnet import (HEAD_CHANNELS, INPUT_SHAPE, NUM_CLASSES, STAGE_CHANNELS, STEM_CHANNELS,
-                                         BlockSpec, parse_fbnet)
-from perfseer.sources.nas.nb201_onnx import external_weight
-from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
 from perfseer.errors import ShapeError
+from perfseer.graph.onnx_io import Skeleton
+from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
+from perfseer.sources.nas.fbnet import (HEAD_CHANNELS, INPUT_SHAPE, NUM_CLASSES, STAGE_CHANNELS, STEM_CHANNELS,
+                                        BlockSpec, parse_fbnet)
+from perfseer.sources.nas.nb201_onnx import external_weight
 
 _OPSET = 20
 

@@ -17,8 +17,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from perfseer.graph.onnx_io import NOT_EXPORTED, Skeleton
-from perfseer.sources.nas.nb201 import CELLS_PER_STAGE, CHANNELS, NODES, NUM_CLASSES, parse_nb201
 from perfseer.graph.torch_export import META_BUFFERS, META_SOURCE
+from perfseer.sources.nas.nb201 import CELLS_PER_STAGE, CHANNELS, NODES, NUM_CLASSES, parse_nb201
 
 _OPSET = 20
 
