@@ -1,8 +1,6 @@
-"""A seeded fuzz corpus of malformed ONNX files, and a harness that runs it through perfseer.
+"""A seeded fuzz corpus of malformed ONNX files, and the worker harness that runs it.
 
-    python -m benchmarks.lib.fuzz_corpus [--count 1200] [--seed 0] [--json out.json]
-
-The corpus is not stored: it is generated, identically for a given ``--seed``, from valid seeds
+The corpus is not stored: it is generated, identically for a given seed, from valid seeds
 
 * the example graphs bundled with perfseer (``src/perfseer/examples``),
 * the model files of ONNX's backend test data shipped inside the ``onnx`` package
@@ -13,37 +11,21 @@ The corpus is not stored: it is generated, identically for a given ``--seed``, f
 by byte flips, truncation and protobuf edits (absurd attribute values, wrong dtypes, dangling
 inputs, cycles, duplicate outputs, unknown domains, opset 0, constants whose data disagree with
 their dims, huge ``Range``/``Expand``/``ConstantOfShape`` lengths, sequence positions, absurd
-input dims).
-
-Each file goes through ``Predictor.predict`` (extraction and prediction at batch sizes 1 and 8) in
-a worker process whose address space is limited to ``MEMORY_LIMIT`` bytes by
-``resource.setrlimit(RLIMIT_AS)`` and whose every file has ``TIME_LIMIT`` seconds.  Outcomes:
-
-``ok``         a finite prediction below ``ABSURD_MS``;
-``error``      a :class:`~perfseer.errors.PerfseerError` (``specific`` unless it is the generic
-               "cannot be determined");
-``uncaught``   any other exception;
-``abort``      the worker died (a signal, a C++ abort);
-``hang``       over the time limit (the worker is killed and replaced);
-``memory``     over the memory limit (``MemoryError`` in the worker);
-``absurd``     a prediction returned as a success that is non-finite or above ``ABSURD_MS``.
-
-The test suite runs a fixed sample (``tests/test_fuzz.py``); this script runs the whole corpus and
-prints the table in ``docs/hardening.md``.
+input dims).  :class:`Harness` keeps a worker process (address space limited by
+``resource.setrlimit(RLIMIT_AS)``, ``TIME_LIMIT`` seconds per case), replaced when it dies or hangs;
+:mod:`benchmarks.lib.fuzz_api` adds the seed kinds of issue 38 and runs every case through
+``perfseer.predict`` and ``perfseer.memory`` (``python -m benchmarks run fuzz``; a sample in
+``tests/test_fuzz.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import random
 import subprocess
-import sys
-import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT = 2 << 30  # bytes of address space for the worker (torch alone maps about 1.1 GB)
 TIME_LIMIT = 30.0  # seconds per file, wall clock (the worker shares 2 cores with other jobs)
 ABSURD_MS = 1e6  # a predicted latency above this (16 minutes per step) is garbage
-PREDICTOR = "epyc-torch-t1.infer"
 GENERIC = ("cannot be determined",)  # errors that do not name the real cause
 
 ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
@@ -520,102 +501,18 @@ def generate(count: int = 1200, seed: int = 0, seeds: dict[str, bytes] | None = 
 
 # -- the harness --------------------------------------------------------------------------------
 
-def _worker() -> None:  # pragma: no cover - runs in the child
-    """Read file paths on stdin, write one JSON outcome per line on stdout."""
-    import resource
-    import warnings
-
-    limit = int(os.environ.get("PERFSEER_FUZZ_MEMORY", MEMORY_LIMIT))
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    import torch
-
-    torch.set_num_threads(1)
-    import perfseer
-    from perfseer.errors import PerfseerError
-
-    warnings.simplefilter("ignore")
-    predictor = perfseer.load_predictor(os.environ.get("PERFSEER_FUZZ_PREDICTOR", PREDICTOR))
-    out = sys.stdout
-    sys.stdout = sys.stderr  # nothing else may write to the result channel
-    # A MemoryError that the code under test catches still means it tried to go over the limit:
-    # exception events are traced (not lines) so that a swallowed one is counted too.
-    memory_errors = []
-
-    def local(frame, event, arg):
-        if event == "exception" and issubclass(arg[0], MemoryError):
-            memory_errors.append(frame.f_code.co_name)
-        return local
-
-    def tracer(frame, event, arg):
-        frame.f_trace_lines = False
-        return local
-
-    def peak_rss_reset() -> None:
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # resets VmHWM, the peak resident set
-        except OSError:
-            pass
-
-    def peak_rss() -> int:
-        try:
-            with open("/proc/self/status") as f:
-                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
-        except (OSError, StopIteration):
-            return 0
-    print(json.dumps({"ready": True}), file=out, flush=True)
-    for line in sys.stdin:
-        path = line.strip()
-        memory_errors.clear()
-        peak_rss_reset()
-        sys.settrace(tracer)
-        t0 = time.perf_counter()
-        try:
-            rows = predictor.predict(path, batch=[1, 8])
-            bad = [r["value"] for r in rows if r["metric"] == "latency_ms"
-                   and not (math.isfinite(r["value"]) and abs(r["value"]) <= ABSURD_MS)]
-            bad += [r["value"] for r in rows if not math.isfinite(r["value"])]
-            res = {"outcome": "absurd", "detail": repr(bad[:3])} if bad else {"outcome": "ok"}
-        except PerfseerError as e:
-            msg = str(e)
-            res = {"outcome": "error", "specific": not any(g in msg for g in GENERIC),
-                   "type": type(e).__name__, "detail": msg[:400]}
-        except MemoryError:
-            res = {"outcome": "memory", "detail": "MemoryError"}
-        except Exception as e:  # noqa: BLE001 - that is what is being counted
-            import traceback
-
-            tb = traceback.extract_tb(e.__traceback__)[-1]
-            res = {"outcome": "uncaught", "type": type(e).__name__,
-                   "detail": f"{str(e)[:300]} ({Path(tb.filename).name}:{tb.lineno})"}
-        sys.settrace(None)
-        res["seconds"] = round(time.perf_counter() - t0, 3)
-        res["peak_rss_mb"] = round(peak_rss() / 2 ** 20)
-        if memory_errors and res["outcome"] != "memory":
-            res = {**res, "outcome": "memory", "detail": f"MemoryError caught inside {memory_errors[0]}() after "
-                                                          f"{res['outcome']}: {res.get('detail', '')[:200]}"}
-        print(json.dumps(res), file=out, flush=True)
-
 
 class Harness:
     """A worker process that runs files one at a time, replaced when it dies or hangs."""
 
-    def __init__(self, memory: int = MEMORY_LIMIT, time_limit: float = TIME_LIMIT, predictor: str = PREDICTOR):
-        self.memory, self.time_limit, self.predictor = memory, time_limit, predictor
+    def __init__(self, memory: int = MEMORY_LIMIT, time_limit: float = TIME_LIMIT):
+        self.memory, self.time_limit = memory, time_limit
         self.proc: subprocess.Popen | None = None
 
     def _start(self) -> None:
-        import perfseer
-
-        env = dict(os.environ, PERFSEER_FUZZ_MEMORY=str(self.memory), PERFSEER_FUZZ_PREDICTOR=self.predictor,
-                   PYTHONPATH=os.pathsep.join([str(Path(perfseer.__file__).parents[1]),
-                                               os.environ.get("PYTHONPATH", "")]),
-                   OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-        line = self._readline(120.0)
-        if not line or not json.loads(line).get("ready"):
-            raise RuntimeError("the fuzz worker did not start")
+        """Start ``self.proc``, a worker that answers one JSON line per request line
+        (:class:`benchmarks.lib.fuzz_api.Harness` runs the entry points users call)."""
+        raise NotImplementedError("a subclass starts its worker")
 
     def _readline(self, timeout: float) -> str | None:
         import selectors
@@ -662,66 +559,5 @@ class Harness:
         self._stop()
 
 
-def run_corpus(mutants: list[tuple[str, bytes]], **harness_kw) -> list[dict]:
-    """Outcome of every mutant (``name`` added)."""
-    results = []
-    with tempfile.TemporaryDirectory(prefix="perfseer-fuzz-") as d, Harness(**harness_kw) as h:
-        for name, data in mutants:
-            path = Path(d) / f"{name}.onnx"
-            path.write_bytes(data)
-            res = h.run(path)
-            res["name"] = name
-            results.append(res)
-            path.unlink()
-    return results
-
-
 FAILURES = ("uncaught", "abort", "hang", "memory", "absurd")
 
-
-def summarise(results: list[dict]) -> dict:
-    counts = Counter(r["outcome"] for r in results)
-    errors = [r for r in results if r["outcome"] == "error"]
-    specific = sum(r.get("specific", False) for r in errors)
-    secs = sorted(r["seconds"] for r in results)
-    return {"files": len(results), **{k: counts.get(k, 0) for k in ("ok", "error", *FAILURES)},
-            "specific_errors": specific, "specific_share": round(specific / len(errors), 4) if errors else None,
-            "median_s": secs[len(secs) // 2] if secs else None, "max_s": secs[-1] if secs else None}
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--count", type=int, default=1200)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", help="write every outcome here")
-    ap.add_argument("--show", type=int, default=20, help="print this many failures")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.worker:
-        _worker()
-        return 0
-    t0 = time.time()
-    mutants = generate(args.count, args.seed)
-    results = run_corpus(mutants)
-    s = summarise(results)
-    s["wall_s"] = round(time.time() - t0, 1)
-    print(f"| files | ok | specific errors | generic errors | uncaught | aborts | hangs | over {MEMORY_LIMIT >> 30} GB "
-          "| absurd successes | share of errors naming the cause | median s | max s | wall s |")
-    print("| " + " | ".join("---" for _ in range(13)) + " |")
-    print(f"| {s['files']} | {s['ok']} | {s['specific_errors']} | {s['error'] - s['specific_errors']} | "
-          f"{s['uncaught']} | {s['abort']} | {s['hang']} | {s['memory']} | {s['absurd']} | "
-          f"{100 * (s['specific_share'] or 0):.1f} % | {s['median_s']} | {s['max_s']} | {s['wall_s']} |")
-    bad = [r for r in results if r["outcome"] in FAILURES]
-    for r in bad[: args.show]:
-        print(f"  {r['outcome']}: {r['name']}: {r.get('detail', '')}")
-    generic = Counter(r["detail"].split(" (output of")[0][:0] + r["name"].split("-")[1]
-                      for r in results if r["outcome"] == "error" and not r["specific"])
-    if generic:
-        print("generic errors by mutation:", dict(generic.most_common(10)))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"summary": s, "results": results}, indent=1))
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
