@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -604,14 +605,31 @@ def list_predictors(directory: str | os.PathLike | None = None) -> list[dict]:
     out, seen = [], set()
     for folder in [Path(directory)] if directory is not None else predictor_folders():
         for card_path in sorted(folder.glob("*.json")):
-            card = peek_card(card_path, PREDICTOR_CARD)
-            if card is not None:
-                card["_path"] = str(card_path)
-                item = Predictor.describe(_CardOnly(card, card_path.stem))
-                if item["name"] not in seen:
-                    seen.add(item["name"])
-                    out.append(item)
+            item = _described(card_path)
+            if item is not None and item["name"] not in seen:
+                seen.add(item["name"])
+                out.append(copy.deepcopy(item))
     return out
+
+
+_DESCRIBED: dict = {}  # card path -> ((mtime_ns, size), description or None): routing lists the cards often
+
+
+def _described(card_path: Path) -> dict | None:
+    """:meth:`Predictor.describe` of the card at ``card_path`` (``None``: not a predictor card),
+    read again only when the file changed."""
+    try:
+        st = card_path.stat()
+    except OSError:
+        return None
+    key = (st.st_mtime_ns, st.st_size)
+    hit = _DESCRIBED.get(card_path)
+    if hit is None or hit[0] != key:
+        card = peek_card(card_path, PREDICTOR_CARD)
+        if card is not None:
+            card["_path"] = str(card_path)
+        hit = _DESCRIBED[card_path] = (key, None if card is None else Predictor.describe(_CardOnly(card, card_path.stem)))
+    return hit[1]
 
 
 #: Folders of user predictor cards (e.g. ``perfseer calibrate --out DIR``), separated by the
