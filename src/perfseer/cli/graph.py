@@ -5,13 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
 
 from perfseer.cli.bounds import MAX_BATCH, atomic_write_text, dumps
 from perfseer.errors import PerfseerError, ShapeError
-from perfseer.features.extract import extract
-from perfseer.features.pyg import save_graphs
 from perfseer.shapes import check_seq_len, parse_dims, parse_shape  # noqa: F401 - their old home
 
 
@@ -39,12 +35,15 @@ def add_parser(sub) -> None:
 
 def graph_summary(model, batch=None, input_shape=None, dims=None, seq_len=None) -> tuple[dict, object]:
     """Extract and summarise: the plain function behind the subcommand (tests call it directly)."""
+    from perfseer.features.extract import extract  # deferred: keeps --help fast
 
     pg = extract(model, batch=batch, input_shape=input_shape, dims=dims, seq_len=seq_len)
     return pg.summary(), pg
 
 
 def run(args: argparse.Namespace) -> int:
+    from perfseer.features.pyg import save_graphs  # deferred: keeps --help fast
+
     if args.batch is not None and not 1 <= args.batch <= MAX_BATCH:
         raise ShapeError(f"--batch must be from 1 to {MAX_BATCH}, got {args.batch}", "pass --batch N with N >= 1")
     shape = parse_shape(args.input_shape) if args.input_shape is not None else None
@@ -79,6 +78,9 @@ def _si(value: float, unit: str = "") -> str:
 
 
 def render(summary: dict, model) -> None:
+    from rich.console import Console  # deferred: keeps --help fast
+    from rich.table import Table  # deferred: keeps --help fast
+
     console = Console()
     t = Table(title=f"PerfGraph of {model} (batch {summary['batch_size']})", show_header=False, box=None)
     t.add_column(style="bold")

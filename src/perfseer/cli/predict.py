@@ -10,16 +10,11 @@ import textwrap
 import warnings
 from pathlib import Path
 
-from rich import box
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from perfseer.cli.footnotes import footnotes
 from perfseer.cli.train import _ints
 from perfseer.errors import MissingDependencyError, PerfseerError
 from perfseer.runtime.answer import PRECISIONS
-from perfseer.runtime.predictor import UnseenOperatorWarning, list_predictors
 
 
 def add_parser(sub) -> None:
@@ -77,6 +72,8 @@ def add_parser(sub) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     """``perfseer predict``: :func:`perfseer.predict` (routing included), then the table or JSON."""
+    from perfseer.runtime.predictor import UnseenOperatorWarning  # deferred: keeps --help fast
+
     from perfseer.api import predict  # deferred: loads onnx, pandas
     from perfseer.cli.graph import check_seq_len, parse_dims, parse_shape  # deferred: loads onnx
 
@@ -126,6 +123,10 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def _print_rows(rows: list[dict], title: str, explain: bool = False) -> None:
     # a column whose value is the same on every row goes to the title (the table fits 80 columns)
+    from rich import box  # deferred: keeps --help fast
+    from rich.console import Console  # deferred: keeps --help fast
+    from rich.table import Table  # deferred: keeps --help fast
+
     same = {k: rows[0].get(k) for k in ("device", "phase", "metric", "precision")
             if rows and len({r.get(k) for r in rows}) == 1 and rows[0].get(k) is not None}
     if same:
@@ -227,6 +228,9 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
 
 
 def run_predictors(args: argparse.Namespace) -> int:
+    from perfseer.runtime.predictor import list_predictors  # deferred: keeps --help fast
+    from rich.console import Console  # deferred: keeps --help fast
+
     items = list_predictors(args.dir)
     if args.json:
         from perfseer.cli.bounds import dumps  # deferred: loads onnx
@@ -248,6 +252,7 @@ def run_predictors(args: argparse.Namespace) -> int:
 
 def _predictor_block(it: dict) -> str:
     """One predictor in a few lines that fit 80 columns: what it covers, on which data, how well."""
+    from rich.markup import escape  # deferred: keeps --help fast
 
     tr, d, sc = it.get("training") or {}, it.get("domain") or {}, it.get("scores") or {}
     rows = (tr.get("rows") or {}).get("train")

@@ -9,12 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from perfseer.errors import PerfseerError
-from perfseer.runtime.predictor import load_predictor
 
 
 def _ints(text: str) -> list[int]:
@@ -159,6 +155,10 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _print_scores(card: dict, title: str) -> None:
+    from rich import box  # deferred: keeps --help fast
+    from rich.console import Console  # deferred: keeps --help fast
+    from rich.table import Table  # deferred: keeps --help fast
+
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for c in ("split", "target", "n", "MAPE %", "RMSE", "≤10 %", "Spearman", "Kendall"):
         t.add_column(c, justify="left" if c in ("split", "target") else "right")
@@ -170,6 +170,9 @@ def _print_scores(card: dict, title: str) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    from perfseer.runtime.predictor import load_predictor  # deferred: keeps --help fast
+    from rich.console import Console  # deferred: keeps --help fast
+
     from perfseer.fit.evaluate import evaluate_predictor  # deferred: loads onnx, pandas
 
     predictor = load_predictor(args.predictor)
