@@ -7,18 +7,23 @@ import importlib
 import warnings
 
 
-def forward(old: str, names: dict[str, str]):
-    """A module ``__getattr__`` for ``old`` that imports each of ``names`` (name -> new module, or
-    the new path of a moved submodule) from its new home, with a :class:`DeprecationWarning` naming it."""
+def forward(old: str, names: dict[str, str], modules: dict[str, str] | None = None):
+    """A module ``__getattr__`` for ``old`` that imports each of ``names`` (name -> its new module)
+    and each moved submodule of ``modules`` (old name -> new module path) from its new home, with a
+    :class:`DeprecationWarning` naming it."""
+    modules = modules or {}
 
     def __getattr__(name: str):
+        if name in modules:
+            new = modules[name]
+            warnings.warn(f"{old}.{name} moved to {new}; import it from there ({old} will be removed)",
+                          DeprecationWarning, stacklevel=2)
+            return importlib.import_module(new)
         if name not in names:
             raise AttributeError(f"module {old!r} has no attribute {name!r}")
         new = names[name]
         warnings.warn(f"{old}.{name} moved to {new}.{name}; import it from there ({old} will be removed)",
                       DeprecationWarning, stacklevel=2)
-        if new.rpartition(".")[2] == name or (name == "run" and new.endswith(".methods")):  # a moved submodule
-            return importlib.import_module(new)
         return getattr(importlib.import_module(new), name)
 
     return __getattr__

@@ -10,7 +10,7 @@ __getattr__ = forward(__name__, {
     "FeatureScaler": "perfseer.runtime.scaling", "TargetScaler": "perfseer.runtime.scaling",
     "NeuralPredictor": "perfseer.runtime.net", "TrainConfig": "perfseer.fit.trainer", "TrainResult": "perfseer.fit.trainer",
     "train": "perfseer.fit.trainer",
-    # the submodules
+}, modules={
     "calibrate": "perfseer.fit.calibrate", "data": "perfseer.fit.data", "metrics": "perfseer.fit.metrics",
     "pcgrad": "perfseer.fit.pcgrad", "pretrain": "perfseer.fit.pretrain", "run": "perfseer.fit.methods",
     "scaling": "perfseer.runtime.scaling", "trainer": "perfseer.fit.trainer",
