@@ -11,7 +11,7 @@ direction.
 
 Each fitting stage is a non-negative least squares on
 ``t = a0 + a1 (g-1) + x * volume / bandwidth + s sqrt(volume / bandwidth)`` (``x`` = 1/efficiency;
-across nodes one ``x`` per number of GPUs per node) weighted by ``1/t`` (relative error), rings
+across nodes one fit per number of GPUs per node) weighted by ``1/t`` (relative error), rings
 (all-reduce) and send/recv apart:
 
 1. ``nvlink``: the DGX A100 rows inside one node (all-reduce on 2, 4, 8 GPUs; send/recv 2);
@@ -132,30 +132,30 @@ def fit_path(df: pd.DataFrame) -> dict:
 
 
 def fit_network(df: pd.DataFrame, consts: dict) -> dict:
-    """``{family: {"efficiency_by_gpus_per_node", "latency_ms", "sqrt_ms"}}`` of the network from
-    cross-node rows (the intra-node latency of ``consts`` subtracted)."""
+    """``{family: {"by_gpus_per_node": {g: {"efficiency", "latency_ms", "sqrt_ms"}}}}`` of the
+    network from cross-node rows (the intra-node latency of ``consts`` subtracted), one fit per
+    number of GPUs per node (send/recv: one GPU on each side)."""
     out = {}
-    for family, g in (("ring", df[df["op"] != "send_recv"]), ("p2p", df[df["op"] == "send_recv"])):
-        if not len(g):
+    for family, rows_f in (("ring", df[df["op"] != "send_recv"]), ("p2p", df[df["op"] == "send_recv"])):
+        if not len(rows_f):
             continue
-        per = sorted(g["per_node"].unique()) if family == "ring" else [1]
-        rows = []
-        for r in g.itertuples():
-            cfg = Config(r.folder, r.op, r.ranks, r.per_node)
-            fab = col.fabric(cfg.ranks, node=cfg.node, nodes=cfg.nodes, consts=consts)
-            intra = 0.0
-            if cfg.per_node > 1:
-                pc = col._family(col._path_constants(consts, fab.intra_path), family)
-                intra = pc["latency_ms"][0] + pc["latency_ms"][1] * (cfg.per_node - 1)
-            v = _volume(r.op, r.ranks, r.size) / (fab.network_gbs * 1e9) * 1e3
-            k = per.index(cfg.per_node if family == "ring" else 1)
-            cols = [0.0] * len(per)
-            cols[k] = v
-            rows.append(([1.0, np.sqrt(v), *cols], max(r.ms - intra, 1e-4)))
-        sol = _nnls(rows)
-        out[family] = {"efficiency_by_gpus_per_node": {str(int(p)): float(1.0 / x) if x > 0 else 1e3
-                                                       for p, x in zip(per, sol[2:])},
-                       "latency_ms": float(sol[0]), "sqrt_ms": float(sol[1]), "rows": int(len(g))}
+        fits = {}
+        for per, g in rows_f.groupby("per_node"):
+            rows = []
+            for r in g.itertuples():
+                cfg = Config(r.folder, r.op, r.ranks, r.per_node)
+                fab = col.fabric(cfg.ranks, node=cfg.node, nodes=cfg.nodes, consts=consts)
+                intra = 0.0
+                if cfg.per_node > 1 and family == "ring":
+                    pc = col._family(col._path_constants(consts, fab.intra_path), family)
+                    intra = pc["latency_ms"][0] + pc["latency_ms"][1] * (cfg.per_node - 1)
+                v = _volume(r.op, r.ranks, r.size) / (fab.network_gbs * 1e9) * 1e3
+                rows.append(([1.0, v, np.sqrt(v)], max(r.ms - intra, 1e-4)))
+            a, x, sq = _nnls(rows)
+            fits[str(int(per) if family == "ring" else 1)] = {
+                "efficiency": float(1.0 / x) if x > 0 else 1e3, "latency_ms": float(a), "sqrt_ms": float(sq),
+                "rows": int(len(g))}
+        out[family] = {"by_gpus_per_node": fits}
     return out
 
 
@@ -270,10 +270,22 @@ def build(data: Path = DEFAULT_DATA) -> tuple[dict, list[dict]]:
     consts["notes"] = ("efficiency: fraction of the registry's link bandwidth (perfseer.devices.interconnect) "
                        "reached by NCCL; ring: all-reduce bus bandwidth (also used for all-gather, "
                        "reduce-scatter, all-to-all), p2p: send/recv; latency_ms: [a0, a1], a0 + a1 (GPUs per "
-                       "node - 1); sqrt_ms: coefficient of sqrt(ms at full link rate); network: "
-                       "efficiency_by_gpus_per_node in port bandwidths, latency added once across nodes; "
+                       "node - 1); sqrt_ms: coefficient of sqrt(ms at full link rate); network: by GPUs per "
+                       "node, efficiency in port bandwidths (NCCL drives several NICs), latency added to the "
+                       "intra-node one, log-linear between measured GPUs per node; "
                        "nodes: measured node types' own fitted paths")
     return consts, table
+
+
+def _rounded(x):
+    """Floats to 5 significant digits (a readable fact file; the fit is not that precise)."""
+    if isinstance(x, float):
+        return float(f"{x:.5g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rounded(v) for v in x]
+    return x
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     consts, table = build(args.data)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(consts, indent=1) + "\n")
+    args.out.write_text(json.dumps(_rounded(consts), indent=1) + "\n")
     for r in table:
         print(f"{r['experiment']:<20} {r['config']:<55} n={r['rows']:<4} mean {r['mean_abs_pct']:>6} % "
               f"median {r['median_abs_pct']:>6} % within10 {r['within_10pct']:.2f} >=1MiB {r['mean_abs_pct_ge_1MiB']}")

@@ -19,9 +19,9 @@ reaches its bandwidth gradually with the message size), where
 * inside one node the bandwidth is the GPU's NVLink (every rank on an NVSwitch, or the two GPUs
   of an NVLink bridge) or PCIe (anything else), times a fitted efficiency;
 * across ``k`` nodes of ``g`` ranks each, the ring crosses each node's network once per channel:
-  the bandwidth is ``min(intra, efficiency(g) x port bandwidth)``, the efficiency fitted for each
-  measured number of GPUs per node (how many NICs NCCL drives), interpolated between; the latency
-  adds a fitted network term;
+  the bandwidth is ``min(intra, efficiency(g) x port bandwidth)``; efficiency (how many NICs NCCL
+  drives, and how well), latency and square-root term are fitted for each measured number of GPUs
+  per node and interpolated between;
 * the latency is ``a0 + a1 (g-1)`` (a ring's steps) per path; rings (all-reduce and the
   others) and send/recv have their own constants.
 
@@ -206,15 +206,15 @@ def collective_cost(op: str, nbytes: float, ranks: int, *, gpu: str | None = Non
     measured = c.get("nodes", {}).get(fab.node.name, {}).get("network")
     nc = _family(measured if measured is not None and fab.network == fab.node.network else c["network"], family)
     per_gpu = 1 if op == "send_recv" else g
-    eff = network_efficiency(nc, per_gpu, fab.nics)
-    net_bw = eff * fab.network_gbs * 1e9
+    nk = network_constants(nc, per_gpu, fab.nics)
+    net_bw = nk["efficiency"] * fab.network_gbs * 1e9
     if op == "all_to_all":  # each node sends (k-1)/k of its g ranks' data over the network
         net_bw = net_bw / g
-    latency = nc["latency_ms"]
+    latency = nk["latency_ms"]
     if g > 1:
         latency += pc["latency_ms"][0] + pc["latency_ms"][1] * (g - 1)
     bw = min(intra_bw, net_bw) if g > 1 else net_bw
-    t_bw = 1e3 * vol / bw + nc["sqrt_ms"] * math.sqrt(1e3 * vol / (fab.network_gbs * 1e9))
+    t_bw = 1e3 * vol / bw + nk["sqrt_ms"] * math.sqrt(1e3 * vol / (fab.network_gbs * 1e9))
     path = fab.network if bw == net_bw else fab.intra_path
     return CollectiveCost(op, float(nbytes), ranks, nodes, float(latency), t_bw, path, vol / (t_bw / 1e3) / 1e9)
 
@@ -224,22 +224,25 @@ def _family(entry: dict, family: str) -> dict:
     return entry.get(family) or entry["ring" if family == "p2p" else "p2p"]
 
 
-def network_efficiency(nc: dict, per_node: int, nics: int) -> float:
-    """Network bandwidth reached, in port bandwidths, with ``per_node`` ranks on each node: fitted
-    for the measured numbers of GPUs per node, log-linear between them, at most ``min(per_node,
-    nics)`` ports."""
-    table = sorted((int(k), float(v)) for k, v in nc["efficiency_by_gpus_per_node"].items())
+def network_constants(nc: dict, per_node: int, nics: int) -> dict:
+    """The network constants with ``per_node`` ranks on each node: fitted for the measured numbers
+    of GPUs per node, log-linear in between (nearest outside); efficiency (in port bandwidths: NCCL
+    drives several NICs) at most ``min(per_node, nics)``."""
+    table = sorted((int(k), v) for k, v in nc["by_gpus_per_node"].items())
     x = math.log2(per_node)
     xs = [math.log2(k) for k, _ in table]
-    if x <= xs[0]:
-        e = table[0][1]
+    if x <= xs[0] or len(table) == 1:
+        out = dict(table[0][1])
     elif x >= xs[-1]:
-        e = table[-1][1]
+        out = dict(table[-1][1])
     else:
         i = next(i for i in range(1, len(xs)) if xs[i] >= x)
         w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-        e = math.exp((1 - w) * math.log(table[i - 1][1]) + w * math.log(table[i][1]))
-    return min(e, float(min(per_node, nics)))
+        lo, hi = table[i - 1][1], table[i][1]
+        out = {k: math.exp((1 - w) * math.log(max(lo[k], 1e-9)) + w * math.log(max(hi[k], 1e-9)))
+               if k == "efficiency" else (1 - w) * lo[k] + w * hi[k] for k in ("efficiency", "latency_ms", "sqrt_ms")}
+    out["efficiency"] = min(out["efficiency"], float(min(per_node, nics)))
+    return out
 
 
 def collective_time_ms(op: str, nbytes: float, ranks: int, *, gpu: str | None = None, node: str | None = None,
