@@ -9,6 +9,8 @@ from pathlib import Path
 
 from perfseer.cli.bounds import dumps
 from perfseer.cli.graph import _write_atomic, parse_shape
+from perfseer.cli.several import add_arguments as add_parallel_arguments
+from perfseer.cli.several import several_asked
 from perfseer.cli.train import _ints
 from perfseer.data.table import read_table, write_table
 from perfseer.errors import MemoryConfigError
@@ -55,6 +57,7 @@ def add_parser(sub) -> None:
     p.add_argument("--table", metavar="PATH", default=None,
                    help="add the totals as memory_mb rows to a measurement table (CSV/Parquet; created or "
                         "extended): simulator labels for training a memory predictor")
+    add_parallel_arguments(p, memory=True)
     p.set_defaults(func=run)
 
 
@@ -174,6 +177,16 @@ def input_shape_of(model: str, input_shape: str | None, seq_len: int | None):
 
 def run(args: argparse.Namespace) -> int:
     shape = input_shape_of(args.model, args.input_shape, getattr(args, "seq_len", None))
+    if several_asked(args) or args.checkpoint:  # one GPU's share (perfseer.memory.parallel)
+        from perfseer.cli.several import format_several, memory_several
+
+        rep = memory_several(args, shape)
+        for path in (args.out, args.json):
+            if path:
+                _write_json(path, rep)
+        if args.json != "-":
+            print(format_several(rep))
+        return 0
     rep = memory_report(args.model, args.batch, phase=args.phase, optimizer=args.optimizer, precision=args.precision,
                         device=args.device, capacity_gib=args.capacity_gib, context_mib=args.context_mib,
                         input_shape=shape, max_batch=args.max_batch, mig=args.mig)
@@ -185,4 +198,9 @@ def run(args: argparse.Namespace) -> int:
         write_memory_table(rep, args.table)
     if args.json != "-":
         print(format_report(rep))
+        if args.device or args.capacity_gib:
+            from perfseer.cli.several import advice_lines
+
+            for line in advice_lines(args, shape, rep):
+                print(line)
     return 0

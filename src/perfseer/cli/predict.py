@@ -12,6 +12,8 @@ from pathlib import Path
 
 
 from perfseer.cli.footnotes import footnotes
+from perfseer.cli.several import add_arguments as add_parallel_arguments
+from perfseer.cli.several import parallel_kwargs
 from perfseer.cli.train import _ints
 from perfseer.errors import MissingDependencyError, PerfseerError
 from perfseer.runtime.answer import PRECISIONS
@@ -60,6 +62,7 @@ def add_parser(sub) -> None:
                         "(pip install 'perfseer[plot]')")
     p.add_argument("--memory", action="store_true",
                    help="also simulate peak GPU memory (perfseer memory; training with AdamW) for GPU devices")
+    add_parallel_arguments(p)
     p.set_defaults(func=run_predict)
 
     ls = sub.add_parser("predictors", help="list the bundled predictors with their coverage and test scores",
@@ -87,13 +90,19 @@ def run_predict(args: argparse.Namespace) -> int:
         warnings.simplefilter("always", UnseenOperatorWarning)
         rows = predict(args.model, device=devices, predictor=args.predictor, batch=args.batch,
                        phase=args.phase, precision=args.precision, basis=args.basis, input_shape=shape, dims=dims,
-                       seq_len=args.seq_len, force=args.force)
+                       seq_len=args.seq_len, force=args.force, **parallel_kwargs(args))
     label = args.predictor if args.predictor is not None else ", ".join(devices)
     if args.predictor is not None:
         label = next((r["predictor"] for r in rows if r.get("predictor")), label)
     for r in rows:
         r.pop("predictor", None)
-    if getattr(args, "memory", False):
+    several = bool(parallel_kwargs(args))
+    if getattr(args, "memory", False) and several:
+        from perfseer.memory.parallel import add_memory_per_gpu  # deferred: loads torch
+
+        add_memory_per_gpu(args.model, rows, seq_len=args.seq_len, input_shape=shape, precision=args.precision,
+                           **parallel_kwargs(args))
+    elif getattr(args, "memory", False):
         from perfseer.memory.api import memory_rows  # deferred: loads torch
 
         extra, notes = memory_rows(args.model, rows, input_shape=shape)
@@ -111,6 +120,10 @@ def run_predict(args: argparse.Namespace) -> int:
         plot_sweep(rows, args.plot, args.model)
     if args.json:
         print(dumps(doc, indent=1))
+    elif several:
+        from perfseer.cli.several import print_rows
+
+        print_rows(rows, f"{args.model} on {label}")
     else:
         _print_rows(rows, f"{args.model} on {label}" if args.predictor is None else f"{args.model} with predictor {label}",
                     explain=getattr(args, "explain", False))

@@ -504,7 +504,10 @@ def cached_extract(model, batch: int, input_shape=None, dims: dict[str, int] | N
 def predict(model, *, device: str | Sequence[str] | None = None, predictor: str | Sequence[str] | None = None,
             batch: int | Sequence[int] = 1, phase: str | None = None, precision: str | None = None,
             basis: str = "auto", input_shape=None, dims: dict[str, int] | None = None, seq_len: int | None = None,
-            gpus: int = 1, parallel: str | None = None, energy: bool = False, force: bool = False) -> list[dict]:
+            gpus: int = 1, parallel: str | None = None, energy: bool = False, force: bool = False,
+            tp: int | None = None, pp: int | None = None, dp: int | None = None, microbatches: int | None = None,
+            nodes: int = 1, node: str | None = None, interconnect: str | None = None, schedule: str = "1f1b",
+            sequence_parallel: bool = False) -> list[dict]:
     """Predict ``model``'s step time: what ``perfseer predict`` prints, as a list of rows.
 
     Args:
@@ -522,7 +525,15 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
             the first measured card's when not given.
         basis: ``auto``, ``measured``, ``transfer`` or ``spec`` (devices alone).
         input_shape, dims, seq_len: as for :func:`perfseer.extract`.
-        gpus, parallel, energy: several GPUs and energy are not predicted yet (refused, with the reason).
+        gpus, parallel: the step on several GPUs of ``device`` (``batch`` is then the global batch;
+            ``phase`` defaults to ``train``): ``parallel`` ``dp`` (DDP), ``fsdp``, ``zero1``-``zero3``,
+            ``dataparallel`` (``torch.nn.DataParallel``), or ``tp`` / ``pp`` alone; see
+            docs/guide/several-gpus.md.  Rows add ``compute_ms``, ``comm_ms`` (exposed), ``bubble_ms``.
+        tp, pp, dp, microbatches, schedule, sequence_parallel: the layout (``gpus = tp x pp x dp``;
+            ``schedule`` ``1f1b`` or ``gpipe``; microbatches default ``4 pp``).
+        nodes, node, interconnect: nodes the GPUs span, the node type (``dgx-a100``, ``hgx-h100``,
+            ``pcie-8``...), a forced path (``nvlink``, ``pcie``) or network (``ib-ndr``, ``ib-hdr``, ``roce``).
+        energy: not predicted yet (refused, with the reason).
         force: let a measured card answer for a model outside its model space (else it is passed
             over for the next basis, or, asked for by name, refuses).
 
@@ -546,6 +557,16 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
     batches = [batch] if isinstance(batch, int) else list(batch)
     if not batches or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 for b in batches):
         raise PerfseerError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
+    if gpus != 1 or parallel is not None or tp or pp or dp:  # several GPUs: perfseer.runtime.several
+        from perfseer.runtime.several import predict_several
+
+        if energy:
+            Options(energy=energy).single_device("perfseer")  # refused, with the reason
+        return predict_several(predict, model, device=device, predictor=predictor, batches=batches, phase=phase,
+                               precision=precision, basis=basis, input_shape=input_shape, dims=dims, seq_len=seq_len,
+                               force=force, gpus=gpus, parallel=parallel, tp=tp, pp=pp, dp=dp,
+                               microbatches=microbatches, nodes=nodes, node=node, interconnect=interconnect,
+                               schedule=schedule, sequence_parallel=sequence_parallel)
     Options(gpus=gpus, parallel=parallel, energy=energy).single_device("perfseer")
     units, _ = plan(devices, [str(p) for p in predictors], phase, precision, basis, force=force)
     kept = {u: extraction(u) for u in units}
