@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from perfseer.errors import PerfseerError
-from perfseer.memory.api import memory
+from perfseer.memory.api import _capacity, memory
 from perfseer.parallel.facts import transformer_shape
 from perfseer.parallel.plan import ModelFacts, ParallelError, Plan, check, make_plan
 from perfseer.parallel.sharding import shard
@@ -71,12 +71,18 @@ def memory_parallel(model, batch: int, plan: Plan, *, phase: str = "train", opti
     """
     facts = _facts(model, seq_len)
     check(plan, facts, batch, phase)
+    if checkpoint and phase == "train" and not facts.layers:
+        raise ParallelError(f"activation checkpointing is modelled per transformer layer; {facts.name} has no known "
+                            "layers", "drop --checkpoint, or use an hf: model")
     per_gpu = batch // plan.dp
     mb = per_gpu // (plan.microbatches if plan.pp > 1 else 1)
     shape = input_shape if input_shape is not None else ((seq_len,) if seq_len and isinstance(model, str)
                                                          and model.startswith("hf:") else None)
     est = _single or memory(model, batch=mb, phase=phase, optimizer=optimizer, precision=precision, device=device,
                             input_shape=shape, capacity_gib=capacity_gib)
+    device_name, capacity, _ = _capacity(device, capacity_gib)
+    if capacity is None:
+        device_name, capacity = est.device, est.capacity
     parts = shard(est.breakdown, plan, facts, phase, checkpoint, getattr(est, "category_peaks", None))
     total = int(sum(parts.values()))
     notes = []
@@ -85,8 +91,8 @@ def memory_parallel(model, batch: int, plan: Plan, *, phase: str = "train", opti
     if plan.pp > 1:
         notes.append("pipeline stages taken as equal; the first and last also hold the embeddings and the head")
     return ParallelMemory(model=str(model), layout=plan.describe(), gpus=plan.gpus, batch=batch, per_gpu_batch=per_gpu,
-                          microbatch=mb, phase=phase, checkpoint=checkpoint, device=est.device, capacity=est.capacity,
-                          total=total, fits=None if est.capacity is None else total <= est.capacity, breakdown=parts,
+                          microbatch=mb, phase=phase, checkpoint=checkpoint, device=device_name, capacity=capacity,
+                          total=total, fits=None if capacity is None else total <= capacity, breakdown=parts,
                           single={"total": est.total, "breakdown": est.breakdown, "method": est.method},
                           notes=notes + list(est.notes))
 

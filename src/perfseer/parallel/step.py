@@ -90,7 +90,6 @@ def overlap(compute: list[float], before: list[float], after: list[float], prefe
     ``after[i]`` (a reduction) is queued when chunk ``i`` finishes."""
     n = len(compute)
     comm_free, t_compute = 0.0, 0.0
-    starts = [0.0] * n
     done_before = [0.0] * n
     pending = []  # (ready time, duration) of reductions
     c_end = [0.0] * n
@@ -100,11 +99,12 @@ def overlap(compute: list[float], before: list[float], after: list[float], prefe
         while pending and pending[0][0] <= max(comm_free, ready):
             r, d = pending.pop(0)
             comm_free = max(comm_free, r) + d
-        s = max(comm_free, ready)
-        done_before[i] = s + before[i]
-        comm_free = done_before[i] if before[i] > 0 else comm_free
-        starts[i] = max(t_compute, done_before[i])
-        t_compute = starts[i] + compute[i]
+        if before[i] > 0:
+            done_before[i] = max(comm_free, ready) + before[i]
+            comm_free = done_before[i]
+        else:
+            done_before[i] = 0.0  # nothing to gather: the chunk waits for nothing but the previous one
+        t_compute = max(t_compute, done_before[i]) + compute[i]
         c_end[i] = t_compute
         if after[i] > 0:
             pending.append((t_compute, after[i]))

@@ -69,7 +69,8 @@ class Options:
         phase: ``infer`` or ``train``; ``None``: every phase the basis covers (a device alone: ``infer``).
         precision: a name of :data:`PRECISIONS` or an alias (stored as the name); ``None``: the
             basis's own (a measured card's setting, else fp32).
-        gpus: GPUs the step runs on (1: one process on one device, the only case answered today).
+        gpus: GPUs the step runs on (a basis answers one process on one device; several GPUs are
+            composed above the bases from their one-GPU answers, :mod:`perfseer.runtime.several`).
         parallel: the several-GPU strategy (``None`` with one GPU).
         energy: also answer power and energy (not answered on GPUs yet).
         force: let a measured card answer for a model outside its model space

@@ -562,7 +562,7 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
 
         if energy:
             Options(energy=energy).single_device("perfseer")  # refused, with the reason
-        return predict_several(predict, model, device=device, predictor=predictor, batches=batches, phase=phase,
+        return predict_several(predict, cached_extract, model, device=device, predictor=predictor, batches=batches, phase=phase,
                                precision=precision, basis=basis, input_shape=input_shape, dims=dims, seq_len=seq_len,
                                force=force, gpus=gpus, parallel=parallel, tp=tp, pp=pp, dp=dp,
                                microbatches=microbatches, nodes=nodes, node=node, interconnect=interconnect,

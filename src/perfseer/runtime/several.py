@@ -29,10 +29,11 @@ def input_bytes_per_sample(pg) -> float:
     return total / max(1, pg.batch_size)
 
 
-def predict_several(predict, model, *, device, predictor, batches: Sequence[int], phase, precision, basis, input_shape,
+def predict_several(predict, extract, model, *, device, predictor, batches: Sequence[int], phase, precision, basis, input_shape,
                     dims, seq_len, force, gpus, parallel, tp=None, pp=None, dp=None, microbatches=None, nodes=1,
                     node=None, interconnect=None, schedule="1f1b", sequence_parallel=False) -> list[dict]:
-    """Rows of a several-GPU request (``predict``: the single-GPU :func:`perfseer.runtime.route.predict`).
+    """Rows of a several-GPU request (``predict``: the single-GPU :func:`perfseer.runtime.route.predict`;
+    ``extract``: its cached extraction, :func:`perfseer.runtime.route.cached_extract`).
 
     Each row is the single-GPU row's fields with ``batch_size`` the global batch, ``value`` the
     step (ms), ``compute_ms``, ``comm_ms`` (exposed), ``bubble_ms``, ``gpus``, ``parallel`` (the
@@ -53,9 +54,7 @@ def predict_several(predict, model, *, device, predictor, batches: Sequence[int]
                      node=node, interconnect=interconnect)
     fabric(plan.gpus, gpu=spec.name, node=node, nodes=plan.nodes, interconnect=interconnect)  # refuse a bad layout early
     phase = phase or "train"
-    from perfseer.runtime.route import cached_extract  # deferred: route imports this module's caller
-
-    pg = model if not isinstance(model, (str, bytes)) and hasattr(model, "graph") else cached_extract(
+    pg = model if not isinstance(model, (str, bytes)) and hasattr(model, "graph") else extract(
         model, batch=1, input_shape=input_shape, dims=dims, seq_len=seq_len)
     facts = facts_of(pg, model if isinstance(model, str) else None,
                      seq_len=seq_len if seq_len else None, precision=precision)
