@@ -57,7 +57,7 @@ def test_every_basis_implements_the_answering_protocol():
 
 
 def test_what_no_basis_answers_yet_is_refused_with_the_reason():
-    with pytest.raises(PerfseerError, match="8 GPUs"):
+    with pytest.raises(PerfseerError, match="smaller than the data-parallel degree 8"):  # several GPUs: a global batch
         perfseer.predict(NB201, device="a100-40gb", gpus=8)
     with pytest.raises(PerfseerError, match="energy"):
         load_spec_model().answer(perfseer.extract(NB201), [1], Options(device="a100-40gb", energy=True))

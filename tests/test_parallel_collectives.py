@@ -74,3 +74,23 @@ def test_bad_input_is_a_perfseer_error(kw, words):
     op, nbytes, ranks = kw.pop("op"), kw.pop("nbytes"), kw.pop("ranks")
     with pytest.raises(PerfseerError, match=words):
         collective_time_ms(op, nbytes, ranks, **kw)
+
+
+def test_every_node_and_gpu_entry_resolves():
+    from perfseer.devices.interconnect import list_gpus
+
+    for n in list_nodes():
+        node = get_node(n)
+        assert node.intra in ("nvswitch", "nvlink-pairs", "pcie") and get_network(node.network).gbs > 0
+        if node.gpu:
+            assert gpu_links(node.gpu).pcie_gbs > 0
+    for g in list_gpus():
+        links = gpu_links(g)
+        assert links.source and (links.nvlink_gbs is None or links.nvlink_gbs > 0)
+
+
+def test_cli_choices_match_the_model():
+    from perfseer.cli.several import INTERCONNECTS as cli_choices
+    from perfseer.parallel.collectives import INTERCONNECTS
+
+    assert cli_choices == INTERCONNECTS

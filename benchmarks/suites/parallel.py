@@ -115,11 +115,33 @@ def megatron_step(quick: bool) -> dict:
     return {"rows": out}
 
 
+def activation_formula_step(quick: bool) -> dict:
+    """The simulator's activation memory of a GPT-2 training step against Korthikanti et al.'s
+    per-layer formula ``s b h (34 + 5 a s / h)`` bytes (16-bit activations; the ``5 a s / h`` term is
+    the attention matrices, absent with fused attention), times the layers, plus the logits."""
+    from perfseer.memory.api import memory
+
+    out = []
+    seq = 256 if quick else 1024
+    for attention in ("eager", "sdpa"):
+        ref = "hf:gpt2" + ("@eager" if attention == "eager" else "")
+        for precision in ("fp16", "amp-fp16"):
+            est = memory(ref, batch=1, input_shape=(seq,), phase="train", precision=precision, optimizer="adamw")
+            h, a, L, V = 768, 12, 12, 50257
+            per_layer = seq * h * (34 + (5 * a * seq / h if attention == "eager" else 0))
+            logits = seq * V * (2 + 4 + 4)  # fp16 logits, their fp32 copy for the loss and its softmax
+            out.append({"attention": attention, "seq": seq, "precision": precision,
+                        "simulated_activation_bytes": (est.category_peaks or {}).get("activations"),
+                        "formula_layers_bytes": per_layer * L, "formula_logits_bytes": logits})
+    return {"rows": out}
+
+
 def steps(ctx: Context) -> list[Step]:
     return [Step("collectives", collectives_step),
             Step("dataparallel-measured-compute", dataparallel_measured_step),
             Step("dataparallel-end-to-end", lambda: dataparallel_end_to_end(ctx.quick)),
-            Step("megatron", lambda: megatron_step(ctx.quick))]
+            Step("megatron", lambda: megatron_step(ctx.quick)),
+            Step("activation-formula", lambda: activation_formula_step(ctx.quick))]
 
 
 def _pct(v):
@@ -180,6 +202,23 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
                                 f(r["published_ms"], 0) + " ms", f(r["predicted_ms"], 0) + " ms",
                                 f(r["compute_ms"], 0), f(r["comm_ms"], 0), f(r["bubble_ms"], 0),
                                 _pct(r["rel_err"])] for r in mg]))
+        lines.append("")
+    af = res.get("activation-formula", {}).get("rows", [])
+    if af:
+        lines += ["**Activation memory against Megatron's formula** (Korthikanti et al. 2022: per layer "
+                  "`s b h (34 + 5 a s / h)` bytes, the second term the attention matrices, which fused "
+                  "attention does not keep; the whole model in 16 bits): `perfseer memory hf:gpt2` (batch 1, "
+                  "AdamW), the activations' own peak in the simulated step.  Under autocast (amp-fp16) the "
+                  "residual stream, the norms and the softmax stay in fp32, which the formula does not "
+                  "count.", ""]
+        lines.append(md_table(["attention", "precision", "tokens", "simulated", "formula (layers)",
+                               "formula + logits", "simulated / (formula + logits)"],
+                              [[r["attention"], r["precision"], r["seq"], f(r["simulated_activation_bytes"] / 2**20) + " MiB",
+                                f(r["formula_layers_bytes"] / 2**20) + " MiB",
+                                f((r["formula_layers_bytes"] + r["formula_logits_bytes"]) / 2**20) + " MiB",
+                                f(r["simulated_activation_bytes"] / (r["formula_layers_bytes"]
+                                                                     + r["formula_logits_bytes"]), 2)]
+                               for r in af if r.get("simulated_activation_bytes")]))
         lines.append("")
     lines.append(timing_note(res))
     return "\n".join(lines)
