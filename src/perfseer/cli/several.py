@@ -68,21 +68,25 @@ def print_rows(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    layout = rows[0].get("parallel") if rows else ""
-    t = Table(title=f"{title}: {layout}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for c in ("batch", "per GPU", "step", "compute", "comm", "bubble", "per s", "memory/GPU"):
+    first = rows[0] if rows else {}
+    setting = ", ".join(str(first[k]) for k in ("phase", "precision") if first.get(k))
+    t = Table(title=f"{title}: {first.get('parallel', '')}" + (f" ({setting})" if setting else ""),
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    with_memory = any(r.get("memory_per_gpu_bytes") for r in rows)
+    cols = ("batch", "per GPU", "step", "compute", "comm", "bubble", "per s") + (("memory/GPU",) if with_memory else ())
+    for c in cols:
         t.add_column(c, justify="right")
     notes = []
     for r in rows:
         if r.get("value") is None:
-            t.add_row(str(r["batch_size"]), "-", "refused", "", "", "", "", "")
+            t.add_row(str(r["batch_size"]), "-", "refused", *[""] * (len(cols) - 3))
             notes.append(r.get("reason") or "no answer")
             continue
         mem = r.get("memory_per_gpu_bytes")
-        t.add_row(str(r["batch_size"]), str(r.get("per_gpu_batch", "")), f"{r['value']:.4g} ms",
-                  f"{r['compute_ms']:.4g}", f"{r['comm_ms']:.4g}", f"{r['bubble_ms']:.4g}",
-                  f"{r['throughput_per_s']:.4g}" if r.get("throughput_per_s") else "",
-                  f"{mem / 2**30:.3g} GiB" if mem else "")
+        cells = [str(r["batch_size"]), str(r.get("per_gpu_batch", "")), f"{r['value']:.4g} ms",
+                 f"{r['compute_ms']:.4g}", f"{r['comm_ms']:.4g}", f"{r['bubble_ms']:.4g}",
+                 f"{r['throughput_per_s']:.4g}" if r.get("throughput_per_s") else ""]
+        t.add_row(*cells, *([f"{mem / 2**30:.3g} GiB" if mem else "-"] if with_memory else []))
         notes += r.get("notes", [])
     Console().print(t)
     for n in dict.fromkeys(notes):
