@@ -48,7 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from perfseer.devices.interconnect import (GpuLinks, NodeType, UnknownInterconnectError, default_node, get_network,
-                                           get_node, gpu_links, list_networks)
+                                           get_node, gpu_links, list_networks, pcie_gbs)
 from perfseer.errors import PerfseerError
 
 FACTS = Path(__file__).resolve().parent / "data" / "collectives.json"
@@ -145,7 +145,7 @@ def fabric(ranks: int, *, gpu: str | None = None, node: str | None = None, nodes
                             "fewer GPUs, or another --node type")
     gname = gpu or nt.gpu
     links: GpuLinks | None = gpu_links(gname) if gname else None
-    pcie = links.pcie_gbs if links else 31.5  # a PCIe Gen4 server when no GPU is named
+    pcie = links.pcie_gbs if links else pcie_gbs(4)  # a PCIe Gen4 server when no GPU is named
     intra = nt.intra
     if interconnect == "nvlink":
         if links is None or not links.has_nvlink:

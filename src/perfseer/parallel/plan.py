@@ -117,8 +117,6 @@ def make_plan(gpus: int | None = None, parallel: str | None = None, *, tp: int |
     if tp * pp * dp != gpus:
         raise ParallelError(f"tp x pp x dp = {tp} x {pp} x {dp} = {tp * pp * dp}, not the {gpus} GPUs asked",
                             f"pass --gpus {tp * pp * dp}, or degrees whose product is {gpus}")
-    if parallel in ("tp", "pp") and dp > 1 and flavour == "ddp":
-        pass  # tp/pp alone with spare GPUs: the rest is plain data parallel
     if pp == 1 and microbatches not in (None, 1):
         raise ParallelError(f"{microbatches} microbatches without pipeline stages", "drop --microbatches, or pass --pp")
     m = microbatches or (4 * pp if pp > 1 else 1)
@@ -203,8 +201,6 @@ def check(plan: Plan, facts: ModelFacts, global_batch: int, phase: str = "train"
         raise ParallelError(f"global batch {global_batch} does not split evenly into {plan.dp} replicas"
                             + (f" x {plan.microbatches} microbatches" if plan.pp > 1 else ""),
                             f"pass a multiple of {per}, e.g. --batch {per * max(1, global_batch // per)}")
-    if plan.flavour == "dataparallel" and phase == "train" and facts.param_tensors is None:
-        pass  # replication cost then counted by bytes only
 
 
 def _divisors(n: int, limit: int) -> str:
