@@ -121,3 +121,11 @@ def test_cli_dp_answers_with_the_split(capsys):
     assert row["gpus"] == 4 and row["per_gpu_batch"] == 16 and row["batch_size"] == 64
     assert row["value"] == pytest.approx(row["compute_ms"] + row["comm_ms"] + row["bubble_ms"])
     assert row["comm_ms"] > 0 and row["bubble_ms"] == 0
+
+
+def test_optimizer_runs_once_on_the_shard():
+    plan = make_plan(4, "pp", microbatches=8)
+    st = step_time(plan, GPT2, 64, lambda b: 40.0, gpu="a100-80gb-sxm", optimizer_ms=8.0)
+    assert st.compute_ms == pytest.approx(8 * (40.0 - 8.0) / 4 + 8.0 / 4)
+    z = step_time(make_plan(8, "zero1"), GPT2, 64, lambda b: 40.0, gpu="a100-80gb-sxm", optimizer_ms=8.0)
+    assert z.compute_ms == pytest.approx(32.0 + 8.0 / 8)

@@ -23,7 +23,8 @@ For a :class:`~perfseer.parallel.plan.Plan` ``tp x pp x dp`` and a global batch 
   batch, replicates the parameters from GPU 0 every step, gathers the outputs and reduces the
   gradients to GPU 0, with a fitted per-tensor host cost.
 
-The backward pass is taken as two thirds of forward plus backward (the usual 1:2 split).
+The backward pass is taken as two thirds of forward plus backward (the usual 1:2 split); the
+optimizer step (``optimizer_ms``) runs once per step, on the GPU's share of the parameters.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def dataparallel_overhead(facts: ModelFacts, plan: Plan, phase: str, gpu: str | 
 
 def step_time(plan: Plan, facts: ModelFacts, global_batch: int, single_ms: Callable[[int], float], *,
               phase: str = "train", gpu: str | None = None, input_bytes_per_sample: float = 0.0,
-              grad_bytes: float | None = None) -> StepTime:
+              grad_bytes: float | None = None, optimizer_ms: float = 0.0) -> StepTime:
     """The several-GPU step of ``facts``'s model at ``global_batch`` under ``plan``.
 
     Args:
@@ -163,6 +164,9 @@ def step_time(plan: Plan, facts: ModelFacts, global_batch: int, single_ms: Calla
         gpu: the GPU model (its links, :mod:`perfseer.devices.interconnect`).
         input_bytes_per_sample: bytes of one sample's input (DataParallel scatters them).
         grad_bytes: bytes of the gradients all-reduced (default: the parameters' bytes).
+        optimizer_ms: the optimizer step's part of ``single_ms`` (training): taken out of each
+            microbatch and run once per step on the GPU's share of the parameters (``1/(tp pp)``,
+            and ``1/dp`` where ZeRO or FSDP shard the optimizer state).
 
     Raises:
         ParallelError: a plan that cannot run the model (:func:`~perfseer.parallel.plan.check`).
@@ -173,9 +177,10 @@ def step_time(plan: Plan, facts: ModelFacts, global_batch: int, single_ms: Calla
     m = plan.microbatches if plan.pp > 1 else 1
     b_mb = b_rep // m
     t1 = float(single_ms(b_mb))
+    t_opt = min(max(optimizer_ms, 0.0), 0.5 * t1) if train else 0.0
     f = 1.0 if plan.sequence_parallel else facts.split_fraction
     share = (f / plan.tp + 1.0 - f) if plan.tp > 1 else 1.0
-    t_stage = t1 * share / plan.pp
+    t_stage = (t1 - t_opt) * share / plan.pp
     where = group_nodes(plan)
     comm: dict[str, dict] = {}
     notes: list[str] = []
@@ -198,7 +203,8 @@ def step_time(plan: Plan, facts: ModelFacts, global_batch: int, single_ms: Calla
         one = _coll("send_recv", act, 2, where["pp"], plan, gpu)
         c_pp = (2 if train else 1) * one
         comm["pp"] = {"total_ms": m * c_pp, "exposed_ms": m * c_pp, "per_microbatch_ms": c_pp}
-    compute = m * t_stage
+    sharded = plan.flavour in ("zero1", "zero2", "zero3", "fsdp")
+    compute = m * t_stage + t_opt / (plan.tp * plan.pp) / (plan.dp if sharded else 1)
     bubble = (plan.pp - 1) * (t_stage + c_tp + c_pp) if plan.pp > 1 else 0.0
     exposed = m * (c_tp + c_pp)
     # data parallel

@@ -59,6 +59,9 @@ def predict_several(predict, extract, model, *, device, predictor, batches: Sequ
     facts = facts_of(pg, model if isinstance(model, str) else None,
                      seq_len=seq_len if seq_len else None, precision=precision)
     per_sample = input_bytes_per_sample(pg)
+    # the AdamW pass the one-GPU training step includes (perfseer.specmodel.compose: 16 bytes read,
+    # 12 written per parameter), run once per step on each GPU's share
+    opt_ms = 1e3 * 28 * facts.params / (spec.mem_bandwidth_gbs * 1e9) if phase == "train" and spec.mem_bandwidth_gbs else 0.0
     cache: dict[int, dict] = {}
 
     def single(b: int) -> dict:
@@ -79,7 +82,7 @@ def predict_several(predict, extract, model, *, device, predictor, batches: Sequ
     for B in batches:
         try:
             st = step_time(plan, facts, int(B), single_ms, phase=phase, gpu=spec.name,
-                           input_bytes_per_sample=per_sample)
+                           input_bytes_per_sample=per_sample, optimizer_ms=opt_ms)
         except _Refused as e:
             row = dict(e.row, batch_size=int(B), gpus=plan.gpus, parallel=plan.describe(),
                        reason=f"the single-GPU basis refused the per-GPU share: {e.row.get('reason')}")
