@@ -39,12 +39,12 @@ def _fold(key: str, folds: int) -> int:
     return int(hashlib.sha256(f"perfseer-energy-v1:{key}".encode()).hexdigest()[:8], 16) % folds
 
 
-def load(work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(h200, serving)`` frames with what the fit needs."""
+def load(work: Path, limit: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(h200, serving)`` frames with what the fit needs (``limit``: the first H200 rows only)."""
     from benchmarks.lib.energy_data import h200_records, mlenergy_table, mlenergy_work
     from perfseer.devices import get_device
 
-    recs = [r for r in h200_records(work, log=lambda m: None) if "error" not in r]
+    recs = [r for r in h200_records(work, log=lambda m: None, limit=limit) if "error" not in r]
     h = pd.DataFrame([{**{k: v for k, v in r.items() if k != "activity"}, **r["activity"]} for r in recs])
     s = mlenergy_work(mlenergy_table())
     spec = get_device(SERVING_GPU)
@@ -210,11 +210,12 @@ def main(argv=None) -> int:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--write-constants", default=None)
+    ap.add_argument("--limit", type=int, default=None, help="the first H200 rows only (a quick run)")
     args = ap.parse_args(argv)
     from perfseer.energy.power import constants
 
     idle_fraction = constants()["idle"]["classes"]["datacenter"]["idle_fraction"]
-    h, s = load(Path(args.work))
+    h, s = load(Path(args.work), args.limit)
     hcv, scv = cross_validate(h, s, args.folds, idle_fraction)
     res = {"cv": scores(hcv, scv), "folds": args.folds}
     e2e = cross_validate_end_to_end(h, s, args.folds, idle_fraction)
@@ -228,6 +229,12 @@ def main(argv=None) -> int:
     u = fit_util(h)
     p = fit_power(h, s, u, idle_fraction)
     res["constants"] = {"utilization": u, "power": p}
+    # to another GPU: the power constants fitted on the A100 serving runs alone, scored on every H200
+    # step (the utilisation constants are the H200's: they are fitted on NVML utilisation, not energy)
+    pa = fit_power(h.iloc[0:0], s, u, idle_fraction)
+    pred = predict_h200_power(h, u, pa) * h["latency_ms"] / 1000
+    res["transfer"] = {"a100_only_constants": pa, "h200_energy_mape": _mape(pred, h["energy_j"]),
+                       "h200_energy_mean_ratio": float(np.mean(pred / h["energy_j"]))}
     print(json.dumps(res, indent=1))
     if args.write_constants:
         write_constants(Path(args.write_constants), res, h, s)
