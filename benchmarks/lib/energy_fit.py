@@ -4,8 +4,9 @@ Data (:mod:`benchmarks.lib.energy_data`): the H200 steps (NVML power and utilisa
 model's kernels for each) and the ML.ENERGY A100-SXM4-40GB serving runs (per-GPU power, a decoding
 step's FLOPs and bytes from the architecture).  Two stages, both least squares:
 
-1. utilisation (``host_us_per_kernel``, ``kappa``, ``u_max``) on the H200 steps' NVML utilisation,
-   in points, given the measured step time;
+1. utilisation (``host_us_per_kernel`` for inference and training, ``kappa`` on the kernels'
+   time on the GPU, ``gpu_us_per_kernel``, ``u_max``) on the H200 steps' NVML utilisation, in points, given
+   the measured step time;
 2. power (``a0``, ``a_c``, ``a_m``, shared by both GPUs, and the serving utilisation's ``kappa``)
    on the relative error of the H200 power (with stage 1's predicted utilisation, as a prediction
    has it) and of the A100 per-GPU power, each data set weighted equally.
@@ -57,9 +58,9 @@ def load(work: Path, limit: int | None = None) -> tuple[pd.DataFrame, pd.DataFra
 
 def predict_util(h: pd.DataFrame, u: dict) -> np.ndarray:
     per = np.where(h["phase"].to_numpy() == "train", u["host_us_per_kernel_train"], u["host_us_per_kernel"])
-    host = h["kernels"].to_numpy() * per / 1000
+    n = h["kernels"].to_numpy()
     t = h["latency_ms"].to_numpy()
-    busy = np.maximum(u["kappa"] * h["kernel_ms"].to_numpy(), t - host)
+    busy = np.maximum(u["kappa"] * h["gpu_ms"].to_numpy() + n * u["gpu_us_per_kernel"] / 1000, t - n * per / 1000)
     return u["u_max"] * np.minimum(1.0, np.maximum(busy, 0) / t)
 
 
@@ -89,7 +90,8 @@ def predict_serving_power(s: pd.DataFrame, p: dict, idle_fraction: float) -> np.
     return np.clip(idle + (tdp - idle) * u * _g(p, c, m), idle, tdp)
 
 
-UTIL0 = {"host_us_per_kernel": 15.0, "host_us_per_kernel_train": 30.0, "kappa": 1.5, "u_max": 0.97}
+UTIL0 = {"host_us_per_kernel": 10.0, "host_us_per_kernel_train": 40.0, "kappa": 2.0, "gpu_us_per_kernel": 3.0,
+         "u_max": 0.97}
 POWER0 = {"a0": 0.5, "a_c": 0.4, "a_m": 0.3, "kappa_serving": 3.0, "u_max_serving": 1.0}
 
 
@@ -99,7 +101,7 @@ def fit_util(h: pd.DataFrame) -> dict:
     def res(v):
         return (predict_util(h, dict(zip(keys, v))) - h["util_pct"].to_numpy() / 100) * 100
 
-    r = least_squares(res, [UTIL0[k] for k in keys], bounds=([1.0, 1.0, 0.3, 0.7], [300.0, 300.0, 10.0, 1.0]))
+    r = least_squares(res, [UTIL0[k] for k in keys], bounds=([1.0, 1.0, 0.5, 0.0, 0.7], [300.0, 300.0, 20.0, 50.0, 1.0]))
     return dict(zip(keys, map(float, r.x)))
 
 

@@ -38,6 +38,11 @@ class Activity:
             (the part a lower clock slows), [0, 1].
         training: whether the step is a training step (its host launches more per kernel:
             autograd, the optimizer, the gradient scaler).
+        roofline_ms: the summed roofline time of the kernels (each at the device's peak or
+            bandwidth, whichever binds): the least time the GPU can be busy.
+        gpu_ms: the kernels' time on the GPU itself: each kernel's predicted time above the
+            launch floor the latency model's kernel measurements carry (the step's shortest
+            predicted kernel), and at least its roofline time.
     """
 
     kernel_ms: float
@@ -46,13 +51,16 @@ class Activity:
     memory: float
     compute_bound: float
     training: bool = False
+    roofline_ms: float = 0.0
+    gpu_ms: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Activity":
-        return cls(**{k: d[k] for k in ("kernel_ms", "kernels", "compute", "memory", "compute_bound", "training")
+        return cls(**{k: d[k] for k in ("kernel_ms", "kernels", "compute", "memory", "compute_bound", "training",
+                                          "roofline_ms", "gpu_ms")
                       if k in d})
 
 
@@ -70,12 +78,15 @@ def activity_from_kernels(table, kernel_us, spec, precision: str) -> Activity:
         conv = (table["family"] == "conv").to_numpy()
         dev.loc[conv, "peak_tflops"] = spec.peak("tf32")
     t_flop, t_mem = kt.roofline_us(table, dev)
-    t = np.maximum(us, np.maximum(t_flop, t_mem))  # a kernel cannot beat its roofline
+    roof = np.maximum(t_flop, t_mem)
+    t = np.maximum(us, roof)  # a kernel cannot beat its roofline
     busy = float(t.sum())
+    on_gpu = np.maximum(us - float(us.min()), roof)
     return Activity(kernel_ms=float(us.sum()) / 1000, kernels=int(len(table)),
                     compute=float(np.clip(t_flop.sum() / busy, 0.0, 1.0)),
                     memory=float(np.clip(t_mem.sum() / busy, 0.0, 1.0)),
-                    compute_bound=float(t[t_flop >= t_mem].sum() / busy), training=training)
+                    compute_bound=float(t[t_flop >= t_mem].sum() / busy), training=training,
+                    roofline_ms=float(roof.sum()) / 1000, gpu_ms=float(on_gpu.sum()) / 1000)
 
 
 def activity_from_totals(busy_ms: float, flops: float, bytes_: float, spec, precision: str,
@@ -89,4 +100,5 @@ def activity_from_totals(busy_ms: float, flops: float, bytes_: float, spec, prec
     t_mem = bytes_ / (spec.mem_bandwidth_gbs * 1e9) * 1000
     busy = max(busy_ms, t_flop, t_mem)
     return Activity(kernel_ms=float(busy), kernels=int(kernels), compute=float(min(t_flop / busy, 1.0)),
-                    memory=float(min(t_mem / busy, 1.0)), compute_bound=1.0 if t_flop >= t_mem else 0.0)
+                    memory=float(min(t_mem / busy, 1.0)), compute_bound=1.0 if t_flop >= t_mem else 0.0,
+                    roofline_ms=float(max(t_flop, t_mem)), gpu_ms=float(busy))

@@ -1,11 +1,14 @@
 """A GPU's average power, energy and utilisation over a step, from its spec sheet and the step's activity.
 
 **Utilisation** (NVML's definition: the share of time with at least one kernel running).  In
-eager PyTorch the host launches every kernel; a step is about ``max(T_gpu, T_host)`` long with
+eager PyTorch the host launches every kernel; a step is about ``max(T_gpu, T_host)`` long, with
 ``T_host = n_kernels x h`` (``h``: host time per kernel, fitted, one for inference and one for a
-training step, whose host also runs autograd, the optimizer and the gradient scaler).  Given the step's predicted
-latency ``T`` (any basis) and the kernels' summed time ``K`` (the spec model's), the busy time is
-``max(kappa K, T - T_host)`` (GPU-bound: nearly all of ``T``; host-bound: the kernels' own time)
+training step, whose host also runs autograd, the optimizer and the gradient scaler) and the
+GPU's own time at least ``T_gpu = kappa x G + n_kernels x g`` (``G``: the kernels' time on the
+GPU, each kernel's predicted time above the launch floor of the latency model's measurements and
+at least its roofline, :attr:`~perfseer.energy.activity.Activity.gpu_ms`; ``kappa`` and ``g``, a
+kernel's least time, fitted).  Given the step's predicted latency ``T`` (any basis), the busy time is
+``max(T_gpu, T - T_host)`` (GPU-bound: nearly all of ``T``; launch-bound: the kernels' own time)
 and ``util = u_max min(1, busy / T)``.
 
 **Power.**  Between the board's idle power and its limit (the TDP unless lowered)::
@@ -189,11 +192,12 @@ def utilization(activity: Activity | None, latency_ms: float, const: dict | None
     """NVML utilisation (share, [0, 1]) of a step ``latency_ms`` long with ``activity`` (``None``:
     a GPU-bound step, ``u_max``)."""
     u = (const or constants())["utilization"]
-    if activity is None or activity.kernel_ms <= 0:
+    if activity is None or activity.kernels <= 0:
         return float(u["u_max"])
     per_kernel = u["host_us_per_kernel_train" if activity.training else "host_us_per_kernel"]
     host = activity.kernels * per_kernel / 1000
-    busy = max(u["kappa"] * activity.kernel_ms, latency_ms - host)
+    gpu = u["kappa"] * activity.gpu_ms + activity.kernels * u["gpu_us_per_kernel"] / 1000
+    busy = max(gpu, latency_ms - host)
     return float(u["u_max"] * min(1.0, max(busy, 0.0) / latency_ms))
 
 
