@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from perfseer.energy.power import constants
 
-    idle_fraction = constants()["idle"]["classes"]["datacenter"]["idle_fraction"]
+    idle_fraction = constants()["idle"]["classes"]["hbm"]["idle_fraction"]
     h, s = load(Path(args.work), args.limit)
     hcv, scv = cross_validate(h, s, args.folds, idle_fraction)
     res = {"cv": scores(hcv, scv), "folds": args.folds}

@@ -96,8 +96,10 @@ def test_a_power_limit_slows_a_step_that_draws_more():
     mem = step_energy("h200", 40.0, Activity(40.0, 200, 0.8, 0.6, compute_bound=0.0), power_limit_w=350)
     assert mem.latency_ms < capped.latency_ms
     # a limit above what the step draws changes nothing
-    same = step_energy("h200", 40.0, act, power_limit_w=699)
-    assert same.latency_ms == 40.0 or free.power_w > 699
+    light = Activity(kernel_ms=40.0, kernels=200, compute=0.02, memory=0.1, compute_bound=0.1)
+    assert step_energy("h200", 40.0, light).power_w < 500
+    same = step_energy("h200", 40.0, light, power_limit_w=500)
+    assert same.latency_ms == 40.0 and same.clock_scale == 1.0 and not same.notes
 
 
 def test_a_power_limit_through_predict_slows_the_row():

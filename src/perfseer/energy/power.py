@@ -95,7 +95,12 @@ class PowerSpec:
 
 
 def _board_class(spec: DeviceSpec) -> str:
+    """``hbm`` (a data-centre board with HBM) or ``other``: by the sheet's memory type where it
+    has one, else by the name's prefix (``power-constants.json``)."""
     c = constants()["idle"]["classes"]
+    memory = str(getattr(spec, "memory_type", "") or "").upper()
+    if memory:
+        return "hbm" if memory.startswith("HBM") else "other"
     name = spec.name.lower()
     for cls, rule in c.items():
         if any(name.startswith(p) for p in rule["prefixes"]):
@@ -128,7 +133,7 @@ def power_spec(device: str | DeviceSpec, power_limit_w: float | None = None) -> 
         idle, source = float(m["idle_w"]), f"measured ({m['source']})"
     else:
         cls = _board_class(spec)
-        rule = c["classes"].get(cls) or c["classes"]["datacenter"]
+        rule = c["classes"].get(cls) or c["classes"]["other"]
         idle = rule["idle_fraction"] * spec.tdp_w
         source = f"rule of thumb: {rule['idle_fraction']:.3g} x TDP for {cls} boards ({rule['source']})"
     limit = float(spec.tdp_w)
