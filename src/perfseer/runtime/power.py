@@ -17,6 +17,7 @@ from perfseer.devices import get_device
 from perfseer.energy import activity_from_kernels, step_energy
 from perfseer.energy.power import EnergyError, power_spec
 from perfseer.errors import PerfseerError
+from perfseer.runtime.answer import PRECISIONS
 
 ENERGY_FIELDS = ("power_w", "energy_j", "energy_j_per_sample", "util_pct")
 #: The spec model's kernel precision for a row's precision (autocast: its 16-bit kernels).
@@ -78,7 +79,12 @@ def energy_rows(rows: list[dict], pg, power_limit_w: float | None = None) -> lis
             raise EnergyError(f"energy needs the device's spec sheet; {r['device']!r}: {e.problem}",
                               "add its spec file (perfseer devices --add FILE), or drop --energy") from e
         ps = power_spec(spec, power_limit_w)  # refuses a CPU, a MIG slice, a bad limit
-        precision = KERNEL_PRECISION.get(r.get("precision"))
+        asked = r.get("precision")
+        precision = KERNEL_PRECISION.get(asked)
+        assumed = []
+        if precision is None and asked not in PRECISIONS:  # a card that does not record its precision
+            precision, assumed = "fp32", [f"precision {asked!r} not recorded by the card: PyTorch's default, "
+                                          "fp32, assumed for the step's activity"]
         if r.get("value") is None or precision is None:
             r.update({k: None for k in ENERGY_FIELDS})
             r["energy_notes"] = [] if r.get("value") is None else [
@@ -88,7 +94,7 @@ def energy_rows(rows: list[dict], pg, power_limit_w: float | None = None) -> lis
             continue
         act = _kernels_activity(pg, spec, int(r["batch_size"]), r.get("phase") or "infer", precision, cache)
         e = step_energy(spec, float(r["value"]), act, batch=int(r["batch_size"]), power_limit_w=power_limit_w)
-        notes = list(e.notes)
+        notes = assumed + list(e.notes)
         if e.latency_ms != r["value"]:
             k = e.latency_ms / r["value"]
             r["value"] = e.latency_ms
