@@ -148,3 +148,39 @@ def test_decode_energy_per_token_falls_with_the_batch():
     assert math.isclose(two["energy_j"], two["power_w"] * 2 * 25.0 / 1000, rel_tol=1e-9)
     with pytest.raises(PerfseerError, match="batch must be"):
         decode_work(8e9, 32, 8, 128, 4096, batch=0, context=10)
+
+
+def test_decode_work_by_hand():
+    # 2 layers, 1 KV head of 4, attention width 8; batch 2, context 10; 1e9 parameters
+    w = decode_work(1e9, layers=2, kv_heads=1, head_dim=4, d_attn=8, batch=2, context=10)
+    assert w.flops == 2 * 1e9 * 2 + 4 * 2 * 10 * 8 * 2
+    assert w.bytes == 1e9 * 2 + 2 * 10 * 2 * 2 * 1 * 4 * 2
+    moe = decode_work(1e9, 2, 1, 4, 8, 2, 10, gpus=4, active_params=2.5e8)
+    assert moe.flops == (2 * 2.5e8 * 2 + 4 * 2 * 10 * 8 * 2) / 4 and moe.bytes == w.bytes / 4
+
+
+def test_activity_of_one_gemm_by_hand():
+    from perfseer.devices import get_device
+    from perfseer.energy import activity_from_kernels
+    from perfseer.specmodel import kernels as kt
+
+    spec = get_device("h200")
+    t = kt.gemm_rows(1, 4096, 4096, 4096, dtype_bytes=2.0)  # 137.4 GFLOP, 100.7 MB
+    flop_us = 2 * 4096 ** 3 / (spec.peak("fp16") * 1e6)
+    mem_us = 3 * 4096 * 4096 * 2 / (spec.mem_bandwidth_gbs * 1e3)
+    a = activity_from_kernels(t, [4 * flop_us], spec, "fp16")  # the kernel at a quarter of the peak
+    assert math.isclose(a.compute, 0.25, rel_tol=1e-9) and math.isclose(a.memory, mem_us / (4 * flop_us), rel_tol=1e-9)
+    assert a.compute_bound == 1.0 and a.kernels == 1 and math.isclose(a.roofline_ms, flop_us / 1000, rel_tol=1e-9)
+    faster = activity_from_kernels(t, [flop_us / 2], spec, "fp16")  # faster than its roofline: held to it
+    assert math.isclose(faster.compute, 1.0, rel_tol=1e-9)
+
+
+def test_energy_rows_leave_other_metrics_alone():
+    from perfseer.runtime.power import energy_rows
+
+    pg = perfseer.extract("example:resnet18", batch=1)
+    rows = [{"metric": "memory_mb", "value": 100.0, "device": "h200", "batch_size": 1},
+            {"metric": "latency_ms", "value": None, "device": "h200", "batch_size": 1, "phase": "infer",
+             "precision": "fp16"}]
+    out = energy_rows(rows, pg)
+    assert out[0] == rows[0] and out[1]["energy_j"] is None and out[1]["power_w"] is None
