@@ -9,7 +9,7 @@ Two sources (both real measurements, nothing simulated):
   cached, one JSON file per row, under ``<work>/energy-h200/`` (resumable).
 - ``../shared/datasets/mlenergy/``: the ML.ENERGY leaderboard's vLLM serving runs on A100-SXM4-40GB
   (energy per request over all GPUs used).  A decode step's activity comes from the model's
-  architecture (:data:`perfseer.energy.llm.ARCHITECTURES`) and the measured time per output token.
+  architecture (:data:`ARCHITECTURES`, :func:`perfseer.energy.llm.decode_work`) and the measured time per output token.
 
     python -m benchmarks.lib.energy_data h200 --work .bench-work/energy-h200     # builds the cache
 """
