@@ -202,6 +202,17 @@ def load_config(model: "str | dict | ModelConfig") -> ModelConfig:
     p = Path(text).expanduser()
     if text.endswith(".json") or p.is_dir() or p.is_file():
         return read_config_file(p)
+    return bundled_config(text)
+
+
+def bundled_config(name: str) -> ModelConfig:
+    """The bundled model ``name`` (a name, alias or Hugging Face id; ``hf:`` prefix allowed).
+    Never reads a file: what the service calls.
+
+    Raises:
+        LLMConfigError: an unknown name (close matches listed).
+    """
+    text = str(name).strip()
     name = text[3:] if text.startswith("hf:") else text
     by_name, index = _bundled()
     canon = index.get(name.lower()) or index.get(_key(name))

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from perfseer.llm.config import ModelConfig
 from perfseer.llm.precision import Quant
 
@@ -63,25 +61,28 @@ class StepShape:
     @classmethod
     def of(cls, parts, window: int = 0) -> "StepShape":
         """From ``(new_tokens, past_tokens)`` per sequence (``new == 1`` and ``past > 0``: decoding)."""
-        arr = np.asarray(list(parts), dtype=float).reshape(-1, 2)
-        new, past = arr[:, 0], arr[:, 1]
-        ctx = new + past
-        dec = (new == 1) & (past > 0)
-        pf = ~dec
-        # causal pairs of the new tokens: each attends to the past and to the new tokens before it
-        pairs = new * past + new * (new + 1) / 2
-        if window:
+        tokens = seqs = dc_seqs = 0
+        pf_pairs = pf_pairs_w = pf_ctx = pf_ctx_w = dc_ctx = dc_ctx_w = 0.0
+        w = window
+        for new, past in parts:
+            ctx = new + past
+            tokens += new
+            seqs += 1
+            cw = min(ctx, w) if w else ctx
+            if new == 1 and past > 0:
+                dc_seqs += 1
+                dc_ctx += ctx
+                dc_ctx_w += cw
+                continue
+            # causal pairs of the new tokens: each attends to the past and to the new tokens before it
+            pairs = new * past + new * (new + 1) / 2
+            pf_pairs += pairs
+            pf_ctx += ctx
+            pf_ctx_w += cw
             # with a window w, query i (1-based over the context) sees min(i, w) keys
-            def seen(n):  # sum_{i=1..n} min(i, w)
-                n = np.asarray(n, float)
-                return np.where(n <= window, n * (n + 1) / 2, window * (window + 1) / 2 + (n - window) * window)
-            pairs_w = seen(ctx) - seen(past)
-            ctx_w = np.minimum(ctx, window)
-        else:
-            pairs_w, ctx_w = pairs, ctx
-        return cls(tokens=int(new.sum()), seqs=len(new), pf_pairs=float(pairs[pf].sum()),
-                   pf_pairs_w=float(pairs_w[pf].sum()), pf_ctx=float(ctx[pf].sum()), pf_ctx_w=float(ctx_w[pf].sum()),
-                   dc_seqs=int(dec.sum()), dc_ctx=float(ctx[dec].sum()), dc_ctx_w=float(ctx_w[dec].sum()))
+            pf_pairs_w += (_seen(ctx, w) - _seen(past, w)) if w else pairs
+        return cls(tokens=tokens, seqs=seqs, pf_pairs=pf_pairs, pf_pairs_w=pf_pairs_w, pf_ctx=pf_ctx,
+                   pf_ctx_w=pf_ctx_w, dc_seqs=dc_seqs, dc_ctx=dc_ctx, dc_ctx_w=dc_ctx_w)
 
     @classmethod
     def prefill(cls, batch: int, prompt: int, window: int = 0) -> "StepShape":
@@ -91,6 +92,11 @@ class StepShape:
     def decode(cls, batch: int, context: int, window: int = 0) -> "StepShape":
         """``batch`` sequences each generating one token with ``context`` tokens before it."""
         return cls.of([(1, context)] * batch, window)
+
+
+def _seen(n: float, w: int) -> float:
+    """Keys seen by queries 1..n under a window of ``w``: ``sum_{i<=n} min(i, w)``."""
+    return n * (n + 1) / 2 if n <= w else w * (w + 1) / 2 + (n - w) * w
 
 
 @dataclass(frozen=True)
@@ -136,7 +142,7 @@ def step_ops(cfg: ModelConfig, q: Quant, s: StepShape, tp: int = 1) -> list[Op]:
     ops.append(_vec("input_norm", "norm", T * h, 1, nf, ab, L * (2 if n_norm == 4 else 1), extra_bytes=h * ab))
 
     # attention projections and the KV cache
-    kv_el = cfg.kv_elems_per_token_layer() / (1 if cfg.mla else tp)
+    kv_el = _attn_dims(cfg, tp)[1]
     if cfg.mla:
         m = cfg.mla
         qk = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
@@ -170,20 +176,7 @@ def step_ops(cfg: ModelConfig, q: Quant, s: StepShape, tp: int = 1) -> list[Op]:
         ops.append(_vec("rope", "rope", rope_elems, 1, 4.0, ab, L, extra_bytes=T * hd * 4))
     ops.append(Op("kv_write", "copy", 0.0, T * kv_el * (ab + q.kv_bytes), L))
 
-    # attention: full and sliding-window layers
-    n_win = (L // cfg.sliding_every if cfg.sliding_every > 1 else L) if cfg.sliding_window else 0
-    groups = [(L - n_win, s.pf_pairs, s.pf_ctx, s.dc_ctx), (n_win, s.pf_pairs_w, s.pf_ctx_w, s.dc_ctx_w)]
-    for n_layers, pairs, pf_ctx, dc_ctx in groups:
-        if not n_layers:
-            continue
-        suffix = "" if n_layers == L else ("_window" if n_layers == n_win else "_global")
-        if pairs:
-            pf_tokens = T - s.dc_seqs
-            ops.append(Op("attn_prefill" + suffix, "attn_prefill", 2.0 * pairs * heads * (qk_dim + v_dim),
-                          pf_tokens * heads * (qk_dim + v_dim) * ab + pf_ctx * kv_el * q.kv_bytes, n_layers))
-        if s.dc_seqs:
-            ops.append(Op("attn_decode" + suffix, "attn_decode", 2.0 * dc_ctx * heads * (dc_qk + dc_v),
-                          dc_ctx * kv_el * q.kv_bytes + s.dc_seqs * heads * (dc_qk + dc_v) * ab, n_layers))
+    ops.extend(attention_ops(cfg, q, s, tp))
 
     ops.append(_gemm("out_proj", T, o_in, h, q, L, bias=cfg.bias))
     if tp > 1:
@@ -230,6 +223,41 @@ def step_ops(cfg: ModelConfig, q: Quant, s: StepShape, tp: int = 1) -> list[Op]:
     if tp > 1:
         ops.append(Op("lm_head_gather", "allgather", 0.0, S * cfg.vocab / tp * 4.0, 1))
     ops.append(Op("sampling", "softmax", S * cfg.vocab * 5.0, S * cfg.vocab * 4.0 * 2, 1))
+    return ops
+
+
+def _attn_dims(cfg: ModelConfig, tp: int) -> tuple:
+    """Per-GPU heads, KV elements per token and layer, and the head widths of attention."""
+    heads = cfg.heads / tp
+    if cfg.mla:
+        m = cfg.mla
+        qk, v = float(m["qk_nope_head_dim"] + m["qk_rope_head_dim"]), float(m["v_head_dim"])
+        return heads, float(cfg.kv_elems_per_token_layer()), qk, v, float(m["kv_lora_rank"] + m["qk_rope_head_dim"]), \
+            float(m["kv_lora_rank"])
+    hd = float(cfg.head_dim)
+    return heads, 2 * max(cfg.kv_heads / tp, 1.0) * hd, hd, hd, hd, hd
+
+
+def attention_ops(cfg: ModelConfig, q: Quant, s: StepShape, tp: int = 1) -> list[Op]:
+    """The attention operators of a step (what changes with the context; the rest does not)."""
+    heads, kv_el, qk_dim, v_dim, dc_qk, dc_v = _attn_dims(cfg, tp)
+    L, ab, T = cfg.layers, q.a_bytes, float(s.tokens)
+    ops = []
+    # attention: full and sliding-window layers
+    n_win = (L // cfg.sliding_every if cfg.sliding_every > 1 else L) if cfg.sliding_window else 0
+    groups = [(L - n_win, s.pf_pairs, s.pf_ctx, s.dc_ctx), (n_win, s.pf_pairs_w, s.pf_ctx_w, s.dc_ctx_w)]
+    for n_layers, pairs, pf_ctx, dc_ctx in groups:
+        if not n_layers:
+            continue
+        suffix = "" if n_layers == L else ("_window" if n_layers == n_win else "_global")
+        if pairs:
+            pf_tokens = T - s.dc_seqs
+            ops.append(Op("attn_prefill" + suffix, "attn_prefill", 2.0 * pairs * heads * (qk_dim + v_dim),
+                          pf_tokens * heads * (qk_dim + v_dim) * ab + pf_ctx * kv_el * q.kv_bytes, n_layers))
+        if s.dc_seqs:
+            ops.append(Op("attn_decode" + suffix, "attn_decode", 2.0 * dc_ctx * heads * (dc_qk + dc_v),
+                          dc_ctx * kv_el * q.kv_bytes + s.dc_seqs * heads * (dc_qk + dc_v) * ab, n_layers))
+
     return ops
 
 

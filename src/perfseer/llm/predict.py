@@ -46,13 +46,14 @@ def engine_constants(path: str | None = None) -> dict:
     return json.loads(Path(path or ENGINE).read_text())
 
 
-def engine_overhead_us(engine: str, seqs: int, tokens: int) -> float:
+def engine_overhead_us(engine: str, seqs: int, tokens: int, gpus: int = 1) -> float:
     """The serving engine's time per step beside the GPU kernels (scheduling, sampling, detokenising,
-    Python), microseconds: ``a + b x sequences + c x tokens`` as fitted for ``engine``."""
+    Python, sending the step to the other tensor-parallel workers), microseconds:
+    ``a + b x sequences + d x (gpus - 1)`` as fitted for ``engine``."""
     if engine == "none":
         return 0.0
     c = engine_constants()["vllm"]
-    return c["a_us"] + c["b_us_per_seq"] * seqs + c["c_us_per_token"] * tokens
+    return c["a_us"] + c["b_us_per_seq"] * seqs + c["d_us_per_extra_gpu"] * (gpus - 1)
 
 
 def _positive_int(v, name: str, hi: int) -> int:
@@ -114,12 +115,12 @@ class Engine:
     def step_us(self, shape: cost.StepShape) -> float:
         """One step's time (kernels + engine overhead), microseconds."""
         kern = sum(t * o.count for o, t in self.step(shape))
-        return kern + engine_overhead_us(self.engine, shape.seqs, shape.tokens)
+        return kern + engine_overhead_us(self.engine, shape.seqs, shape.tokens, self.tp)
 
     def breakdown(self, shape: cost.StepShape) -> list[dict]:
         rows = [{"op": o.name, "kind": o.kind, "count": o.count, "ms": t * o.count / 1000.0,
                  "gflops": o.flops * o.count / 1e9, "mbytes": o.bytes * o.count / 1e6} for o, t in self.step(shape)]
-        eng = engine_overhead_us(self.engine, shape.seqs, shape.tokens)
+        eng = engine_overhead_us(self.engine, shape.seqs, shape.tokens, self.tp)
         if eng:
             rows.append({"op": "engine_overhead", "kind": "engine", "count": 1, "ms": eng / 1000.0, "gflops": 0.0,
                          "mbytes": 0.0})
