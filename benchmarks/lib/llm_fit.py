@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -141,7 +140,7 @@ def score(df: pd.DataFrame, c: dict, devs: dict) -> dict:
     by_model = {m: round(float(g["ape"].mean()) * 100, 1) for m, g in d.groupby("model")}
     # time-weighted per-operator error: what the operators that dominate a layer get
     w = d["time_us"] / d["time_us"].sum()
-    return {"rows": int(len(d)), "op_mape": round(float(ape.mean()) * 100, 1),
+    return {"rows": len(d), "op_mape": round(float(ape.mean()) * 100, 1),
             "op_median_ape": round(float(np.median(ape)) * 100, 1),
             "op_weighted_ape": round(float((w * ape).sum()) * 100, 1),
             "layer_mape": round(float(lape.mean()) * 100, 1), "layer_median_ape": round(float(lape.median()) * 100, 1),
@@ -152,8 +151,8 @@ def run(write: bool = False, tiles=(0, 64, 128), log=print) -> dict:
     devs = {g: device(g) for g in DEVICES}
     data = {g: load(g) for g in DEVICES}
     a100, a40 = data["a100"], data["a40"]
-    tr = lambda d: d[d["model"].isin(TRAIN)].reset_index(drop=True)  # noqa: E731
-    ho = lambda d: d[d["model"].isin(HELD_OUT)].reset_index(drop=True)  # noqa: E731
+    tr = lambda d: d[d["model"].isin(TRAIN)].reset_index(drop=True)
+    ho = lambda d: d[d["model"].isin(HELD_OUT)].reset_index(drop=True)
     # the tile of the wave model: chosen on the training models of the A100 by the A40 score of
     # the same models (the held-out models and GPUs never choose it)
     best = None

@@ -3,9 +3,9 @@
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from perfseer.serve.app import ServeConfig, create_app  # noqa: E402
+from perfseer.serve.app import ServeConfig, create_app
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def _int_len(text: str, name: str) -> int:
         v = float(text)
     except ValueError:
         raise PerfseerError(f"{name} {text!r} is not a number",
-                            f"a batch answer takes a number; MEAN:SD and files need --rate or --concurrency") from None
+                            "a batch answer takes a number; MEAN:SD and files need --rate or --concurrency") from None
     if not math.isfinite(v) or v != int(v):
         raise PerfseerError(f"{name} {text!r} is not a whole number", f"pass {name} as an integer")
     return int(v)
@@ -91,9 +91,9 @@ def run_llm(args: argparse.Namespace) -> int:
     if args.energy:
         raise PerfseerError("energy per token is not answered by perfseer llm yet",
                             "leave out --energy (the energy model is separate work, issue #43)")
-    common = dict(gpus=args.gpus, precision=args.precision, weights_only=args.weights_only,
-                  group_size=args.group_size, kv_precision=args.kv_precision, engine=args.engine,
-                  max_model_len=args.max_model_len, node=args.node)
+    common = {"gpus": args.gpus, "precision": args.precision, "weights_only": args.weights_only,
+              "group_size": args.group_size, "kv_precision": args.kv_precision, "engine": args.engine,
+              "max_model_len": args.max_model_len, "node": args.node}
     if args.rate is not None or args.concurrency is not None:
         from perfseer.llm.serving import simulate
 

@@ -182,7 +182,7 @@ def list_models() -> list[ModelConfig]:
     return [ModelConfig(**by_name[n]) for n in sorted(by_name)]
 
 
-def load_config(model: "str | dict | ModelConfig") -> ModelConfig:
+def load_config(model: str | dict | ModelConfig) -> ModelConfig:
     """The :class:`ModelConfig` of ``model``: a bundled name or alias (``llama-3-8b``,
     ``meta-llama/Meta-Llama-3-8B``, ``hf:...`` prefix allowed), the path of a local ``config.json``
     or of a folder holding one, a parsed config dict, or a :class:`ModelConfig`.
@@ -213,7 +213,7 @@ def bundled_config(name: str) -> ModelConfig:
         LLMConfigError: an unknown name (close matches listed).
     """
     text = str(name).strip()
-    name = text[3:] if text.startswith("hf:") else text
+    name = text.removeprefix("hf:")
     by_name, index = _bundled()
     canon = index.get(name.lower()) or index.get(_key(name))
     if canon is None:
@@ -301,7 +301,7 @@ def from_hf_config(obj: dict, name: str = "config") -> ModelConfig:
     tied = obj.get("tie_word_embeddings")
     if tied is None:
         tied = mtype in _TIED_BY_DEFAULT
-    kw = dict(
+    return ModelConfig(
         name=name, hidden=hidden, heads=heads, kv_heads=kv,
         layers=_int(obj, ("num_hidden_layers", "n_layer", "num_layers"), where),
         ffn=(_int(obj, ("moe_intermediate_size",), where, default=ffn) if experts else ffn),
@@ -325,4 +325,3 @@ def from_hf_config(obj: dict, name: str = "config") -> ModelConfig:
         dense_layers=(_int(obj, ("first_k_dense_replace",), where, default=0, required=False) or 0) if experts else 0,
         dense_ffn=ffn if experts and obj.get("first_k_dense_replace") else 0,
         mla=mla, family=mtype, source=f"read from {name}")
-    return ModelConfig(**kw)

@@ -59,7 +59,7 @@ class StepShape:
     dc_ctx_w: float = 0.0
 
     @classmethod
-    def of(cls, parts, window: int = 0) -> "StepShape":
+    def of(cls, parts, window: int = 0) -> StepShape:
         """From ``(new_tokens, past_tokens)`` per sequence (``new == 1`` and ``past > 0``: decoding)."""
         tokens = seqs = dc_seqs = 0
         pf_pairs = pf_pairs_w = pf_ctx = pf_ctx_w = dc_ctx = dc_ctx_w = 0.0
@@ -85,11 +85,11 @@ class StepShape:
                    pf_ctx_w=pf_ctx_w, dc_seqs=dc_seqs, dc_ctx=dc_ctx, dc_ctx_w=dc_ctx_w)
 
     @classmethod
-    def prefill(cls, batch: int, prompt: int, window: int = 0) -> "StepShape":
+    def prefill(cls, batch: int, prompt: int, window: int = 0) -> StepShape:
         return cls.of([(prompt, 0)] * batch, window)
 
     @classmethod
-    def decode(cls, batch: int, context: int, window: int = 0) -> "StepShape":
+    def decode(cls, batch: int, context: int, window: int = 0) -> StepShape:
         """``batch`` sequences each generating one token with ``context`` tokens before it."""
         return cls.of([(1, context)] * batch, window)
 
@@ -162,14 +162,11 @@ def step_ops(cfg: ModelConfig, q: Quant, s: StepShape, tp: int = 1) -> list[Op]:
             ops.append(_gemm("q_absorb", s.dc_seqs * heads, m["qk_nope_head_dim"], m["kv_lora_rank"], q, L))
             ops.append(_gemm("o_absorb", s.dc_seqs * heads, m["kv_lora_rank"], m["v_head_dim"], q, L))
         rot = float(m["qk_rope_head_dim"])
-        qk_dim, v_dim = float(qk), float(m["v_head_dim"])
-        dc_qk, dc_v = float(m["kv_lora_rank"] + m["qk_rope_head_dim"]), float(m["kv_lora_rank"])
-        o_in = heads * v_dim
+        o_in = heads * float(m["v_head_dim"])
         rope_elems = T * (heads + 1) * rot
     else:
         nqkv = (heads + 2 * kvh) * hd
         ops.append(_gemm("qkv_proj", T, h, nqkv, q, L, bias=cfg.bias or cfg.qkv_bias))
-        qk_dim = v_dim = dc_qk = dc_v = hd
         o_in = heads * hd
         rope_elems = T * (heads + kvh) * hd * cfg.rotary_fraction
     if cfg.rope:

@@ -15,12 +15,11 @@ is one forward step of ``max_num_batched_tokens = max(max_model_len, 2048)`` tok
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-
-import json
 
 from perfseer.devices import get_device
 from perfseer.errors import PerfseerError

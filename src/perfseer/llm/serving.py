@@ -22,7 +22,6 @@ share, mean running batch and KV-cache use, preemptions.  1,000 requests take we
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfseer.llm import cost
-from perfseer.llm.lengths import Lengths, parse_lengths
+from perfseer.llm.lengths import parse_lengths
 from perfseer.llm.predict import Engine, LLMInputError, engine_overhead_us
 from perfseer.llm.timing import op_time_us
 
@@ -187,7 +186,7 @@ def simulate(model, device: str, prompt_len="512", output_len="128", rate: float
         parts, new_tokens_for, prefill_reqs = [], [], []
         step_tokens = 0
 
-        def grow_for_decode():
+        def grow_for_decode(parts=parts, new_tokens_for=new_tokens_for):
             """Give every decoding sequence the block its next token needs, preempting the latest
             admitted ones (recompute) while the cache is short."""
             nonlocal free, preempt, resort
@@ -212,7 +211,7 @@ def simulate(model, device: str, prompt_len="512", output_len="128", rate: float
                     parts.append((1, r.prefilled))
                     new_tokens_for.append((r, 1))
 
-        def admit(chunk: bool):
+        def admit(chunk: bool, parts=parts, new_tokens_for=new_tokens_for, prefill_reqs=prefill_reqs):
             """Prefill (chunks of) waiting requests while the batch, the budget and the cache allow."""
             nonlocal free, step_tokens, admitted, resort
             queue = [r for r in running if r.generated == 0 and r.prefilled < r.prompt] if chunk else []
@@ -269,7 +268,7 @@ def simulate(model, device: str, prompt_len="512", output_len="128", rate: float
             remaining = np.fromiter((r.out - r.generated for r in dec), float, len(dec))
             kmax = int(remaining.min())
 
-            def extra(k):
+            def extra(k, ctx0=ctx0, blocks=blocks):
                 return float(np.maximum(np.ceil((ctx0 + k) / bs) - blocks, 0).sum())
 
             lo, hi = 1, max(kmax, 1)
@@ -335,8 +334,7 @@ def simulate(model, device: str, prompt_len="512", output_len="128", rate: float
         kv_acc += (total_blocks - free) / total_blocks * dt
         now += dt
         busy += dt
-        for r in prefill_reqs:
-            running.append(r)
+        running.extend(prefill_reqs)
         finished = []
         for r, k in new_tokens_for:
             r.prefilled += k

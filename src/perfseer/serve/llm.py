@@ -55,8 +55,9 @@ def answer(req: LLMRequest) -> dict:
     from perfseer.llm.config import bundled_config
 
     name = bundled_config(req.model)  # bundled names only: a client never names a file here
-    common = dict(gpus=req.gpus, precision=req.precision, weights_only=req.weights_only, group_size=req.group_size,
-                  kv_precision=req.kv_precision, engine=req.engine, max_model_len=req.max_model_len)
+    common = {"gpus": req.gpus, "precision": req.precision, "weights_only": req.weights_only,
+              "group_size": req.group_size, "kv_precision": req.kv_precision, "engine": req.engine,
+              "max_model_len": req.max_model_len}
     t0 = time.perf_counter()
     if req.rate is not None or req.concurrency is not None:
         from perfseer.llm.serving import simulate
