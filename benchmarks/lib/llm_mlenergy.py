@@ -189,3 +189,24 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def evaluate(models=HELD_OUT, limit: int | None = None, log=print) -> dict:
+    """The shipped constants through the product path (:func:`simulate` with ``engine="vllm"``) on
+    the configurations of ``models``: TPOT and throughput errors per configuration."""
+    cfgs = [c for c in configs() if c["pp"] == 1 and c["model"] in models]
+    if limit:
+        cfgs = cfgs[:limit]
+    rows = []
+    for c in cfgs:
+        res = simulate_config(c, engine="vllm", keep_trace=False)
+        rows.append({"task": c["task"], "model": c["model"], "bs": c["bs"], "tp": c["tp"], "tpot_ms": c["tpot_ms"],
+                     "pred_tpot_ms": res.tpot_ms["mean"], "tput": c["tput"], "pred_tput": res.output_tokens_per_s,
+                     "avg_bs": c["avg_bs"], "pred_avg_bs": res.mean_running_batch,
+                     "tpot_err": res.tpot_ms["mean"] / c["tpot_ms"] - 1,
+                     "tput_err": res.output_tokens_per_s / c["tput"] - 1})
+        log(f"{c['model']} bs{c['bs']} tp{c['tp']}: TPOT {c['tpot_ms']:.1f} -> {res.tpot_ms['mean']:.1f} ms, "
+            f"throughput {c['tput']:.0f} -> {res.output_tokens_per_s:.0f} tok/s")
+    return {"rows": rows, "configs": len(rows), "models": sorted({r["model"] for r in rows}),
+            "tpot_mape": float(np.mean([abs(r["tpot_err"]) for r in rows]) * 100) if rows else None,
+            "tput_mape": float(np.mean([abs(r["tput_err"]) for r in rows]) * 100) if rows else None}
