@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
     serve.add_argument("--max-num-batched-tokens", type=int, default=None, help="vLLM's step token budget")
     serve.add_argument("--chunked-prefill", action="store_true", help="vLLM's --enable-chunked-prefill")
     serve.add_argument("--seed", type=int, default=0, help="seed of the length and arrival draws")
-    p.add_argument("--energy", action="store_true", help="energy per token (not answered yet)")
+    p.add_argument("--energy", action="store_true", help="also the energy per output token (perfseer.energy's power model)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_llm)
 
@@ -88,9 +88,9 @@ def run_llm(args: argparse.Namespace) -> int:
         raise PerfseerError("no model given", "pass a model (perfseer llm --list shows the bundled ones)")
     if not args.device:
         raise PerfseerError("no device given", "pass --device GPU (perfseer devices --kind gpu lists them)")
-    if args.energy:
-        raise PerfseerError("energy per token is not answered by perfseer llm yet",
-                            "leave out --energy (the energy model is separate work, issue #43)")
+    if args.energy and (args.rate is not None or args.concurrency is not None):
+        raise PerfseerError("--energy is answered for a batch, not for a serving simulation",
+                            "leave out --rate/--concurrency to get energy per token of a batch")
     common = {"gpus": args.gpus, "precision": args.precision, "weights_only": args.weights_only,
               "group_size": args.group_size, "kv_precision": args.kv_precision, "engine": args.engine,
               "max_model_len": args.max_model_len, "node": args.node}
@@ -123,7 +123,7 @@ def run_llm(args: argparse.Namespace) -> int:
     from perfseer.llm.predict import llm
 
     est = llm(args.model, args.device, prompt_len=_int_len(args.prompt_len, "--prompt-len"),
-              output_len=_int_len(args.output_len, "--output-len"), batch=args.batch, **common)
+              output_len=_int_len(args.output_len, "--output-len"), batch=args.batch, energy=args.energy, **common)
     d = est.to_dict()
     if args.json:
         print(json.dumps(d, indent=1))
@@ -143,6 +143,8 @@ def run_llm(args: argparse.Namespace) -> int:
     print(f"    = (0.9 x {_gib(m['gpu_memory_bytes'])} - weights {_gib(m['weights_bytes'])} - profiling activations "
           f"{_gib(m['activation_peak_bytes'])} [{m['profiling_tokens']:,} tokens]) / {m['kv_block_bytes']:,.0f}-byte "
           f"blocks of {m['block_size']}, per GPU")
+    if d.get("energy_j_per_token") is not None:
+        print(f"  energy per token       {d['energy_j_per_token']:.3g} J (decode, all GPUs)")
     print(f"  peak memory            {_gib(d['peak_memory_bytes'])} per GPU (weights, prefill activations, this "
           f"batch's KV cache)")
     for title, key in (("prefill", "prefill"), (f"one decode step (context {d['breakdown']['decode_step_context']:,})",

@@ -215,7 +215,7 @@ def llm(model, device: str, prompt_len: int = 512, output_len: int = 128, batch:
         engine: ``vllm`` adds vLLM 0.4-0.5's per-step overhead (fitted); ``none``: GPU kernels only.
         max_model_len: vLLM's ``--max-model-len`` (default: the model's maximum), which sets the
             profiling run's activation peak.
-        energy: energy per token (not answered yet: refused).
+        energy: also ``energy_j_per_token`` of the decode steps (:mod:`perfseer.energy`'s power model).
         node: the node type of a tensor-parallel group (``dgx-a100``...; default the GPU's usual one).
 
     Returns:
@@ -232,9 +232,6 @@ def llm(model, device: str, prompt_len: int = 512, output_len: int = 128, batch:
         >>> est.kv_bytes_per_token
         131072.0
     """
-    if energy:
-        raise LLMInputError("energy per token is not answered by perfseer llm yet",
-                            "leave out --energy (the energy model is separate work, issue #43)")
     P = _positive_int(prompt_len, "prompt length", MAX_TOKENS)
     O = _positive_int(output_len, "output length", MAX_TOKENS)
     B = _positive_int(batch, "batch", MAX_BATCH)
@@ -289,6 +286,18 @@ def llm(model, device: str, prompt_len: int = 512, output_len: int = 128, batch:
         notes.append(f"{cfg.name} is answered from its shape and the operator model: none of its layers were in "
                      "the fitting data")
     notes.append("attention kernels are costed from the roofline (not in the fitting data)")
+    energy_j = None
+    if energy:
+        if tpot is None:
+            raise LLMInputError("energy per output token needs decode steps", "use an output length of 2 or more")
+        from perfseer.energy.llm import DecodeWork, decode_energy
+
+        work = DecodeWork(flops=cost.step_flops(dec_ops), bytes=float(sum(o.bytes * o.count for o in dec_ops)))
+        e = decode_energy(eng.spec, tpot, work, batch=B, gpus=eng.tp, precision=eng.q.compute)
+        energy_j = float(e["energy_j_per_token"])
+        notes.append(f"energy per output token from perfseer.energy's power model at the mean decode step "
+                     f"({e['power_w']:.0f} W per GPU, {e['util_pct']:.0f} % utilisation); prefill energy not included")
+        notes.extend(e.get("notes") or [])
     return LLMEstimate(
         model=cfg.name, device=eng.spec.name, gpus=eng.tp, precision=eng.q.precision, kv_precision=eng.q.kv,
         weights_only=eng.q.weights_only, group_size=eng.q.group_size, prompt_len=P, output_len=O, batch=B,
@@ -298,7 +307,7 @@ def llm(model, device: str, prompt_len: int = 512, output_len: int = 128, batch:
         max_concurrent_sequences=max_seqs, peak_memory_bytes=peak, memory=mem,
         breakdown={"prefill": eng.breakdown(pre), "decode_step": eng.breakdown(mid),
                    "decode_step_context": P + O // 2},
-        decode_flops=cost.step_flops(dec_ops), notes=[n for n in notes if n])
+        decode_flops=cost.step_flops(dec_ops), notes=[n for n in notes if n], energy_j_per_token=energy_j)
 
 
 # models whose layers are in the operator model's fitting data (Vidur)

@@ -39,6 +39,7 @@ class LLMRequest(BaseModel):
     requests: int = Field(default=500, ge=1, le=MAX_SIM_REQUESTS, description="serving: requests simulated")
     max_num_seqs: int = Field(default=256, ge=1, le=4096, description="serving: vLLM's running-batch limit")
     chunked_prefill: bool = Field(default=False, description="serving: vLLM's chunked prefill")
+    energy: bool = Field(default=False, description="batch: also the energy per output token")
 
 
 def _whole(text: str, name: str) -> int:
@@ -74,7 +75,7 @@ def answer(req: LLMRequest) -> dict:
         from perfseer.llm.predict import llm
 
         est = llm(name, req.device, prompt_len=_whole(req.prompt_len, "prompt_len"),
-                  output_len=_whole(req.output_len, "output_len"), batch=req.batch, **common)
+                  output_len=_whole(req.output_len, "output_len"), batch=req.batch, energy=req.energy, **common)
         out = {"kind": "batch", **est.to_dict()}
     out["timing_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
     return out
