@@ -154,8 +154,6 @@ def test_bad_input_is_refused_with_a_fix():
         llm("llama-2-7b", A100, precision="amp-fp16")
     with pytest.raises(LLMInputError, match="does not fit on 1 x a100-80gb-sxm"):
         llm("llama-2-70b", A100)
-    with pytest.raises(LLMInputError, match="energy"):
-        llm("llama-2-7b", A100, energy=True)
     with pytest.raises(LLMInputError, match="whole number"):
         llm("llama-2-7b", A100, batch=1.5)
     with pytest.raises(PerfseerError, match="unknown device"):
@@ -226,6 +224,15 @@ def test_cli(capsys):
     assert "throughput" in capsys.readouterr().out
     assert main(["llm", "llama-3-8b", "--device", A100, "--precision", "fp7"]) == 2
     assert "unknown precision" in capsys.readouterr().err
-    assert main(["llm", "llama-3-8b", "--device", A100, "--energy"]) == 2
+    assert main(["llm", "llama-3-8b", "--device", A100, "--energy", "--rate", "1"]) == 2
+    assert "not for a serving simulation" in capsys.readouterr().err
     assert main(["llm", "--list"]) == 0
     assert "mixtral-8x7b" in capsys.readouterr().out
+
+
+def test_energy_per_token_comes_from_the_power_model():
+    est = llm("llama-3.1-8b", "a100-40gb-sxm", prompt_len=200, output_len=400, batch=64, energy=True)
+    assert 0.01 < est.energy_j_per_token < 10
+    assert any("perfseer.energy" in n for n in est.notes)
+    with pytest.raises(LLMInputError, match="needs decode steps"):
+        llm("llama-3.1-8b", "a100-40gb-sxm", output_len=1, energy=True)
