@@ -12,10 +12,9 @@ from perfseer.errors import PerfseerError
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "llm", help="LLM inference: time to first token, per output token, KV cache, serving throughput",
-        description="Predict a decoder LLM's time to first token (TTFT), time per output token (TPOT), end-to-end "
-                    "latency and throughput for a batch of requests on any GPU of 'perfseer devices', with its "
-                    "KV-cache size and capacity by vLLM's rule; with --rate or --concurrency, simulate serving a "
-                    "stream of requests with vLLM-style continuous batching. See docs/guide/llm.md.")
+        description="A decoder LLM's TTFT, TPOT, latency, throughput and KV-cache capacity (vLLM's rule) for a batch "
+                    "on any GPU; with --rate or --concurrency, a simulated vLLM-style serving run. "
+                    "See docs/guide/llm.md.")
     p.add_argument("model", nargs="?", default=None, metavar="MODEL",
                    help="a bundled model (--list), a Hugging Face id of one, or a local config.json path")
     p.add_argument("--list", action="store_true", help="list the bundled models and exit")

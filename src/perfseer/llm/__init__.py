@@ -1,18 +1,5 @@
-"""LLM inference: prefill, decode, KV cache and serving throughput on any registered GPU.
-
-``perfseer.llm(model, device=..., prompt_len=..., output_len=..., batch=...)`` answers one batch
-(:func:`perfseer.llm.predict.llm`); :func:`perfseer.llm.serving.simulate` a stream of requests
-under vLLM-style continuous batching.  The pieces, one idea each:
-
-- :mod:`~perfseer.llm.config`: model shapes (bundled facts with sources, or a local config.json);
-- :mod:`~perfseer.llm.precision`: weights / activations / KV-cache formats;
-- :mod:`~perfseer.llm.cost`: the operators of a step with their FLOPs and bytes;
-- :mod:`~perfseer.llm.timing`: operator time from the GPU's spec sheet and fitted constants;
-- :mod:`~perfseer.llm.predict`: a batch's TTFT, TPOT, KV capacity, memory;
-- :mod:`~perfseer.llm.serving`: the continuous-batching simulator.
-
-See ``docs/guide/llm.md``.
-"""
+"""LLM inference: prefill, decode, KV cache and serving throughput on any registered GPU
+(``docs/guide/llm.md``; the serving simulator is :func:`perfseer.llm.serving.simulate`)."""
 
 from __future__ import annotations
 
