@@ -236,3 +236,10 @@ def test_energy_per_token_comes_from_the_power_model():
     assert any("perfseer.energy" in n for n in est.notes)
     with pytest.raises(LLMInputError, match="needs decode steps"):
         llm("llama-3.1-8b", "a100-40gb-sxm", output_len=1, energy=True)
+
+
+def test_the_projects_hf_configuration_table_is_read_and_encoders_refused():
+    assert load_config("hf:gpt2").name == "openai-community/gpt2"
+    assert cost.kv_bytes_per_token(load_config("Qwen/Qwen2.5-0.5B"), make_quant("bf16")) == 2 * 24 * 2 * 64 * 2
+    with pytest.raises(LLMConfigError, match="without a decoder"):
+        load_config("hf:bert-base-uncased")

@@ -217,6 +217,9 @@ def bundled_config(name: str) -> ModelConfig:
     by_name, index = _bundled()
     canon = index.get(name.lower()) or index.get(_key(name))
     if canon is None:
+        hf = _hf_table_config(name)
+        if hf is not None:
+            return hf
         close = difflib.get_close_matches(_key(name), [k for k in index if "/" not in k], n=5, cutoff=0.5)
         close = sorted({index[c] for c in close})
         raise LLMConfigError(
@@ -224,6 +227,23 @@ def bundled_config(name: str) -> ModelConfig:
             "use a bundled name (perfseer llm --list) or the path of the model's config.json "
             "(downloaded from its Hugging Face page; perfseer does not go online)")
     return ModelConfig(**by_name[canon])
+
+
+def _hf_table_config(name: str) -> ModelConfig | None:
+    """A model of the project's table of Hugging Face configurations (``hf:`` references,
+    ``perfseer/sources/hf_configs.json``), by id or alias; ``None`` if it is not there."""
+    path = Path(__file__).resolve().parents[1] / "sources" / "hf_configs.json"
+    try:
+        models = json.loads(path.read_text())["models"]
+    except (OSError, ValueError, KeyError):
+        return None
+    low = name.lower()
+    for hid, entry in models.items():
+        keys = {hid.lower(), hid.lower().split("/")[-1], *(a.lower() for a in entry.get("aliases", []))}
+        if low in keys:
+            cfg = from_hf_config(dict(entry["config"]), name=hid)
+            return ModelConfig(**{**cfg.to_dict(), "aliases": (), "hf_id": hid, "source": entry.get("source", "")})
+    return None
 
 
 def read_config_file(path: Path) -> ModelConfig:
