@@ -16,15 +16,15 @@ def add_parser(sub) -> None:
                     "on any GPU; with --rate or --concurrency, a simulated vLLM-style serving run. "
                     "See docs/guide/llm.md.")
     p.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                   help="a bundled model (--list), a Hugging Face id of one, or a local config.json path")
+                   help="a bundled model (--list), its Hugging Face id, or a config.json path")
     p.add_argument("--list", action="store_true", help="list the bundled models and exit")
     p.add_argument("--device", default=None, help="a GPU of 'perfseer devices' (required)")
     p.add_argument("--gpus", type=int, default=1, help="GPUs in tensor parallel (default 1)")
-    p.add_argument("--node", default=None, help="node type of a tensor-parallel group (dgx-a100...; default the GPU's)")
+    p.add_argument("--node", default=None, help="node type of the tensor-parallel group (dgx-a100...)")
     p.add_argument("--prompt-len", default="512", metavar="P",
-                   help="prompt tokens (default 512); when serving also MEAN:SD or a histogram file")
+                   help="prompt tokens (default 512); serving: also MEAN:SD or a histogram file")
     p.add_argument("--output-len", default="128", metavar="O",
-                   help="output tokens (default 128); when serving also MEAN:SD or a histogram file")
+                   help="output tokens (default 128); serving: also MEAN:SD or a histogram file")
     p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
     p.add_argument("--precision", "--dtype", dest="precision", default="bf16",
                    help="weights' format: fp32, fp16, bf16, fp8, int8, int4 (default bf16)")
@@ -33,13 +33,12 @@ def add_parser(sub) -> None:
     p.add_argument("--group-size", type=int, default=None, help="weights per scale of weight-only int4/int8 (default 128)")
     p.add_argument("--kv-precision", default=None, help="KV-cache type (default: the activations')")
     p.add_argument("--engine", choices=("vllm", "none"), default="vllm",
-                   help="vllm: add vLLM 0.4-0.5's fitted per-step overhead (default); none: GPU kernels only")
+                   help="vllm: add vLLM 0.4-0.5's fitted per-step overhead (default); none: kernels only")
     p.add_argument("--max-model-len", type=int, default=None,
-                   help="vLLM's --max-model-len (default: the model's maximum); sets the profiling activations")
+                   help="vLLM's --max-model-len (default: the model's maximum)")
     serve = p.add_argument_group("serving (continuous batching)")
     serve.add_argument("--rate", type=float, default=None, help="requests per second (Poisson arrivals)")
-    serve.add_argument("--concurrency", type=int, default=None, help="clients each sending its next request when "
-                       "the last one finishes")
+    serve.add_argument("--concurrency", type=int, default=None, help="closed-loop clients")
     serve.add_argument("--requests", type=int, default=1000, help="requests to simulate (default 1000)")
     serve.add_argument("--max-num-seqs", type=int, default=256, help="vLLM's running-batch limit (default 256)")
     serve.add_argument("--max-num-batched-tokens", type=int, default=None, help="vLLM's step token budget")
