@@ -243,3 +243,11 @@ def test_the_projects_hf_configuration_table_is_read_and_encoders_refused():
     assert cost.kv_bytes_per_token(load_config("Qwen/Qwen2.5-0.5B"), make_quant("bf16")) == 2 * 24 * 2 * 64 * 2
     with pytest.raises(LLMConfigError, match="without a decoder"):
         load_config("hf:bert-base-uncased")
+
+
+def test_int4_weights_are_counted_alike_in_memory_and_in_the_decode_step():
+    cfg, q = load_config("llama-3-8b"), make_quant("int4")
+    ops = cost.step_ops(cfg, q, cost.StepShape.decode(1, 100))
+    read = sum(o.weight_bytes * o.count for o in ops if o.kind == "gemm")
+    p = cfg.params()
+    assert read == pytest.approx(cost.weight_bytes(cfg, q) - p["embedding"] * 2, rel=0.001)

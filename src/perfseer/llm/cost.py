@@ -25,7 +25,7 @@ layers attend over at most the window.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfseer.llm.config import ModelConfig
 from perfseer.llm.precision import Quant
@@ -216,7 +216,9 @@ def step_ops(cfg: ModelConfig, q: Quant, s: StepShape, tp: int = 1) -> list[Op]:
     # head
     S = float(s.seqs)
     ops.append(_vec("final_norm", "norm", S * h, 1, nf, ab, 1))
-    ops.append(_gemm("lm_head", S, h, float(cfg.vocab) / tp, q, 1))
+    # int4 checkpoints (AWQ, GPTQ) keep the LM head at 16 bits, as weight_bytes counts it
+    head_q = replace(q, w_bytes=q.a_bytes, gemm_in_bytes=q.a_bytes) if q.precision == "int4" else q
+    ops.append(_gemm("lm_head", S, h, float(cfg.vocab) / tp, head_q, 1))
     if tp > 1:
         ops.append(Op("lm_head_gather", "allgather", 0.0, S * cfg.vocab / tp * 4.0, 1))
     ops.append(Op("sampling", "softmax", S * cfg.vocab * 5.0, S * cfg.vocab * 4.0 * 2, 1))
