@@ -97,6 +97,9 @@ class Engine:
         if self.cfg.heads % self.tp:
             raise LLMInputError(f"{self.cfg.name} has {self.cfg.heads} attention heads, which {self.tp} GPUs cannot "
                                 "split evenly", "use a number of GPUs that divides the head count")
+        if not self.spec.memory_gib:
+            raise LLMInputError(f"{self.spec.name}'s spec sheet gives no memory size",
+                                "add memory_gib to its spec file (perfseer devices --add FILE)")
         if engine not in ENGINES:
             raise LLMInputError(f"unknown engine {engine!r}", f"use one of {', '.join(ENGINES)}")
         self.engine = engine
