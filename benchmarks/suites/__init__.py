@@ -6,7 +6,8 @@ import importlib
 
 from benchmarks.runner import BenchError, Suite
 
-NAMES = ("predictors", "families", "spec", "calibration", "cpu-calibration", "memory", "energy", "speed", "serve", "fuzz")
+NAMES = ("predictors", "families", "spec", "calibration", "cpu-calibration", "memory", "energy", "speed", "serve", "fuzz",
+         "llm")
 
 
 def get_suite(name: str) -> Suite:
