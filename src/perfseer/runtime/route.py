@@ -505,6 +505,7 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
             batch: int | Sequence[int] = 1, phase: str | None = None, precision: str | None = None,
             basis: str = "auto", input_shape=None, dims: dict[str, int] | None = None, seq_len: int | None = None,
             gpus: int = 1, parallel: str | None = None, energy: bool = False, force: bool = False,
+            power_limit_w: float | None = None,
             tp: int | None = None, pp: int | None = None, dp: int | None = None, microbatches: int | None = None,
             nodes: int = 1, node: str | None = None, interconnect: str | None = None, schedule: str = "1f1b",
             sequence_parallel: bool = False) -> list[dict]:
@@ -533,7 +534,10 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
             ``schedule`` ``1f1b`` or ``gpipe``; microbatches default ``4 pp``).
         nodes, node, interconnect: nodes the GPUs span, the node type (``dgx-a100``, ``hgx-h100``,
             ``pcie-8``...), a forced path (``nvlink``, ``pcie``) or network (``ib-ndr``, ``ib-hdr``, ``roce``).
-        energy: not predicted yet (refused, with the reason).
+        energy: also answer ``power_w``, ``energy_j`` (per step), ``energy_j_per_sample`` and
+            ``util_pct`` on GPU rows (:mod:`perfseer.runtime.power`; a CPU is refused).
+        power_limit_w: a GPU power limit below the TDP, W (implies ``energy``): the step slows by
+            the power model's clock rule (physics only: not measured).
         force: let a measured card answer for a model outside its model space (else it is passed
             over for the next basis, or, asked for by name, refuses).
 
@@ -560,15 +564,20 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
     if gpus != 1 or parallel is not None or tp or pp or dp:  # several GPUs: perfseer.runtime.several
         from perfseer.runtime.several import predict_several
 
-        if energy:
-            Options(energy=energy).single_device("perfseer")  # refused, with the reason
+        if energy or power_limit_w is not None:
+            raise PerfseerError("energy on several GPUs is not predicted yet",
+                                "drop --energy/--power-limit, or ask for one GPU")
         return predict_several(predict, cached_extract, model, device=device, predictor=predictor, batches=batches, phase=phase,
                                precision=precision, basis=basis, input_shape=input_shape, dims=dims, seq_len=seq_len,
                                force=force, gpus=gpus, parallel=parallel, tp=tp, pp=pp, dp=dp,
                                microbatches=microbatches, nodes=nodes, node=node, interconnect=interconnect,
                                schedule=schedule, sequence_parallel=sequence_parallel)
-    Options(gpus=gpus, parallel=parallel, energy=energy).single_device("perfseer")
+    Options(gpus=gpus, parallel=parallel).single_device("perfseer")
+    energy = energy or power_limit_w is not None
     units, _ = plan(devices, [str(p) for p in predictors], phase, precision, basis, force=force)
+    if energy:  # an impossible energy request fails here, before the model is exported
+        from perfseer.runtime.power import check_energy_request, energy_rows  # deferred: only with energy
+        check_energy_request([u.device for u in units if u.device is not None], power_limit_w)
     kept = {u: extraction(u) for u in units}
     default = weight_work_enabled()
     graphs: dict = {}
@@ -586,6 +595,8 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
         for u in mine:
             for b in batches:
                 unit_rows, unit_notes = got[int(b), u]
+                if energy:
+                    unit_rows = energy_rows(unit_rows, pg, power_limit_w)
                 rows += [dict(r, model=name) for r in unit_rows]
                 notes += unit_notes
     for n in dict.fromkeys(notes):
