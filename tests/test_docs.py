@@ -37,9 +37,11 @@ def test_readme_at_most_12_kb():
     assert README.stat().st_size <= 12 * 1024, f"README.md is {README.stat().st_size} bytes"
 
 
-def test_docs_markdown_at_most_150_kb():
-    sizes = {p.relative_to(ROOT).as_posix(): p.stat().st_size for p in DOCS.rglob("*.md")}
-    assert sum(sizes.values()) <= 150 * 1024, f"docs/ holds {sum(sizes.values())} bytes of markdown: {sizes}"
+def test_written_docs_at_most_150_kb():
+    # the written pages (the generated reference, docs/reference/, grows with the commands and is not counted)
+    sizes = {p.relative_to(ROOT).as_posix(): p.stat().st_size for p in DOCS.rglob("*.md")
+             if "reference" not in p.relative_to(DOCS).parts}
+    assert sum(sizes.values()) <= 150 * 1024, f"docs/ holds {sum(sizes.values())} bytes of written markdown: {sizes}"
 
 
 def test_history_at_most_10_kb():
