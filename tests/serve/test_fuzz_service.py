@@ -1,0 +1,43 @@
+"""A fixed sample of the seeded fuzz corpus (``benchmarks/lib/fuzz_api.py``) through the service's
+own endpoints, in-process: ``POST /v1/models`` (upload), ``POST /v1/predict`` and ``POST /v1/memory``
+(the file by name in ``--models-dir``), the service and its sandbox limited to 3 GB: no traceback
+(5xx), sandbox stop, hang, absurd answer, host path in an answer or refused upload kept.  The
+whole corpus runs in the benchmark (``python -m benchmarks run fuzz``)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+from benchmarks.lib import fuzz_api
+
+COUNT = 1600  # the benchmark's corpus (benchmarks/configs/fuzz.json)
+SAMPLE = 60  # the 15 unmutated new seeds, then every 35th mutant: 180 requests, ~40 s on 2 idle cores
+
+
+def _sample() -> list[tuple[str, bytes]]:
+    corpus = fuzz_api.generate(COUNT, seed=0)
+    fresh = [c for c in corpus if "-none-" in c[0]]
+    rest = [c for c in corpus if "-none-" not in c[0]]
+    return fresh + rest[::len(rest) // (SAMPLE - len(fresh))][:SAMPLE - len(fresh)]
+
+
+def test_fuzz_sample_through_the_service_endpoints():
+    sample = _sample()
+    assert len(sample) == SAMPLE
+    results = fuzz_api.run_cases(sample, entries=fuzz_api.SERVICE_ENTRY_POINTS)
+    bad, _expected = fuzz_api.failures(results)
+    assert not bad, [(r["outcome"], r["entry"], r["name"], r.get("detail", "")) for r in bad[:10]]
+    s = fuzz_api.summarise(results)
+    for entry in fuzz_api.SERVICE_ENTRY_POINTS:
+        c = s[entry]
+        assert c["cases"] == SAMPLE and c["refusal"] + c["answer"] == SAMPLE, (entry, c)
+        assert c["answer"] >= 10 and c["refusal"] >= 20, (entry, c)  # both ends exercised
+        assert c["refusals_specific"] >= 0.9 * c["refusal"], (entry, c)
+    # the unmutated seeds the library answers are answered by the service too, the others refused
+    fresh = {(r["seed"], r["entry"]): r for r in results if "-none-" in r["name"]}
+    for seed in ("api_func_valid", "api_q_qdq", "api_fp16", "api_opset23", "api_opset7", "api_external_data"):
+        assert all(fresh[seed, e]["outcome"] == "answer" for e in fuzz_api.SERVICE_ENTRY_POINTS), seed
+    for seed in ("api_func_recursive", "api_func_wrong_arity", "api_func_deep_chain", "api_func_fanout", "api_cf_loop"):
+        assert all(fresh[seed, e]["outcome"] == "refusal" and fresh[seed, e]["specific"]
+                   for e in fuzz_api.SERVICE_ENTRY_POINTS), seed
