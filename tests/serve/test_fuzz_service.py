@@ -12,7 +12,7 @@ pytest.importorskip("fastapi")
 from benchmarks.lib import fuzz_api
 
 COUNT = 1600  # the benchmark's corpus (benchmarks/configs/fuzz.json)
-SAMPLE = 60  # the 15 unmutated new seeds, then every 35th mutant: 180 requests, ~40 s on 2 idle cores
+SAMPLE = 50  # the 15 unmutated new seeds, then every 45th mutant: 150 requests (~2.5x the time per request of test_fuzz.py)
 
 
 def _sample() -> list[tuple[str, bytes]]:
@@ -32,7 +32,7 @@ def test_fuzz_sample_through_the_service_endpoints():
     for entry in fuzz_api.SERVICE_ENTRY_POINTS:
         c = s[entry]
         assert c["cases"] == SAMPLE and c["refusal"] + c["answer"] == SAMPLE, (entry, c)
-        assert c["answer"] >= 10 and c["refusal"] >= 20, (entry, c)  # both ends exercised
+        assert c["answer"] >= 8 and c["refusal"] >= 20, (entry, c)  # both ends exercised
         assert c["refusals_specific"] >= 0.9 * c["refusal"], (entry, c)
     # the unmutated seeds the library answers are answered by the service too, the others refused
     fresh = {(r["seed"], r["entry"]): r for r in results if "-none-" in r["name"]}
