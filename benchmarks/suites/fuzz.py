@@ -75,7 +75,9 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             "mutants' folder as `--models-dir`): `POST /v1/models` (upload), `POST /v1/predict` (`devices: "
             f"[\"{fuzz_api.DEVICE}\"], batch: [1, 8]`) and `POST /v1/memory` (`batch: [2], phase: infer`), the "
             f"service's sandbox at the same limits per job ({fuzz_api.MEMORY_LIMIT >> 30} GB, "
-            f"{fuzz_api.TIME_LIMIT:.0f} s; its stops count as over memory, hangs or crashes). An answer is absurd "
+            f"{fuzz_api.TIME_LIMIT:.0f} s; its stops count as over memory, hangs or crashes). Each worker loads the "
+            "cards and networks once before its first case; the first service call of a worker also starts the "
+            "service and its fork server (in that case's time). An answer is absurd "
             "when it is non-finite, <= 0, under 1 us, flagged above the sanity ceiling or above "
             f"{fuzz_api.LATENCY_CEILING_MS:.0e} ms (memory: above 1 PiB). {timing_note(res)}\n\n"
             + md_table(_COLUMNS, table)

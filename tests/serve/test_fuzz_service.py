@@ -41,3 +41,54 @@ def test_fuzz_sample_through_the_service_endpoints():
     for seed in ("api_func_recursive", "api_func_wrong_arity", "api_func_deep_chain", "api_func_fanout", "api_cf_loop"):
         assert all(fresh[seed, e]["outcome"] == "refusal" and fresh[seed, e]["specific"]
                    for e in fuzz_api.SERVICE_ENTRY_POINTS), seed
+
+
+class _Answer:
+    def __init__(self, status, body, text=None):
+        import json
+
+        self.status_code, self._body = status, body
+        self.text = text if text is not None else json.dumps(body)
+
+    def json(self):
+        return self._body
+
+
+class _Client:
+    """Answers every request with the next canned answer; an upload may leave a file behind."""
+
+    def __init__(self, answers, uploads, leave=None):
+        self.answers, self.uploads, self.leave = list(answers), uploads, leave
+
+    def post(self, url, **kw):
+        if self.leave:
+            (self.uploads / self.leave).write_bytes(b"x")
+        return self.answers.pop(0)
+
+
+def test_the_service_outcomes_are_classified(tmp_path, monkeypatch):
+    """What counts as a leak, a traceback or a sandbox stop (the full run reports them)."""
+    uploads = tmp_path / ".uploads"
+    uploads.mkdir()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"x")
+
+    def outcome(entry, answer, leave=None):
+        client = _Client([answer], uploads, leave)
+        monkeypatch.setattr(fuzz_api, "_SERVICE", {"models_dir": tmp_path, "client": client, "uploads": uploads,
+                                                   "hidden": [str(tmp_path)]})
+        return fuzz_api._call_service(entry, str(path))["outcome"]
+
+    err = lambda kind, msg="the graph has a cycle": {"error": {"type": kind, "message": msg, "fix": "f"}}  # noqa: E731
+    assert outcome("serve_predict", _Answer(422, err("ShapeError"))) == "refusal"
+    assert outcome("serve_predict", _Answer(422, err("ShapeError", f"no file {tmp_path}/m.onnx"))) == "leak"
+    assert outcome("serve_upload", _Answer(422, err("OnnxError")), leave="abc.onnx") == "leak"
+    assert outcome("serve_memory", _Answer(500, None, "Internal Server Error")) == "traceback"
+    assert outcome("serve_memory", _Answer(422, {"detail": "x"})) == "traceback"  # not the error format
+    assert outcome("serve_memory", _Answer(422, err("SandboxMemory"))) == "memory"
+    assert outcome("serve_predict", _Answer(422, err("SandboxTimeout"))) == "hang"
+    assert outcome("serve_memory", _Answer(200, {"estimates": [{"total": 5.5e19}]})) == "absurd"
+    assert outcome("serve_memory", _Answer(200, {"estimates": [{"total": 2.0e9}]})) == "answer"
+    row = {"metric": "latency_ms", "batch_size": 1, "value": 3.0, "flags": [], "reason": None}
+    assert outcome("serve_predict", _Answer(200, {"predictions": [row]})) == "answer"
+    assert outcome("serve_predict", _Answer(200, {"predictions": [dict(row, value=0.0)]})) == "absurd"
