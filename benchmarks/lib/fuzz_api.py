@@ -1,6 +1,7 @@
-"""The fuzz corpus through what users call: ``perfseer.predict`` and ``perfseer.memory``.
+"""The fuzz corpus through what users call: ``perfseer.predict``, ``perfseer.memory`` and the
+service's endpoints.
 
-    python -m benchmarks.lib.fuzz_api [--count 1600] [--seed 0] [--json out.json]
+    python -m benchmarks.lib.fuzz_api [--count 1600] [--seed 0] [--service] [--json out.json]
 
 Seeds: every seed of :mod:`benchmarks.lib.fuzz_corpus` plus the kinds of issue 38 built here with
 ``onnx.helper`` (small, deterministic): model-local ONNX functions (valid, recursive, wrong arity,
@@ -10,8 +11,13 @@ external data (the file must never be opened: see ``read`` below), opsets 7 and 
 model.  They are mutated by the corpus's mutators.
 
 Each mutant goes, in a worker process limited to ``MEMORY_LIMIT`` of address space (RLIMIT_AS)
-with ``TIME_LIMIT`` seconds per call, through every entry point of :data:`ENTRY_POINTS`.  Outcomes
-per entry point:
+with ``TIME_LIMIT`` seconds per call, through every entry point of :data:`ENTRY_POINTS` and, with
+the service's, :data:`SERVICE_ENTRY_POINTS`: the worker runs ``perfseer serve``'s application
+in-process (FastAPI's ``TestClient``, the mutants' folder as ``--models-dir``) and sends each mutant
+to ``POST /v1/models`` (an upload), ``POST /v1/predict`` and ``POST /v1/memory`` (by its name in the
+served folder).  The service extracts, re-binds and simulates in its sandbox, whose limits are the
+worker's (``MEMORY_LIMIT``, ``TIME_LIMIT`` per job); its own process is the worker, under the same
+address-space limit.  Outcomes per entry point:
 
 ``refusal``    a :class:`~perfseer.errors.PerfseerError` (``specific`` when its message names a
                cause, i.e. is not the generic "cannot be determined"), or every row refused with
@@ -24,7 +30,14 @@ per entry point:
 ``hang``       over the time limit (the worker is killed and replaced);
 ``crash``      the worker died (a signal, a C++ abort);
 ``read``       the external-data file (present beside each mutant) was opened: an audit hook sees
-               Python's opens, an inotify watch those of C++ code (onnx reads external data in C++).
+               Python's opens, an inotify watch those of C++ code (onnx reads external data in C++);
+``leak``       (service) an answer shows a path of the host (the served folder, the upload folder,
+               the install), or a refused upload stays in the upload folder.
+
+For the service a refusal is a 4xx JSON error ``{"error": {"type", "message", "fix"}}``; a 5xx or an
+exception out of the application is a ``traceback``, and the sandbox's own stops count as failures
+too (``SandboxMemory``: ``memory``, ``SandboxTimeout``: ``hang``, ``SandboxCrash``: ``crash``), so
+that the service is held to what ``perfseer.predict`` does with the same file.
 """
 
 from __future__ import annotations
@@ -52,8 +65,10 @@ TIME_LIMIT = 30.0  # seconds per call, wall clock (2 shared cores)
 LATENCY_CEILING_MS = 1e6  # 16 minutes per step: no real model; above it the answer is absurd
 MEMORY_CEILING = 1 << 50  # 1 PiB: no device of the registry comes near it
 DEVICE = "a100-40gb"
+SERVICE_START_S = 120.0  # the first service call also builds the app and starts the sandbox's fork server
 ENTRY_POINTS = ("predict", "predict_spec", "memory")
-FAILURES = ("absurd", "traceback", "memory", "hang", "crash", "read")
+SERVICE_ENTRY_POINTS = ("serve_upload", "serve_predict", "serve_memory")
+FAILURES = ("absurd", "traceback", "memory", "hang", "crash", "read", "leak")
 OUTCOMES = ("refusal", "answer", *FAILURES)
 EXTERNAL_SENTINEL = "perfseer-fuzz-external-MUST-NOT-BE-READ.bin"
 #: seed kinds whose failures are known and not fixed here: {kind prefix: reason} (none today)
@@ -255,6 +270,8 @@ def _classify_rows(rows) -> dict:
 def _call(entry: str, path: str) -> dict:
     import perfseer
 
+    if entry in SERVICE_ENTRY_POINTS:
+        return _call_service(entry, path)
     if entry == "predict":
         return _classify_rows(perfseer.predict(path, device=DEVICE, batch=[1, 8]))
     if entry == "predict_spec":
@@ -264,6 +281,83 @@ def _call(entry: str, path: str) -> dict:
     if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or v > MEMORY_CEILING:
         return {"outcome": "absurd", "detail": f"total {v!r} bytes"}
     return {"outcome": "answer", "value": v}
+
+
+_SERVICE: dict = {}
+_SANDBOX_STOPS = {"SandboxMemory": "memory", "SandboxTimeout": "hang", "SandboxCrash": "crash"}
+
+
+def _service(models_dir: Path) -> dict:
+    """The service of this worker (created on first use): its test client, upload folder and the
+    host paths no answer may show."""
+    if _SERVICE.get("models_dir") != models_dir:
+        from fastapi.testclient import TestClient
+
+        import perfseer
+        from perfseer.serve.app import ServeConfig, create_app
+
+        if "client" in _SERVICE:
+            _SERVICE["client"].__exit__(None, None, None)
+        uploads = models_dir / ".uploads"  # removed with the mutants' folder
+        app = create_app(ServeConfig(jobs=1, job_time_s=TIME_LIMIT, job_memory_mb=MEMORY_LIMIT >> 20,
+                                     queue_wait_s=TIME_LIMIT, cache_size=16, row_cache_size=256,
+                                     models_dir=str(models_dir), upload_dir=str(uploads)))
+        client = TestClient(app, raise_server_exceptions=True)
+        client.__enter__()
+        # the service's first answers load its predictors and start the sandbox's fork server: done
+        # here, inside the first service call's longer limit (SERVICE_START_S), not in a case's
+        client.post("/v1/predict", json={"model": WARM_UP, "devices": [DEVICE], "batch": [1, 8]})
+        client.post("/v1/memory", json={"model": WARM_UP, "batch": [2], "phase": "infer"})
+        hidden = {str(models_dir), str(models_dir.resolve()), str(uploads), str(uploads.resolve()),
+                  str(Path(perfseer.__file__).resolve().parents[1])}
+        _SERVICE.update(client=client, uploads=uploads, models_dir=models_dir, hidden=sorted(hidden, key=len))
+    return _SERVICE
+
+
+def _call_service(entry: str, path: str) -> dict:
+    """One mutant through one endpoint of the service (see the module docstring)."""
+    path = Path(path)
+    svc = _service(path.parent)
+    client = svc["client"]
+    before = {p.name for p in svc["uploads"].iterdir()}
+    if entry == "serve_upload":
+        r = client.post("/v1/models", files={"file": (path.name, path.read_bytes(), "application/octet-stream")})
+    elif entry == "serve_predict":
+        r = client.post("/v1/predict", json={"model": path.name, "devices": [DEVICE], "batch": [1, 8]})
+    else:
+        r = client.post("/v1/memory", json={"model": path.name, "batch": [2], "phase": "infer"})
+    text = r.text
+    shown = [h for h in svc["hidden"] if h in text]
+    if shown:
+        return {"outcome": "leak", "detail": f"the answer ({r.status_code}) shows a host path: {text[:200]}"}
+    if r.status_code >= 500 or not 200 <= r.status_code < 500:
+        return {"outcome": "traceback", "type": f"HTTP {r.status_code}", "detail": text[:300]}
+    body = r.json()
+    if r.status_code != 200:
+        err = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(err, dict) or not {"type", "message", "fix"} <= set(err):
+            return {"outcome": "traceback", "type": f"HTTP {r.status_code}", "detail": f"not a JSON error: {text[:200]}"}
+        kind, msg = str(err["type"]), str(err["message"])
+        if kind in _SANDBOX_STOPS:
+            return {"outcome": _SANDBOX_STOPS[kind], "type": kind, "detail": msg[:300]}
+        if entry == "serve_upload":
+            left = {p.name for p in svc["uploads"].iterdir()} - before
+            if left:
+                return {"outcome": "leak", "detail": f"the refused upload left {sorted(left)[:2]} in the upload folder"}
+        return {"outcome": "refusal", "specific": bool(msg.strip()) and not any(g in msg for g in fuzz_corpus.GENERIC),
+                "type": kind, "detail": f"{r.status_code} {msg[:300]}"}
+    if entry == "serve_predict":
+        return _classify_rows(body.get("predictions") or [])
+    if entry == "serve_memory":
+        ests = body.get("estimates") or []
+        v = ests[0].get("total") if ests else None
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or v > MEMORY_CEILING:
+            return {"outcome": "absurd", "detail": f"total {v!r} bytes"}
+        return {"outcome": "answer", "value": v}
+    summary = body.get("summary") or {}
+    if not str(body.get("model", "")).startswith("upload:") or not summary:
+        return {"outcome": "absurd", "detail": f"an upload answer without its reference or summary: {text[:200]}"}
+    return {"outcome": "answer", "value": summary.get("num_nodes")}
 
 
 class ExternalWatch:
@@ -301,6 +395,24 @@ class ExternalWatch:
             seen = seen or bool(data)
 
 
+WARM_UP = "example:resnet18"  # a bundled model every entry point answers
+
+
+def _warm_up() -> None:
+    """Load what a first answer loads (the cards, their networks, torch_geometric: ~15 s on an
+    idle core, more under load) before the first case, so that no case's time limit pays for it."""
+    import perfseer
+    from perfseer.errors import PerfseerError
+
+    for call in (lambda: perfseer.predict(WARM_UP, device=DEVICE, batch=[1, 8]),
+                 lambda: perfseer.predict(WARM_UP, device=DEVICE, batch=[1, 8], basis="spec"),
+                 lambda: perfseer.memory(WARM_UP, batch=2, phase="infer")):
+        try:
+            call()
+        except PerfseerError:
+            pass
+
+
 def _worker() -> None:  # pragma: no cover - runs in the child
     """Read ``entry<TAB>path`` lines on stdin, write one JSON outcome per line on stdout."""
     import resource
@@ -316,6 +428,7 @@ def _worker() -> None:  # pragma: no cover - runs in the child
     from perfseer.errors import PerfseerError
 
     warnings.simplefilter("ignore")
+    _warm_up()
     reads: list[str] = []
 
     def audit(event, args):
@@ -337,6 +450,9 @@ def _worker() -> None:  # pragma: no cover - runs in the child
         frame.f_trace_lines = False
         return local
 
+    import threading
+
+    threading.settrace(tracer)  # the service answers in threads of its own
     print(json.dumps({"ready": True}), file=out, flush=True)
     for line in sys.stdin:
         entry, path = line.rstrip("\n").split("\t", 1)
@@ -375,6 +491,7 @@ class Harness(fuzz_corpus.Harness):
 
     def __init__(self, memory: int = MEMORY_LIMIT, time_limit: float = TIME_LIMIT):
         super().__init__(memory=memory, time_limit=time_limit)
+        self.served = False  # whether the worker's service (and its fork server) has started
 
     def _start(self) -> None:
         import subprocess
@@ -392,7 +509,18 @@ class Harness(fuzz_corpus.Harness):
             raise RuntimeError("the fuzz worker did not start")
 
     def call(self, entry: str, path) -> dict:
-        res = self.run(f"{entry}\t{path}")
+        # a service request may run two sandbox jobs (extraction, re-binding), each under TIME_LIMIT;
+        # the first one also starts the service and its fork server
+        limit = self.time_limit
+        if entry in SERVICE_ENTRY_POINTS:
+            self.time_limit = limit * 2 + (SERVICE_START_S if not self.served else 0.0)
+            self.served = True
+        try:
+            res = self.run(f"{entry}\t{path}")
+        finally:
+            self.time_limit = limit
+        if res["outcome"] in ("hang", "abort"):
+            self.served = False  # the worker is replaced: its service starts again
         if res["outcome"] == "abort":
             res["outcome"] = "crash"
         return res
@@ -442,6 +570,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--start", type=int, default=0, help="first mutant to run (chunks)")
     ap.add_argument("--stop", type=int, default=None, help="one past the last mutant to run")
+    ap.add_argument("--service", action="store_true", help="also through the service's endpoints")
     ap.add_argument("--json", help="write every outcome here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -449,7 +578,8 @@ def main(argv=None) -> int:
         _worker()
         return 0
     mutants = generate(args.count, args.seed)[args.start:args.stop]
-    results = run_cases(mutants, log=lambda m: print(m, file=sys.stderr))
+    entries = ENTRY_POINTS + (SERVICE_ENTRY_POINTS if args.service else ())
+    results = run_cases(mutants, entries=entries, log=lambda m: print(m, file=sys.stderr))
     s = summarise(results)
     for entry, c in s.items():
         print(entry, json.dumps(c))

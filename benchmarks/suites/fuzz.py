@@ -1,12 +1,14 @@
-"""The fuzz corpus through what users call: ``perfseer.predict`` (auto and ``basis="spec"``) and
-``perfseer.memory``, each call in a worker limited to 3 GB of address space and 30 s.
+"""The fuzz corpus through what users call: ``perfseer.predict`` (auto and ``basis="spec"``),
+``perfseer.memory`` and the service's endpoints (upload, predict, memory), each call in a worker
+limited to 3 GB of address space and 30 s (the service: its sandbox's jobs too).
 
 A seeded corpus (the same files for the same seed) of mutants of the bundled example graphs, ONNX's
 backend test models, small hand-built models and the seed kinds of issue 38 (model-local functions,
 If/Loop/Scan, quantized graphs, external data, opsets 7 and 23, fp16): see
 ``benchmarks/lib/fuzz_api.py``.  Every call must end in an answer that passes the sanity check or
-a ``PerfseerError``; tracebacks, absurd answers, crashes, hangs, memory over the limit and a read of
-the external-data file are failures.  The corpus runs in chunks (one resumable step each).  The
+a ``PerfseerError`` (the service: a 4xx JSON error); tracebacks, absurd answers, crashes, hangs,
+memory over the limit, a read of the external-data file and (service) a host path in an answer or a
+refused upload kept are failures.  The corpus runs in chunks (one resumable step each).  The
 counts are exact for a given seed and code; the times are this machine's.
 """
 
@@ -16,11 +18,12 @@ from benchmarks.lib import fuzz_api
 from benchmarks.runner import Context, Step, Suite, load_config, md_table, timing_note
 
 _COLUMNS = ["entry point", "cases", "refusals", "naming the cause", "answers", "absurd answers", "tracebacks",
-            "over memory", "hangs", "crashes", "external data read", "median s", "max s"]
+            "over memory", "hangs", "crashes", "external data read", "host path or upload leaked", "median s", "max s"]
+ENTRIES = fuzz_api.ENTRY_POINTS + fuzz_api.SERVICE_ENTRY_POINTS
 
 
 def _chunk(count: int, seed: int, start: int, stop: int) -> dict:
-    results = fuzz_api.run_cases(fuzz_api.generate(count, seed)[start:stop])
+    results = fuzz_api.run_cases(fuzz_api.generate(count, seed)[start:stop], entries=ENTRIES)
     bad, expected = fuzz_api.failures(results)
     slim = [{k: r.get(k) for k in ("name", "entry", "outcome", "detail")} for r in bad[:30]]
     refusals = {}
@@ -56,7 +59,8 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     summary, fails, total, xfail, types = _merge(res)
     files = len({r["name"] for v in res.values() for r in v.get("rows", [])})
     table = [[e, s["cases"], s["refusal"], s["refusals_specific"], s["answer"], s["absurd"], s["traceback"],
-              s["memory"], s["hang"], s["crash"], s["read"], s["median_s"], s["max_s"]] for e, s in summary.items()]
+              s["memory"], s["hang"], s["crash"], s["read"], s.get("leak", 0), s["median_s"], s["max_s"]]
+             for e, s in summary.items()]
     listed = "".join(f"\n- {x['outcome']} [{x['entry']}]: {x['name']}: {(x.get('detail') or '')[:160]}"
                      for x in fails[:20])
     kinds = ", ".join(f"{t} {n}" for t, n in sorted(types.items(), key=lambda kv: -kv[1])[:8])
@@ -66,20 +70,28 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             "DynamicQuantizeLinear, external data, opsets 7 and 23, fp16) through `perfseer.predict(path, "
             f"device=\"{fuzz_api.DEVICE}\", batch=[1, 8])`, the same with `basis=\"spec\"` and "
             "`perfseer.memory(path, batch=2, phase=\"infer\")`, each call in a worker limited to "
-            f"{fuzz_api.MEMORY_LIMIT >> 30} GB of address space and {fuzz_api.TIME_LIMIT:.0f} s. An answer is absurd "
+            f"{fuzz_api.MEMORY_LIMIT >> 30} GB of address space and {fuzz_api.TIME_LIMIT:.0f} s; and through the "
+            "service's endpoints, in-process (`perfseer serve`'s application under FastAPI's TestClient, the "
+            "mutants' folder as `--models-dir`): `POST /v1/models` (upload), `POST /v1/predict` (`devices: "
+            f"[\"{fuzz_api.DEVICE}\"], batch: [1, 8]`) and `POST /v1/memory` (`batch: [2], phase: infer`), the "
+            f"service's sandbox at the same limits per job ({fuzz_api.MEMORY_LIMIT >> 30} GB, "
+            f"{fuzz_api.TIME_LIMIT:.0f} s; its stops count as over memory, hangs or crashes). Each worker loads the "
+            "cards and networks once before its first case; the first service call of a worker also starts the "
+            "service and its fork server (in that case's time). An answer is absurd "
             "when it is non-finite, <= 0, under 1 us, flagged above the sanity ceiling or above "
             f"{fuzz_api.LATENCY_CEILING_MS:.0e} ms (memory: above 1 PiB). {timing_note(res)}\n\n"
             + md_table(_COLUMNS, table)
             + (f"\n\nRefusals by error type: {kinds}." if kinds else "")
             + (f"\n\nExpected failures (xfail seed kinds): {xfail}." if xfail else "")
             + (f"\n\nFailures ({total}):{listed}" if total else
-               "\n\nNo failure (traceback, absurd answer, crash, hang, memory, external-data read)."))
+               "\n\nNo failure (traceback, absurd answer, crash, hang, memory, external-data read, leak)."))
 
 
 SUITE = Suite(
     name="fuzz",
-    description="1,600 seeded malformed ONNX files through perfseer.predict (auto, spec) and perfseer.memory: "
-                "refusals naming the cause, sane answers; no traceback, crash, hang or blow-up",
+    description="1,600 seeded malformed ONNX files through perfseer.predict (auto, spec), perfseer.memory and "
+                "the service's upload, predict and memory endpoints: refusals naming the cause, sane answers; no "
+                "traceback, crash, hang, blow-up or leak",
     reads="bundled example graphs, the onnx package's backend test models, seeds built in code (generated, not stored)",
-    time_full="~3 min", time_quick="~20 s (60 files)",
+    time_full="~30 min", time_quick="~1 min (60 files)",
     steps=steps, render=render)

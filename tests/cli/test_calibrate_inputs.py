@@ -7,6 +7,8 @@ import csv
 import pytest
 from tests.helpers import assert_cli_error
 
+from perfseer.errors import PerfseerError
+
 P = "rtx3090-amp-nchw-pt240.infer"
 
 
@@ -69,4 +71,52 @@ def test_too_many_rows_are_refused(capsys, tmp_path, monkeypatch):
     import perfseer.cli.calibrate as cal
 
     monkeypatch.setattr(cal, "MAX_CALIBRATION_ROWS", 2)
-    assert_cli_error(capsys, _args(_good(tmp_path / "m.csv", n=3), tmp_path / "out"), "3 calibration rows", "at most 2")
+    assert_cli_error(capsys, _args(_good(tmp_path / "m.csv", n=3), tmp_path / "out"), "over 2 calibration rows",
+                     "at most 2")
+
+
+def test_the_rows_are_read_as_a_stream_that_stops_at_the_limit(tmp_path, monkeypatch):
+    """A table far over the limit is not read whole: the reader stops at the chunk that passes it,
+    and rows of other devices are not kept."""
+    import perfseer.cli.calibrate as cal
+    import perfseer.data.table as tbl
+
+    rows = [["example:resnet18", "3x224x224", 1 + i % 64, "infer", "other/amp" if i % 2 else "newgpu/amp", 5.0]
+            for i in range(20_000)]
+    path = _table(tmp_path / "big.csv", rows)
+    chunks = []
+    real = tbl.iter_table
+
+    def counting(path, chunk_rows=10_000):
+        for chunk in real(path, chunk_rows):
+            chunks.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(tbl, "iter_table", counting)
+    monkeypatch.setattr(cal, "MAX_CALIBRATION_ROWS", 1_000)
+    with pytest.raises(PerfseerError, match=r"over 1,000 calibration rows of newgpu/amp .*stopped reading big.csv at "
+                                            r"row 2,500"):
+        cal.read_rows(path, "newgpu/amp", None, "latency_ms", chunk_rows=500)
+    assert chunks == [500] * 5  # 2,500 of 20,000 rows read: 1,250 of newgpu/amp passed the limit
+    monkeypatch.setattr(cal, "MAX_CALIBRATION_ROWS", 100_000)
+    chunks.clear()
+    kept, device, phase = cal.read_rows(path, "newgpu/amp", None, "latency_ms", chunk_rows=5_000)
+    assert len(kept) == 10_000 and set(kept["device"]) == {"newgpu/amp"} and phase == "infer"
+    assert chunks == [5_000] * 4
+
+
+def test_a_streamed_table_names_a_bad_row_by_its_place_in_the_whole_table(tmp_path):
+    import perfseer.cli.calibrate as cal
+
+    rows = [["example:resnet18", "3x224x224", 1, "infer", "newgpu/amp", 5.0]] * 1_234
+    rows.append(["example:resnet18", "3x224x224", "x", "infer", "newgpu/amp", 5.0])
+    with pytest.raises(PerfseerError, match="row 1235: batch_size 'x'"):
+        cal.read_rows(_table(tmp_path / "m.csv", rows), None, None, "latency_ms", chunk_rows=100)
+
+
+def test_a_device_without_rows_is_named_with_the_devices_the_table_has(tmp_path):
+    import perfseer.cli.calibrate as cal
+
+    with pytest.raises(PerfseerError, match="no latency_ms measurement of device 'gpu2'") as e:
+        cal.read_rows(_good(tmp_path / "m.csv"), "gpu2", None, "latency_ms")
+    assert "newgpu/amp" in e.value.fix

@@ -28,3 +28,24 @@ def test_data_commands_check_the_output_before_reading_anything(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "kernel file system" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["train", "--data", "nowhere", "--out", "/proc/perfseer"], "kernel file system"),
+    (["train", "--data", "nowhere", "--out", "/dev/null"], "kernel file system"),
+    (["train", "--data", "nowhere", "--out", "{file}/sub"], "which is a file"),
+    (["data", "build", "nowhere.csv", "--out", "/proc/x"], "kernel file system"),
+    (["data", "build", "nowhere.csv", "--out", "{file}"], "not a folder"),
+    (["collect", "export", "--db", "{db}", "--out", "/proc/t.csv"], "kernel file system"),
+    (["collect", "export", "--db", "{db}", "--out", "{file}/t.csv"], "not a folder"),
+])
+def test_train_build_and_export_check_the_output_before_any_work(argv, words, capsys, tmp_path):
+    """The output is checked before the data is read (train: before training, whose end it would fail)."""
+    from perfseer.profiling.store import Store
+
+    (tmp_path / "file").write_text("x")
+    Store(tmp_path / "runs.sqlite").close()
+    argv = [a.format(file=tmp_path / "file", db=tmp_path / "runs.sqlite") for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and "--out" in err and "Traceback" not in err

@@ -216,3 +216,28 @@ def test_write_into_missing_folder(tmp_path):
     with pytest.raises(TableError) as e:
         write_table(rows(), tmp_path / "nope" / "t.csv")
     assert_user_error(str(e.value), "cannot write")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_iter_table_reads_in_chunks_what_read_table_reads_whole(tmp_path, suffix):
+    from perfseer.data.table import iter_table
+
+    if suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
+        pytest.skip("pyarrow")
+    many = [dict(r, batch_size=b) for b in range(1, 26) for r in rows()]
+    path = tmp_path / f"t{suffix}"
+    write_table(many, path)
+    chunks = list(iter_table(path, chunk_rows=7))
+    assert [len(c) for c in chunks][:-1] == [7] * (len(chunks) - 1)
+    whole = pd.concat(chunks, ignore_index=True)
+    pd.testing.assert_frame_equal(whole, read_table(path))
+
+
+def test_iter_table_names_a_bad_row_by_its_place_in_the_table(tmp_path):
+    from perfseer.data.table import iter_table
+
+    lines = ["model,input_shape,batch_size,phase,device,latency_ms"]
+    lines += [f"timm:resnet50,3x224x224,{b},infer,gpu,1.0" for b in range(1, 21)] + ["timm:resnet50,3x224x224,0,infer,gpu,1.0"]
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(TableError, match="row 21: batch_size '0'"):
+        list(iter_table(tmp_path / "t.csv", chunk_rows=6))

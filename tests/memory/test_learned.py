@@ -157,3 +157,29 @@ def test_a_simulation_past_its_time_limit_falls_back(cached_extract, monkeypatch
     monkeypatch.setenv(SIM_TIMEOUT_ENV, "0.05")
     est = perfseer.memory(ExportOnly(), batch=2, phase="train", input_shape=(3, 32, 32))
     assert est.method == "learned" and f"ran past 0.05 s ({SIM_TIMEOUT_ENV})" in est.notes[0]
+
+
+def test_a_learned_value_above_the_cards_ceiling_is_no_estimate(cached_extract, monkeypatch):
+    """The card refuses a value above its sanity ceiling; the estimate built on it is refused with the reason."""
+    from perfseer.errors import AbsurdAnswerError
+
+    card = learned.load_card("train")
+    real = card.predict_with_embeddings
+
+    def huge(graphs):
+        values, emb = real(graphs)
+        return np.full_like(np.asarray(values, dtype=float), 1e15), emb
+
+    monkeypatch.setattr(card, "predict_with_embeddings", huge)
+    with pytest.raises(AbsurdAnswerError, match="gave no answer .*above the sanity ceiling"):
+        perfseer.memory(ExportOnly(), batch=8, phase="train", optimizer="adamw", input_shape=(3, 32, 32))
+
+
+def test_a_learned_largest_batch_refuses_a_non_finite_value(cached_extract, monkeypatch):
+    from perfseer.errors import AbsurdAnswerError
+    from perfseer.memory.api import max_batch_for
+
+    card = learned.load_card("train")
+    monkeypatch.setattr(card, "predict_graphs", lambda graphs: np.full((len(graphs), len(card.targets)), np.nan))
+    with pytest.raises(AbsurdAnswerError, match="returned nan"):
+        max_batch_for(ExportOnly(), device="a100-40gb", phase="train", input_shape=(3, 32, 32))

@@ -102,6 +102,60 @@ def test_an_oversized_upload_is_refused_while_it_streams(client):
     assert not [n for n in os.listdir(client.uploads) if n.startswith(".incoming")]
 
 
+def test_an_oversized_upload_is_refused_before_anything_is_written(client, monkeypatch):
+    """A declared length over the limit: refused before the route runs, so no file is ever opened."""
+    store = client.app.state.service.store
+    calls = []
+    monkeypatch.setattr(store, "add_upload", lambda chunks: calls.append(1))
+    before = set(os.listdir(client.uploads))
+    r = client.post("/v1/models", files={"file": ("big.onnx", io.BytesIO(b"\0" * 2**20), "application/octet-stream")})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "PayloadTooLarge"
+    assert calls == [] and set(os.listdir(client.uploads)) == before
+
+
+@pytest.mark.parametrize("body, content_type", [
+    # a multipart body cut off before its closing boundary (the client went away mid-upload)
+    (b'--xyz\r\nContent-Disposition: form-data; name="file"; filename="a.onnx"\r\n'
+     b'Content-Type: application/octet-stream\r\n\r\n' + _tiny()[:20], "multipart/form-data; boundary=xyz"),
+    (b"garbage", "multipart/form-data; boundary=xyz"),
+    (b"garbage", "multipart/form-data"),
+    (_tiny(), "application/octet-stream"),
+])
+def test_a_truncated_or_broken_upload_body_is_refused_and_nothing_kept(client, body, content_type):
+    before = set(os.listdir(client.uploads))
+    r = client.post("/v1/models", content=body, headers={"content-type": content_type})
+    assert 400 <= r.status_code < 500, r.text
+    err = r.json()["error"]
+    assert err["message"] and "Traceback" not in r.text and str(client.uploads) not in r.text
+    assert set(os.listdir(client.uploads)) == before
+
+
+def test_a_truncated_onnx_upload_is_refused_and_deleted(client):
+    before = set(os.listdir(client.uploads))
+    r = client.post("/v1/models", files={"file": ("t.onnx", io.BytesIO(_tiny()[:-7]), "application/octet-stream")})
+    assert r.status_code == 422, r.text
+    assert set(os.listdir(client.uploads)) == before
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model": ', b"[1, 2]", b'"x"', b"null", b"\xff\xfe", b"", b'{"model": "example:resnet18", "batch": "x"}',
+    b'{"model": "example:resnet18", "batch": [1e400]}', b'{"model": {"a": 1}}', b'{"model": "example:resnet18",,}',
+    b"[" * 100_000 + b"]" * 100_000,  # nested past the JSON parser's depth
+    b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+])
+@pytest.mark.parametrize("endpoint", ["/v1/predict", "/v1/memory"])
+def test_malformed_json_gets_one_json_error(client, endpoint, body):
+    r = client.post(endpoint, content=body, headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500, r.text
+    err = r.json()["error"]  # the documented error format, whatever part of the stack refused it
+    assert set(err) == {"type", "message", "fix"} and err["message"] and len(r.text) < 2000
+
+
+def test_unknown_paths_and_methods_get_the_json_error_format(client):
+    for r, status in ((client.get("/v1/nowhere"), 404), (client.get("/v1/predict"), 405)):
+        assert r.status_code == status and set(r.json()["error"]) == {"type", "message", "fix"}
+
+
 def test_a_chunked_body_is_cut_at_the_limit():
     """A body without Content-Length: the application never receives the bytes past the limit."""
     import asyncio

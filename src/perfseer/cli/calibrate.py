@@ -87,14 +87,67 @@ def add_parser(sub) -> None:
 FEW_MODELS = 5  # the issue's smallest K; fewer models still make a card, with a warning
 
 
-def _rows(table, device, phase, metric):
+def read_rows(path, device: str | None, phase: str | None, metric: str, chunk_rows: int = 10_000):
+    """``(rows, device, phase)``: the calibration rows of the measurement table at ``path`` (those
+    with a value of ``metric``, of ``device`` and ``phase`` when given, else of the table's only
+    ones), read as a stream: only rows that can be calibration rows are kept, and past
+    :data:`~perfseer.cli.bounds.MAX_CALIBRATION_ROWS` of them the reading stops with the error,
+    before the table is held in memory.
+
+    Raises:
+        PerfseerError: a table that cannot be read, too many rows, or no row to calibrate on.
+    """
+    import pandas as pd  # deferred: heavy, loaded on first use
+
+    from perfseer.data.table import METRIC_COLUMNS, iter_table  # deferred: loads pandas, pyarrow
+
+    limit = MAX_CALIBRATION_ROWS
+    kept, n_kept, read, last, others, with_metric = [], 0, 0, None, set(), 0
+    skipped: dict[tuple[str, str], int] = {}  # (device, phase) -> rows without a value of the metric
+    measured: set[str] = set()
+    for chunk in iter_table(path, chunk_rows):
+        read += len(chunk)
+        last = chunk
+        if metric not in chunk.columns:
+            raise PerfseerError(f"the measurements have no {metric} column", "measure it, or pass --metric")
+        measured |= {c for c in METRIC_COLUMNS if chunk[c].notna().any()}
+        has = chunk[metric].notna()
+        with_metric += int(has.sum())
+        for key, n in chunk[~has].groupby([chunk["device"].astype(str), chunk["phase"].astype(str)]).size().items():
+            skipped[key] = skipped.get(key, 0) + int(n)
+        sel = has
+        if device is not None:
+            if len(others) < 100:  # named in the error when the device has no row (a few, cut short)
+                others.update(d[:130] for d in chunk.loc[has, "device"].astype(str).unique()[:100])
+            sel &= chunk["device"].astype(str) == device
+        part = chunk[sel]
+        n_kept += len(part)
+        if n_kept > limit:
+            who = device if device is not None else "the table's devices"
+            raise PerfseerError(f"over {limit:,} calibration rows of {who} with a {metric} value: at most {limit:,} "
+                                f"(stopped reading {Path(path).name} at row {read:,})",
+                                "calibrate on a sample of the models (K = 5-50 models is the intended size)"
+                                + ("; or pass --device" if device is None else ""))
+        kept.append(part)
+    if device is not None and not n_kept and with_metric:
+        raise PerfseerError(f"no {metric} measurement of device {device!r}",
+                            f"the table has: {', '.join(sorted(others)) or 'none'}")
+    table = pd.concat(kept, ignore_index=True) if kept else last
+    return _rows(table, device, phase, metric, skipped=skipped,
+                 measured=[c for c in METRIC_COLUMNS if c in measured])
+
+
+def _rows(table, device, phase, metric, skipped: dict | None = None, measured: list[str] | None = None):
+    """The rows of ``table`` to calibrate on (``skipped``, ``measured``: what :func:`read_rows`
+    counted of the rows it did not keep; ``None``: counted here from ``table``)."""
     if metric not in table.columns:
         raise PerfseerError(f"the measurements have no {metric} column", "measure it, or pass --metric")
     rows = table[table[metric].notna()]
     if rows.empty:
         from perfseer.data.table import METRIC_COLUMNS  # deferred: loads pandas, pyarrow
 
-        measured = [c for c in METRIC_COLUMNS if c in table.columns and table[c].notna().any()]
+        if measured is None:
+            measured = [c for c in METRIC_COLUMNS if c in table.columns and table[c].notna().any()]
         raise PerfseerError(f"no row of the measurements has a value of {metric}",
                             f"pass --metric, one of {', '.join(measured)}" if measured
                             else f"measure {metric} (perfseer collect) and calibrate on that table")
@@ -115,8 +168,11 @@ def _rows(table, device, phase, metric):
         if len(phases) != 1:
             raise PerfseerError(f"{device} has rows of phases {', '.join(phases)}", "pass --phase")
         phase = phases[0]
-    skipped = int(((table["device"].astype(str) == device) & (table["phase"].astype(str) == phase)
-                   & table[metric].isna()).sum())
+    if skipped is None:
+        skipped = int(((table["device"].astype(str) == device) & (table["phase"].astype(str) == phase)
+                       & table[metric].isna()).sum())
+    else:
+        skipped = skipped.get((device, phase), 0)
     if skipped:
         print(f"note: {skipped} row{'s' if skipped > 1 else ''} of {device} ({phase}) without a {metric} value "
               "skipped", file=sys.stderr)
@@ -189,7 +245,6 @@ def _meta_head(source, data, device, phase, metric):
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from perfseer.data.table import read_table  # deferred: loads pandas, pyarrow
     from perfseer.fit.calibrate import CalibrationConfig, calibrate, calibrated_predictor  # deferred: loads torch, onnx
 
     # what becomes a file is checked before any long work: the card's name and the output folder
@@ -199,8 +254,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         check_device_name(args.device, "--device")
     check_out_dir(args.out)
     source = load_predictor(args.predictor)
-    table = read_table(args.measurements)
-    rows, device, phase = _rows(table, args.device, args.phase, args.metric)
+    rows, device, phase = read_rows(args.measurements, args.device, args.phase, args.metric)
     name = check_name(args.name or f"{slug(device, phase)}.calibrated", "the card name")
     src_phases = {t.phase for t in source.targets if t.metric == args.metric}
     if phase not in src_phases:

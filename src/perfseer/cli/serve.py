@@ -22,6 +22,9 @@ def add_parser(sub) -> None:
     p.add_argument("--job-memory-mb", type=positive(int), default=3072, metavar="MB",
                    help="address-space limit of an extraction process (default 3072)")
     p.add_argument("--cache", type=positive(int), default=128, metavar="N", help="graphs kept in memory (default 128)")
+    p.add_argument("--cache-nodes", type=positive(int), default=2_000_000, metavar="N",
+                   help="graph nodes kept in memory in all, about 1 KB each (default 2,000,000); a larger graph is "
+                        "answered but not kept")
     p.add_argument("--row-cache", type=_entries, default=4096, metavar="N",
                    help="prediction rows kept, one entry per graph, batch size, predictor or device, and phase "
                         "(default 4096; 0: off)")
@@ -54,7 +57,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise PerfseerError(f"--port {args.port} is not a TCP port", "use 1-65535, e.g. 8000")
     config = ServeConfig(jobs=args.jobs, job_time_s=args.job_time_limit, job_memory_mb=args.job_memory_mb,
-                         cache_size=args.cache, row_cache_size=args.row_cache, max_upload_mb=args.max_upload_mb, models_dir=args.models_dir,
+                         cache_size=args.cache, cache_nodes=args.cache_nodes, row_cache_size=args.row_cache, max_upload_mb=args.max_upload_mb, models_dir=args.models_dir,
                          predictors=args.predictor or [], body_timeout_s=args.body_timeout)
     app = create_app(config)
     print(f"perfseer serve: http://{args.host}:{args.port}/ (API docs at /docs)")

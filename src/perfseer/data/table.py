@@ -59,7 +59,7 @@ import importlib.util
 import os
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,13 +134,47 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     except TableError:
         raise
     except (OSError, ValueError) as e:  # ParserError, UnicodeDecodeError, ArrowInvalid are ValueErrors
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TableError(f"cannot read '{path}' as {fmt.upper()}: {detail}",
-                         f"give a {fmt.upper()} measurement table") from e
+        raise _unreadable(path, fmt, e) from e
     try:
         return validate(df)
     except TableError as e:
         raise TableError(f"{path}: {e.problem}", e.fix) from None
+
+
+def iter_table(path: str | os.PathLike, chunk_rows: int = 10_000) -> Iterator[pd.DataFrame]:
+    """A measurement table read ``chunk_rows`` rows at a time, each chunk checked by :func:`validate`
+    (a bad row named by its place in the whole table): memory holds one chunk whatever the table's size,
+    and a reader that has seen enough stops there.  CSV is streamed; Parquet read by record batch."""
+    path = Path(path)
+    fmt = table_format(path)
+    if not path.is_file():
+        raise TableError(f"no table at '{path}'", "check the path")
+    start, seen = 0, False
+    try:
+        if fmt == "csv":
+            chunks = pd.read_csv(path, chunksize=chunk_rows, **_csv_options(path))
+        else:
+            import pyarrow.parquet as pq  # deferred: an optional extra
+
+            chunks = (b.to_pandas() for b in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows))
+        for df in chunks:
+            seen = True
+            try:
+                yield validate(df, first_row=start + 1)
+            except TableError as e:
+                raise TableError(f"{path}: {e.problem}", e.fix) from None
+            start += len(df)
+        if not seen:  # a header and no row: validated all the same (its columns)
+            yield validate(_read_csv(path) if fmt == "csv" else pd.read_parquet(path, engine="pyarrow"))
+    except TableError:
+        raise
+    except (OSError, ValueError) as e:
+        raise _unreadable(path, fmt, e) from e
+
+
+def _unreadable(path: Path, fmt: str, e: Exception) -> TableError:
+    detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return TableError(f"cannot read '{path}' as {fmt.upper()}: {detail}", f"give a {fmt.upper()} measurement table")
 
 
 def write_table(rows_or_df: pd.DataFrame | Iterable[Mapping], path: str | os.PathLike) -> pd.DataFrame:
@@ -177,6 +211,11 @@ def write_table(rows_or_df: pd.DataFrame | Iterable[Mapping], path: str | os.Pat
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, **_csv_options(path))
+
+
+def _csv_options(path: Path) -> dict:
+    """How :func:`pandas.read_csv` reads a measurement table (the header checked first)."""
     # The header is checked first: pandas would silently rename a repeated column to 'name.1'.
     with open(path, newline="", encoding="utf-8-sig") as f:
         header = next(csv.reader(f), [])
@@ -188,7 +227,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
     # Standard columns are read as text and parsed by validate(), so that a bad cell is reported
     # with its row; only empty cells count as missing ('NA' is a bad value, not a gap).
     dtype = {h: str for h, n in zip(header, names) if n in COLUMNS}
-    return pd.read_csv(path, dtype=dtype, keep_default_na=False, na_values=[""], encoding="utf-8-sig")
+    return {"dtype": dtype, "keep_default_na": False, "na_values": [""], "encoding": "utf-8-sig"}
 
 
 def _text(series: pd.Series) -> pd.Series:
@@ -242,7 +281,8 @@ def _normalise_shape(text: str) -> str | None:
 class _Problems:
     """Collects per-row checks; reports the first bad row (of any check) and how many rows are bad."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, first_row: int = 1):
+        self.first_row = first_row  # the number of the first row in messages
         self.bad = np.zeros(n, dtype=bool)
         self.first: tuple[int, int, str, str] | None = None
         self._order = 0
@@ -263,14 +303,15 @@ class _Problems:
         i, _, problem, fix = self.first
         more = int(self.bad.sum()) - 1
         extra = f" ({more} more row{'s' if more != 1 else ''} with problems)" if more else ""
-        raise TableError(f"row {i + 1}: {problem}{extra}", fix)
+        raise TableError(f"row {i + self.first_row}: {problem}{extra}", fix)
 
 
-def validate(df: pd.DataFrame) -> pd.DataFrame:
+def validate(df: pd.DataFrame, first_row: int = 1) -> pd.DataFrame:
     """Check a measurement table and return it cleaned (see the module docstring).
 
     Args:
-        df: the table as read, any index; row N of a message is its N-th row, from 1.
+        df: the table as read, any index; row N of a message is its N-th row, from ``first_row``
+            (a part of a larger table: the number of its first row there).
 
     Returns:
         A new DataFrame with a fresh ``RangeIndex``, the standard columns first.
@@ -300,7 +341,7 @@ def validate(df: pd.DataFrame) -> pd.DataFrame:
                          f"add at least one of {', '.join(METRIC_COLUMNS)} (units as in the names)")
 
     n = len(df)
-    problems = _Problems(n)
+    problems = _Problems(n, first_row)
     numeric = ("batch_size", *(m.name for m in metrics))
     text = {c: _text(df[c]) for c in (*REQUIRED, *(c for c in OPTIONAL if c in names)) if c not in numeric}
     absent = {c: t.isna().to_numpy() for c, t in text.items()}

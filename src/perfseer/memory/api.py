@@ -10,7 +10,7 @@ import types
 from dataclasses import dataclass
 
 from perfseer.deadline import deadline
-from perfseer.errors import ModelLoadError, PerfseerError
+from perfseer.errors import AbsurdAnswerError, ModelLoadError, PerfseerError
 from perfseer.memory.breakdown import MemoryEstimate, analyse, fits_in
 from perfseer.memory.fit import max_batch
 from perfseer.memory.imports import import_zoo, skip_meta_init, without_dynamo
@@ -360,7 +360,8 @@ def _precision_of(setting: str) -> str:
 def memory_rows(model, rows: list[dict], input_shape=None, optimizer: str = "adamw") -> tuple[list[dict], list[str]]:
     """Simulated memory beside ``perfseer predict``'s rows: one ``memory_sim`` row (MiB) per batch,
     device and phase whose device is a GPU of the registry.  Returns ``(rows, warnings)``; a model
-    or device the simulator cannot handle gives a warning, not an error."""
+    or device the simulator cannot handle gives a warning, not an error; an estimate refused as
+    absurd (:class:`~perfseer.errors.AbsurdAnswerError`) a refused row (``value`` ``None``, ``reason``)."""
     out, warns, seen = [], [], set()
     src = None
     for r in rows:
@@ -375,6 +376,10 @@ def memory_rows(model, rows: list[dict], input_shape=None, optimizer: str = "ada
             src = src or resolve_model(model, input_shape)
             est = memory(model, batch=r["batch_size"], phase=r["phase"], optimizer=optimizer,
                          precision=_precision_of(r["device"]), device=spec.name, _src=src)
+        except AbsurdAnswerError as e:  # a value, refused: shown as such in its place
+            out.append({"batch_size": r["batch_size"], "device": r["device"], "phase": r["phase"],
+                        "metric": "memory_sim", "value": None, "unit": "MiB", "interval": None, "reason": str(e)})
+            continue
         except PerfseerError as e:
             warns.append(f"memory for {r['device']} {r['phase']} batch {r['batch_size']}: {e}")
             continue

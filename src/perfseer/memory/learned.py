@@ -24,8 +24,9 @@ liveness analysis and a gradient-boosting baseline, and the commands that measur
 from __future__ import annotations
 
 import functools
+import math
 
-from perfseer.errors import MemoryConfigError, PerfseerError, SimulationError
+from perfseer.errors import AbsurdAnswerError, MemoryConfigError, PerfseerError, SimulationError
 from perfseer.features.extract import extract
 from perfseer.memory.breakdown import LINES, MemoryEstimate
 from perfseer.memory.fit import MaxBatch
@@ -119,6 +120,11 @@ def learned_estimate(src, batch: int, config, device_name, capacity, over, notes
     res_col, alloc_col = columns(config.phase, opt)
     rows = {r["metric"]: r for r in card.predict(pg, batch=[batch])}
     res, alloc = rows[res_col], rows[alloc_col]
+    for r in (res, alloc):  # a value over the card's sanity ceiling is refused there: no estimate from it
+        if r["value"] is None:
+            raise AbsurdAnswerError(f"{src.label}: {why}, and the learned memory predictor {card.name} gave no "
+                                    f"answer ({r.get('reason') or 'no value'})",
+                                    "check the model's shapes (perfseer graph MODEL) and --input-shape")
     # the labels carry the default (pre-Hopper) cuBLAS workspace; a Hopper GPU's is larger
     ws_delta = over.cublas_workspace - _default_workspace()
     rest = res["value"] * MIB + ws_delta
@@ -196,6 +202,9 @@ def learned_max_batch(src, config, capacity: int, over, reason: str | None = Non
 
     def fits(b: int) -> bool:
         rest = float(card.predict_graphs([pg.with_batch(b).to_pyg()])[0, col]) * MIB
+        if not math.isfinite(rest):  # NaN would read as "does not fit" and end the search at a wrong batch
+            raise AbsurdAnswerError(f"{src.label}: the learned memory predictor {card.name} returned {rest} at "
+                                    f"batch {b}: no largest batch", "check the model's shapes (perfseer graph MODEL)")
         return fixed + rest + ws_delta + over.context <= capacity
 
     lo, hi, ceiling = 0, 1, 1 << 22

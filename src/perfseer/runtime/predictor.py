@@ -309,7 +309,7 @@ class Predictor:
         if annotate is not None:
             at = [i for i, _ in enumerate(batches) for _ in cols]
             annotate(rows, [graphs[i] for i in at], embeddings=None if emb is None else np.asarray(emb)[at])
-        return rows
+        return [bnd.refuse_above_ceiling(r) for r in rows]  # a value over the sanity ceiling is no answer
 
     def answer(self, pg, batches: Sequence[int], options, graphs: Sequence | None = None,
                family: str | None = None) -> list[dict]:

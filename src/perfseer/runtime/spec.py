@@ -31,6 +31,7 @@ from perfseer.specmodel import kernels as kt
 from perfseer.specmodel.compose import PRECISION_BYTES, step_kernels
 from perfseer.specmodel.net import KernelModel, SpecModelError
 from perfseer.specmodel.trust import assess_row
+from perfseer.trust.bounds import refuse_above_ceiling
 
 BUNDLED_CARD = Path(__file__).resolve().parents[1] / "predictors" / "spec-kernels.json"
 PRECISIONS = tuple(PRECISION_BYTES)
@@ -120,10 +121,10 @@ class SpecModel:
                                    optimizer=optimizer, edge_index=g.edge_index, dropout=g.dropout_elements)
             trust = assess_row(r["latency_ms"], spec, precision, phase, r["calibrated"], self.card,
                                r["kernel_table"], r["kernel_us"], g.x, g.op_types, g.u)
-            out.append({"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
-                        "phase": phase, "precision": precision, **trust,
-                        "basis": self.basis(spec, precision, r["calibrated"]), "kernels": r["kernels"],
-                        "unseen_ops": []})
+            out.append(refuse_above_ceiling(
+                {"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
+                 "phase": phase, "precision": precision, **trust, "basis": self.basis(spec, precision, r["calibrated"]),
+                 "kernels": r["kernels"], "unseen_ops": []}))
         return out
 
     def answer(self, pg, batches: Sequence[int], options, graphs=None, family=None) -> list[dict]:

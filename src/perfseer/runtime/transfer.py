@@ -124,12 +124,16 @@ class TransferPredictor:
         roof_t = np.array([roofline_ms(g.x, tgt) for g in bound])
         terms = np.stack([graph_terms(g.u) for g in bound])
         per, src_specs, src_reasons, src_space = [], [], [[] for _ in batches], [[] for _ in batches]
+        src_refused: list[list[str]] = [[] for _ in batches]
         for dev_str, entry in sources:
             p = self.source_predictor(entry["predictor"])
             rows = p.predict_bound(pg, batches, graphs=graphs, device=dev_str, phase=PHASE, name=name)
             rows = [r for r in rows if r["metric"] == "latency_ms"]
             sv = np.asarray(entry["spec"], dtype=float)
-            ly = np.log10([max(float(r["value"]), 1e-9) for r in rows])
+            for i, r in enumerate(rows):  # a source over its sanity ceiling: that batch size is refused
+                if r["value"] is None:
+                    src_refused[i].append(f"source {entry['device']}: {'; '.join(bnd.above_ceiling(r)) or r.get('reason')}")
+            ly = np.log10([max(float(r["value"]), 1e-9) if r["value"] is not None else 1.0 for r in rows])
             roof_s = np.array([roofline_ms(g.x, sv) for g in bound])
             per.append(ly + self.transfer.shift(ly, terms, roof_s, roof_t, sv, tgt))
             src_specs.append(sv)
@@ -151,16 +155,23 @@ class TransferPredictor:
                 lo, hi = float(a[0]), float(c[0])
             else:
                 flags.append("no interval: the spec-transfer card has no seernet-source calibration")
-            floor, ceiling, how = bnd.latency_bounds_ms(_costs(bound[i].u, bound[i].op_types), spec, PHASE)
-            v, lo, hi, fl = bnd.check(float(value[i]), lo, hi, floor, ceiling, "ms", f"{spec.name} spec",
-                                      f"{how} floor of {spec.name}")
+            v, fl = None, []
+            if not src_refused[i]:  # else no value to check (the row is refused below)
+                floor, ceiling, how = bnd.latency_bounds_ms(_costs(bound[i].u, bound[i].op_types), spec, PHASE)
+                v, lo, hi, fl = bnd.check(float(value[i]), lo, hi, floor, ceiling, "ms", f"{spec.name} spec",
+                                          f"{how} floor of {spec.name}")
             interval = [lo, hi] if q is not None and math.isfinite(lo) and math.isfinite(hi) else None
-            out.append({"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms",
-                        "device": spec.name, "phase": PHASE, "precision": PRECISION, "value": v,
-                        "interval": interval, "in_domain": not reasons, "domain_reasons": reasons,
-                        "flags": flags + fl, "basis": basis, "unseen_ops": [],
-                        # a source that does not answer for the model (outside its model space) carries it
-                        "outside_space": merge_source_reasons(src_space[i])})
+            row = {"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms",
+                   "device": spec.name, "phase": PHASE, "precision": PRECISION, "value": v,
+                   "interval": interval, "in_domain": not reasons, "domain_reasons": reasons,
+                   "flags": flags + fl, "basis": basis, "unseen_ops": [],
+                   # a source that does not answer for the model (outside its model space) carries it
+                   "outside_space": merge_source_reasons(src_space[i])}
+            if src_refused[i]:  # carried from a refused source: no answer, whatever the others say
+                row.update(value=None, interval=None, flags=row["flags"] + src_refused[i],
+                           reason="a source's value was above its sanity ceiling (" + "; ".join(src_refused[i])
+                                  + "): no answer; ask --basis spec")
+            out.append(bnd.refuse_above_ceiling(row))
         return out
 
     def answer(self, pg, batches: Sequence[int], options, graphs=None, family=None) -> list[dict]:

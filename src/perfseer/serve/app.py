@@ -39,6 +39,7 @@ try:
     from fastapi.responses import FileResponse, JSONResponse
     from fastapi.staticfiles import StaticFiles
     from pydantic import BaseModel, Field, StringConstraints
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError("fastapi", "serve", "perfseer serve") from e
 
@@ -72,6 +73,7 @@ class ServeConfig:
     job_memory_mb: int = 3072  # address-space limit of an extraction process (a request's memory bound)
     queue_wait_s: float = 30.0  # a request waits this long for an extraction slot, then gets 503
     cache_size: int = 128  # PerfGraphs kept (least recently used dropped first)
+    cache_nodes: int = 2_000_000  # graph nodes the PerfGraph cache holds in all (~0.9 KB each held: ~1.7 GB)
     row_cache_size: int = 4096  # prediction rows kept, one entry per graph x batch x predictor/device x phase (0: off)
     max_upload_mb: float = 200.0  # larger uploads are refused (413); the graph, not the weights, is read
     max_uploads: int = 64  # uploaded files kept on disk
@@ -157,7 +159,8 @@ class Service:
         self.sandbox = Sandbox(Limits(time_s=config.job_time_s, memory_mb=config.job_memory_mb), max_jobs=config.jobs)
         self.store = ModelStore(upload_dir, config.models_dir, config.max_uploads)
         self.rows = RowCache(config.row_cache_size)
-        self.graphs = GraphCache(self.sandbox, self.store, config.cache_size, on_evict=self.rows.drop_graph)
+        self.graphs = GraphCache(self.sandbox, self.store, config.cache_size, on_evict=self.rows.drop_graph,
+                                 max_nodes=config.cache_nodes)
         self._predictors: dict = {}
         self._lock = threading.Lock()
         self._names: list[str] | None = None
@@ -461,6 +464,14 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     async def _perfseer(request: Request, e: PerfseerError):
         return _error(422, getattr(e, "kind", None) or type(e).__name__, scrub(e.problem), scrub(e.fix))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException):
+        # the framework's own refusals (a body it cannot parse: JSON nested past the parser's depth,
+        # broken multipart; an unknown path or method) in the same error format as every other
+        kinds = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed"}
+        return _error(e.status_code, kinds.get(e.status_code, "HTTPError"), scrub(str(e.detail))[:200],
+                      "see the schema at /docs", headers=getattr(e, "headers", None))
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError):
         errors = e.errors()  # the places and reasons, never the values (a field may be huge, or a secret)
@@ -472,7 +483,8 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     @app.get("/v1/health")
     def health() -> dict:
         return {"status": "ok", "version": __version__, "uptime_s": round(time.time() - svc.started, 1),
-                "cache": {"entries": len(svc.graphs), "hits": svc.graphs.hits, "misses": svc.graphs.misses},
+                "cache": {"entries": len(svc.graphs), "nodes": svc.graphs.nodes, "hits": svc.graphs.hits,
+                          "misses": svc.graphs.misses},
                 "row_cache": svc.rows.stats(),
                 "sandbox": dict(svc.sandbox.stats)}
 

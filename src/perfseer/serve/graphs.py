@@ -1,6 +1,7 @@
-"""The PerfGraphs a service has extracted: a bounded LRU cache keyed by (model, its content hash,
-input shape, dims, sequence length), filled through the sandbox, with concurrent requests for the
-same key sharing one extraction."""
+"""The PerfGraphs a service has extracted: an LRU cache keyed by (model, its content hash, input
+shape, dims, sequence length), bounded in entries and in graph nodes (a node costs about a kilobyte
+held, so the node bound is the memory bound), filled through the sandbox, with concurrent
+requests for the same key sharing one extraction."""
 
 from __future__ import annotations
 
@@ -182,11 +183,16 @@ class GraphCache:
         sandbox: where extraction runs.
         store: resolves references, uploads and served paths.
         size: entries kept (least recently used dropped first).
+        max_nodes: graph nodes kept in all (least recently used dropped first until the rest fit);
+            a graph larger than this is answered but not kept (the next request extracts it again).
         on_evict: called with an entry's token when it is dropped (the service drops its rows).
     """
 
-    def __init__(self, sandbox: Sandbox, store: ModelStore, size: int = 64, on_evict=None):
+    def __init__(self, sandbox: Sandbox, store: ModelStore, size: int = 64, on_evict=None,
+                 max_nodes: int = 2_000_000):
         self.sandbox, self.store, self.size, self.on_evict = sandbox, store, size, on_evict
+        self.max_nodes = max_nodes
+        self.nodes = 0  # graph nodes held
         self._items: OrderedDict = OrderedDict()
         self._inflight: dict = {}
         self._lock = threading.Lock()
@@ -230,10 +236,15 @@ class GraphCache:
                                   weight_work, wait_s=wait_s)
             entry = waiter["value"] = GraphEntry(pg, next(self._tokens))
             evicted = []
+            nodes = _nodes(pg)
             with self._lock:
-                self._items[key] = entry
-                while len(self._items) > self.size:
-                    evicted.append(self._items.popitem(last=False)[1])
+                if nodes <= self.max_nodes:  # else answered, not kept: one graph may not fill the cache
+                    self._items[key] = entry
+                    self.nodes += nodes
+                while len(self._items) > self.size or self.nodes > self.max_nodes:
+                    old = self._items.popitem(last=False)[1]
+                    self.nodes -= _nodes(old.pg)
+                    evicted.append(old)
             for old in evicted:
                 if self.on_evict is not None:
                     self.on_evict(old.token)
@@ -251,3 +262,8 @@ class GraphCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def _nodes(pg) -> int:
+    """What a cached graph counts against :attr:`GraphCache.max_nodes` (at least 1)."""
+    return max(1, int(getattr(pg, "num_nodes", 0) or 0))

@@ -23,11 +23,13 @@ The **ceiling** catches absurd values: ``C_F (F / P + W / B) + n\, t_{op}`` with
 
 Without a spec (or for memory), the ceiling is 1,000 times the largest training target, scaled up
 by the FLOPs ratio to the largest training graph when the graph is larger; utilisation is bounded
-by 0 and 100 %.  A prediction outside its bounds, or not finite, is clipped to them and flagged
-(:func:`check`), never shown bare; its interval is then the whole ``[floor, ceiling]``: a network
-that left the physical range says nothing about where in it the answer lies.  A value that is not
-finite, or that is still zero or negative (or a latency under :data:`MIN_LATENCY_MS`) once
-clipped, is no answer at all: :class:`~perfseer.errors.AbsurdAnswerError`.
+by 0 and 100 %.  A prediction outside its bounds is clipped to them and flagged (:func:`check`),
+never shown bare; its interval is then the whole ``[floor, ceiling]``: a network that left the
+physical range says nothing about where in it the answer lies.  A value above the ceiling is no
+answer: every answerer's row becomes a refusal (:func:`refuse_above_ceiling`: ``value`` and
+``interval`` ``None``, a ``reason``), the flag kept.  A value that is not finite, or that is still
+zero or negative (or a latency under :data:`MIN_LATENCY_MS`) once clipped, is no answer at all:
+:class:`~perfseer.errors.AbsurdAnswerError`.
 
 **Memory** (:func:`check_memory`): a step's total must be finite and positive, at least its own
 weights and context, at most :data:`MEMORY_CEILING_CAPACITY` times the device's capacity (and
@@ -48,6 +50,7 @@ KERNEL_FLOOR_S = 1e-6  # least GPU time of one convolution / matmul kernel (laun
 CEILING_EFFICIENCY = 1000.0  # the ceiling runs the whole graph at 1/1000 of the roofline
 CEILING_OP_S = 0.01  # ... plus 10 ms per operator (eager frameworks spend ~5-50 us per op)
 SPEC_FREE_CEILING = 1000.0  # without a spec: this many times the largest training target
+CEILING_WORDS = "above the sanity ceiling"  # in the flag of a value over the ceiling (what the router reads)
 MIN_LATENCY_MS = 1e-3  # no step of a graph takes less than 1 us (one kernel launch)
 MEMORY_CEILING_BYTES = 2**50  # 1 PiB: ~7,000 times the largest GPU; a step needing more is a corrupt graph
 MEMORY_CEILING_CAPACITY = 10_000  # a step needs at most this many times the device's memory
@@ -139,8 +142,7 @@ def check(value: float, lo: float, hi: float, floor: float, ceiling: float, unit
                      f"raised to it")
         v = floor
     elif v > ceiling:
-        flags.append(f"predicted {_f(v)} {unit} is above the sanity ceiling {_f(ceiling)} {unit} ({basis}); "
-                     f"lowered to it")
+        flags.append(f"predicted {_f(v)} {unit} is {CEILING_WORDS} {_f(ceiling)} {unit} ({basis}); no answer")
         v = ceiling
     least = MIN_LATENCY_MS if unit == "ms" else 0.0
     if unit != "%" and (v <= 0.0 or v < least):
@@ -148,6 +150,25 @@ def check(value: float, lo: float, hi: float, floor: float, ceiling: float, unit
                                 f"({basis}): no answer", "the graph does no measurable work (check it with "
                                 "perfseer graph), or it is outside what the predictor was trained on")
     return v, max(lo, floor) if math.isfinite(lo) else lo, min(hi, ceiling) if math.isfinite(hi) else hi, flags
+
+
+def above_ceiling(row: dict) -> list[str]:
+    """The flags of ``row`` that say its value was above the sanity ceiling."""
+    return [str(f) for f in row.get("flags") or [] if CEILING_WORDS in str(f)]
+
+
+def refuse_above_ceiling(row: dict) -> dict:
+    """``row`` (a prediction row: ``value``, ``interval``, ``flags``) made a refusal, in place, when
+    :func:`check` flagged its value above the sanity ceiling: ``value`` and ``interval`` ``None``,
+    ``reason`` naming the value and the ceiling; the flag stays.  Other rows are returned as they are."""
+    hit = above_ceiling(row)
+    if hit and row.get("value") is not None:
+        row["value"] = None
+        row["interval"] = None
+        row.pop("throughput_per_s", None)
+        row["reason"] = (f"{'; '.join(hit)}: the value is no answer; ask another basis (--basis spec) or check "
+                         "the model's input shape")
+    return row
 
 
 _BATCH_LINES = ("input", "activations", "transient")  # the lines of a step's memory that grow with the batch
