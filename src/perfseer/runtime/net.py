@@ -14,6 +14,7 @@ from torch import nn
 
 from perfseer.errors import PerfseerError
 from perfseer.runtime.scaling import FeatureScaler, TargetScaler
+from perfseer.runtime.threads import limited
 
 
 class NeuralPredictor:
@@ -67,7 +68,7 @@ class NeuralPredictor:
         if len(graphs) == 0:
             return np.zeros((0, len(self.targets))), None
         outs, embs = [], []
-        with inference(self.model):
+        with inference(self.model), limited(len(graphs)):
             for i in range(0, len(graphs), self.batch_size):
                 chunk = graphs[i:i + self.batch_size]
                 chunk = chunk if scaled else [_model_input(self.feature_scaler.transform(g)) for g in chunk]
