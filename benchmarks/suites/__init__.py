@@ -6,7 +6,8 @@ import importlib
 
 from benchmarks.runner import BenchError, Suite
 
-NAMES = ("predictors", "families", "spec", "calibration", "cpu-calibration", "memory", "speed", "serve", "fuzz")
+NAMES = ("predictors", "families", "spec", "calibration", "cpu-calibration", "memory", "speed", "serve", "fuzz",
+         "sweep")
 
 
 def get_suite(name: str) -> Suite:
