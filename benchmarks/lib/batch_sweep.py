@@ -53,9 +53,9 @@ def _graphs(model: str):
 
 
 def sweep_model(model: str, device_names: list[str] | None = None, batches: list[int] | None = None,
-                phases=PHASES) -> dict:
+                phases=PHASES, log=None) -> dict:
     """The counts and the violations of one model over ``device_names`` (default: all) and
-    ``phases`` at ``batches`` (default 1..1024)."""
+    ``phases`` at ``batches`` (default 1..1024); ``log(text)`` hears of each device done."""
     import perfseer
     from perfseer.errors import PerfseerError
     from perfseer.graph.extract import weight_work_enabled
@@ -90,6 +90,8 @@ def sweep_model(model: str, device_names: list[str] | None = None, batches: list
                 _count(out["refusal_reasons"], _kind(str(e)))
                 continue
             _tally(out, rows, model, device, phase)
+        if log is not None:
+            log(f"{model}: {device} done ({time.perf_counter() - t0:.0f} s)")
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -155,7 +157,7 @@ def main(argv=None) -> int:
     devs = args.devices.split(",") if args.devices else None
     results = []
     for m in args.models:
-        r = sweep_model(m, devs)
+        r = sweep_model(m, devs, log=lambda t: print(t, file=sys.stderr, flush=True))
         results.append(r)
         print(f"{m}: {r['answered']} answered, {r['fell_back']} fell back, {r['refused']} refused, "
               f"{len(r['violations'])} violations ({r['seconds']:.0f} s)", flush=True)

@@ -17,8 +17,9 @@ from benchmarks.runner import Context, Step, Suite, load_config, md_table, timin
 def steps(ctx: Context) -> list[Step]:
     cfg = load_config("sweep")  # benchmarks/configs/sweep.json
     models = cfg["quick"]["models"] if ctx.quick else cfg["models"]
+    batches = cfg["quick"]["batches"] if ctx.quick else cfg["batches"]
     return [Step(f"model-{i:03d}-{m.replace(':', '-').replace('/', '-')}",
-                 lambda m=m: batch_sweep.sweep_model(m, batches=cfg["batches"], phases=tuple(cfg["phases"])))
+                 lambda m=m: batch_sweep.sweep_model(m, batches=batches, phases=tuple(cfg["phases"]), log=ctx.log))
             for i, m in enumerate(models)]
 
 
@@ -41,6 +42,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
                  tot["refused"], tot["violations"]])
     n_dev = len(batch_sweep.devices())
     cfg = load_config("sweep")
+    batches = cfg["quick"]["batches"] if ctx.quick else cfg["batches"]
     reasons = "".join(f"\n- {n:,} x {k}" for k, n in list(tot["refusal_reasons"].items())[:8])
     falls = "".join(f"\n- {n:,} x {k}" for k, n in list(tot["fallback_reasons"].items())[:6])
     bases = ", ".join(f"{k} {n:,}" for k, n in tot["bases"].items())
@@ -52,7 +54,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     return ("## Every device at every batch size\n\n"
             f"`python -m benchmarks run sweep{' --quick' if ctx.quick else ''}`: {tot['models']} zoo models "
             f"(`benchmarks/configs/sweep.json`) x {n_dev} devices of `perfseer devices` x "
-            f"{len(cfg['phases'])} phases x batch {cfg['batches'][0]}-{cfg['batches'][-1]} ({len(cfg['batches'])} sizes), "
+            f"{len(cfg['phases'])} phases x batch {', '.join(map(str, batches))}, "
             "one `perfseer.predict` call per model, device and phase. Rows are latency rows; a refused call counts "
             "once per batch size. A violation is a latency that decreases from one batch size to the next "
             f"(the same as a throughput growing faster than the batch). {timing_note(res)}\n\n"
@@ -66,5 +68,6 @@ SUITE = Suite(
     name="sweep", kind="accuracy",
     description="zoo models on every device at batch 1-1024, both phases: refusals, fall-backs, monotonicity",
     reads="timm, torchvision and hf: model code (exported once, kept in the graph cache), the bundled cards",
-    time_full="~3-6 h (109 models; resumable)", time_quick="~15 min",
+    time_full="~10-20 h here (109 models; resumable: the spec model's training step takes ~1 s per batch size)",
+    time_quick="~30 min (3 models, 6 batch sizes)",
     steps=steps, render=render)
