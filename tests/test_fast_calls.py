@@ -11,7 +11,6 @@ import warnings
 
 import pytest
 
-import perfseer
 from perfseer.cli import warm
 from perfseer.cli.main import main
 from perfseer.data.dataset import SkeletonCache
@@ -121,7 +120,7 @@ def warm_process(monkeypatch, tmp_path):
 
 
 def test_the_warm_process_answers_what_this_process_would(warm_process, capsys):
-    sock, started = warm_process
+    _, started = warm_process
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         local, _ = warm.local_rows({"model": NB201, "device": ["a100-40gb"], "batch": [1, 8]})

@@ -296,7 +296,7 @@ def _warm_up() -> None:
     import gc
     import warnings
 
-    import perfseer.api  # noqa: F401  deferred: the heavy imports are the point here
+    import perfseer.api  # deferred: the heavy imports are the point here
     import perfseer.models  # noqa: F401
     from perfseer.runtime.predictor import cached_predictor, list_predictors
     from perfseer.runtime.spec import load_spec_model
@@ -347,7 +347,7 @@ def serve(sock_path: Path, idle_s: float) -> int:
         while True:
             try:
                 conn, _ = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 try:
                     ours = sock_path.stat().st_ino == ino
                 except OSError:
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         print("stopped" if stop() else "no warm process was running")
         return 0
     sock = _paths(key())["socket"]
-    print(f"listening at {sock}" if enabled() and sock.exists() else "none")
+    print(f"listening at {sock}" if enabled() and sock.exists() else f"none (it would listen at {sock})")
     return 0
 
 

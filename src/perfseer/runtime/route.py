@@ -51,8 +51,8 @@ from perfseer.runtime.predictor import Predictor, UnseenOperatorWarning, setting
 # a request reads the cards' descriptions several times and loads a card up to three times: both cached
 from perfseer.runtime.predictor import cached_predictor as load_predictor
 from perfseer.runtime.predictor import listed_predictors as list_predictors
-from perfseer.runtime.threads import limited
 from perfseer.runtime.spec import load_spec_model
+from perfseer.runtime.threads import limited
 from perfseer.sources import split_reference
 from perfseer.sources.hf import is_local_config
 from perfseer.sources.load import load_skeleton
