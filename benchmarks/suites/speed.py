@@ -104,9 +104,10 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     if "targets" in res:
         tr = res["targets"]
         targets = ("### The targets of issue 39\n\n"
-                   "`python -m benchmarks.lib.speed_targets` (its doc says what each figure is). Warm predictions "
-                   "also give the call's CPU time, what it costs with a core to itself whatever the load; the "
-                   f"load column is the 1-minute load average just before each figure ({tr.get('cores')} CPUs).\n\n"
+                   "`python -m benchmarks.lib.speed_targets` (its doc says what each figure is). The targets of "
+                   "warm predictions are for an idle machine, which this one was not: the load column is the "
+                   f"1-minute load average just before each figure ({tr.get('cores')} CPUs), and the CPU time "
+                   "beside each warm prediction is what the call costs with a core to itself.\n\n"
                    + md_table(["part", "measurement", "median", "target", "met", "load avg"], speed_targets.rows(tr))
                    + "\n\n### Everything else\n\n")
     rows = []
