@@ -73,6 +73,9 @@ def memory_report(model, batches, phase="train", optimizer="adamw", precision="f
     short = [e for e in out["estimates"] if e["fits"] is False]
     found = None
     if max_batch or short:  # a step that does not fit: the largest batch that does is one way out
+        where = device or (f"{capacity_gib:g} GiB" if capacity_gib else "the device")
+        print(f"perfseer memory: searching the largest batch that fits {where} (a few simulated steps)...",
+              file=sys.stderr, flush=True)
         try:
             mb = max_batch_for(model, device=device, phase=phase, optimizer=optimizer, precision=precision,
                                context_mib=context_mib, capacity_gib=capacity_gib, _src=src)
