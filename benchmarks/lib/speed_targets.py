@@ -248,14 +248,28 @@ def rows(res: dict) -> list[list[str]]:
     def met(ok: bool) -> str:
         return "yes" if ok else "**no**"
 
-    for r in res.get("load", []):
-        out.append(["load a card", r["what"], f"{r['s']:.3f} s", f"<= {TARGET_LOAD_S:g} s", met(r["s"] <= TARGET_LOAD_S),
-                    f"{r['load']:.1f}"])
+    loads = res.get("load", [])
+    if loads:  # one row for those within the target, one per card beyond it
+        ok = [r for r in loads if r["s"] <= TARGET_LOAD_S]
+        if ok:
+            top = max(ok, key=lambda r: r["s"])
+            out.append(["load a card", f"{len(ok)} of {len(loads)} cards (slowest: {top['what']})", f"{top['s']:.3f} s",
+                        f"<= {TARGET_LOAD_S:g} s", "yes", f"{top['load']:.1f}"])
+        for r in loads:
+            if r["s"] > TARGET_LOAD_S:
+                out.append(["load a card", r["what"], f"{r['s']:.3f} s", f"<= {TARGET_LOAD_S:g} s", "**no**",
+                            f"{r['load']:.1f}"])
     for key, target, note in (("warm", TARGET_WARM_MS, ""), ("warm_busy", TARGET_WARM_BUSY_MS, " (+2 busy loops)")):
-        for r in res.get(key, []):
-            out.append([f"warm prediction{note}", f"{r['what']} ({r['graph']}, batch 1)",
-                        f"{r['ms']:.1f} ms ({r['cpu_ms']:.1f} CPU)",
-                        f"<= {target:g} ms", met(r["ms"] <= target), f"{r['load']:.1f}"])
+        rs = res.get(key, [])
+        ok = [r for r in rs if r["ms"] <= target]
+        if ok:
+            top = max(ok, key=lambda r: r["ms"])
+            out.append([f"warm prediction{note}", f"{len(ok)} of {len(rs)} (slowest: {top['what']})",
+                        f"{top['ms']:.1f} ms ({top['cpu_ms']:.1f} CPU)", f"<= {target:g} ms", "yes", f"{top['load']:.1f}"])
+        for r in rs:
+            if r["ms"] > target:
+                out.append([f"warm prediction{note}", f"{r['what']} ({r['graph']}, batch 1)",
+                            f"{r['ms']:.1f} ms ({r['cpu_ms']:.1f} CPU)", f"<= {target:g} ms", "**no**", f"{r['load']:.1f}"])
     if "nas" in res:
         n = res["nas"]
         out.append(["NAS loop", f"nb201-gpus.infer over {n['graphs']:,} extracted cells ({n['nodes_per_graph']} nodes, "

@@ -21,6 +21,7 @@ _EXPORTS = {
     "list_predictors": "perfseer.api",
     "train_predictor": "perfseer.fit.recipe",
     "memory": None,  # the subpackage itself, callable: perfseer.memory(model, batch=...)
+    "llm": None,  # the subpackage itself, callable: perfseer.llm(model, device=..., prompt_len=...)
 }
 
 __all__ = [*_EXPORTS, "__version__"]

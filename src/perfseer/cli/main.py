@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("perfseer.cli.memory", "GPU memory of a training or inference step: breakdown, largest batch, MIG slice"),
     "calibrate": ("perfseer.cli.calibrate", "a predictor for a new device from a few measurements of it"),
     "serve": ("perfseer.cli.serve", "serve predictions over HTTP: a REST API and a web page"),
+    "llm": ("perfseer.cli.llm", "LLM inference: time to first token, per output token, KV cache, serving throughput"),
 }
 
 

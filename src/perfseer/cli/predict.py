@@ -62,6 +62,12 @@ def add_parser(sub) -> None:
     p.add_argument("--plot", default=None, metavar="FILE.png|FILE.svg",
                    help="plot latency and throughput against batch size, one line per device and phase "
                         "(pip install 'perfseer[plot]')")
+    p.add_argument("--energy", action="store_true",
+                   help="also predict GPU power (W), energy per step and per sample (J) and utilisation (%%) with "
+                        "the power model, from the GPU's spec sheet and the step's activity (docs/guide/energy.md)")
+    p.add_argument("--power-limit", type=float, default=None, metavar="W",
+                   help="a GPU power limit below the TDP (as nvidia-smi -pl sets it; implies --energy): the step "
+                        "slows by the power model's clock rule (physics only, not measured)")
     p.add_argument("--memory", action="store_true",
                    help="also simulate peak GPU memory (perfseer memory; training with AdamW) for GPU devices")
     p.set_defaults(func=run_predict)
@@ -89,7 +95,8 @@ def run_predict(args: argparse.Namespace) -> int:
     rows, warned = predict_rows(dict(model=args.model, device=devices, predictor=args.predictor, batch=args.batch,
                                      phase=args.phase, precision=args.precision, basis=args.basis,
                                      input_shape=shape, dims=dims, seq_len=args.seq_len, force=args.force,
-                                     cache=args.cache))
+                                     energy=getattr(args, "energy", False),
+                                     power_limit_w=getattr(args, "power_limit", None), cache=args.cache))
     label = args.predictor if args.predictor is not None else ", ".join(devices)
     if args.predictor is not None:
         label = next((r["predictor"] for r in rows if r.get("predictor")), label)
@@ -166,6 +173,10 @@ def _print_rows(rows: list[dict], title: str, explain: bool = False) -> None:
                  "domain": dom + (f" [{','.join(map(str, marks))}]" if marks else "")}
         t.add_row(*(cells[c] for c in cols))
     Console().print(t)
+    if any(r.get("energy_j") is not None for r in rows):
+        from perfseer.cli.energy import print_energy  # deferred: only with --energy
+
+        print_energy(ordered)
     for k, n in enumerate(texts, 1):
         print(f"  [{k}] {n}")
     if texts and not explain:

@@ -42,7 +42,7 @@ MAX_RSS_BYTES = 3 * 2**30  # a warm process that grew beyond this exits after it
 PROTOCOL = 1
 # what perfseer.predict takes from the command line (the rest of a message is refused)
 PREDICT_KEYS = ("model", "device", "predictor", "batch", "phase", "precision", "basis", "input_shape", "dims",
-                "seq_len", "force", "cache")
+                "seq_len", "force", "energy", "power_limit_w", "cache")
 
 
 def enabled() -> bool:

@@ -71,7 +71,8 @@ class Options:
             basis's own (a measured card's setting, else fp32).
         gpus: GPUs the step runs on (1: one process on one device, the only case answered today).
         parallel: the several-GPU strategy (``None`` with one GPU).
-        energy: also answer power and energy (not answered on GPUs yet).
+        energy: also answer power and energy (GPU rows, through the power model:
+            :mod:`perfseer.runtime.power`; the routing adds them to every basis's rows).
         force: let a measured card answer for a model outside its model space
             (:func:`perfseer.trust.domain.space_reasons`); without it, it refuses.
     """
@@ -96,14 +97,16 @@ class Options:
         return replace(self, **changes)
 
     def single_device(self, basis: str) -> None:
-        """Refuse what no basis answers yet (several GPUs, GPU energy), naming ``basis``."""
+        """Refuse what a basis does not answer itself (several GPUs; energy, which the routing adds
+        to every GPU basis's rows through the power model), naming ``basis``."""
         if self.gpus != 1 or self.parallel is not None:
             raise PerfseerError(f"{basis} answers one process on one GPU; {self.gpus} GPUs"
                                 + (f" ({self.parallel})" if self.parallel else "") + " are not predicted yet",
                                 "ask for gpus=1")
         if self.energy:
-            raise PerfseerError(f"{basis} does not predict energy", "drop energy, or use a predictor card "
-                                "trained on energy_j (perfseer predictors)")
+            raise PerfseerError(f"{basis} answers latency; energy is added to its rows by the power model",
+                                "ask perfseer.predict(..., energy=True), or call "
+                                "perfseer.runtime.power.energy_rows(rows, pg) on its rows")
 
 
 @runtime_checkable

@@ -522,7 +522,7 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
             batch: int | Sequence[int] = 1, phase: str | None = None, precision: str | None = None,
             basis: str = "auto", input_shape=None, dims: dict[str, int] | None = None, seq_len: int | None = None,
             gpus: int = 1, parallel: str | None = None, energy: bool = False, force: bool = False,
-            cache: bool = True) -> list[dict]:
+            power_limit_w: float | None = None, cache: bool = True) -> list[dict]:
     """Predict ``model``'s step time: what ``perfseer predict`` prints, as a list of rows.
 
     Args:
@@ -540,7 +540,11 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
             the first measured card's when not given.
         basis: ``auto``, ``measured``, ``transfer`` or ``spec`` (devices alone).
         input_shape, dims, seq_len: as for :func:`perfseer.extract`.
-        gpus, parallel, energy: several GPUs and energy are not predicted yet (refused, with the reason).
+        gpus, parallel: several GPUs are not predicted yet (refused, with the reason).
+        energy: also answer ``power_w``, ``energy_j`` (per step), ``energy_j_per_sample`` and
+            ``util_pct`` on GPU rows (:mod:`perfseer.runtime.power`; a CPU is refused).
+        power_limit_w: a GPU power limit below the TDP, W (implies ``energy``): the step slows by
+            the power model's clock rule (physics only: not measured).
         force: let a measured card answer for a model outside its model space (else it is passed
             over for the next basis, or, asked for by name, refuses).
         cache: keep and reuse the export of a zoo reference on disk (:func:`cached_extract`).
@@ -565,8 +569,12 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
     batches = [batch] if isinstance(batch, int) else list(batch)
     if not batches or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 for b in batches):
         raise PerfseerError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
-    Options(gpus=gpus, parallel=parallel, energy=energy).single_device("perfseer")
+    Options(gpus=gpus, parallel=parallel).single_device("perfseer")
+    energy = energy or power_limit_w is not None
     units, _ = plan(devices, [str(p) for p in predictors], phase, precision, basis, force=force)
+    if energy:  # an impossible energy request fails here, before the model is exported
+        from perfseer.runtime.power import check_energy_request, energy_rows  # deferred: only with energy
+        check_energy_request([u.device for u in units if u.device is not None], power_limit_w)
     kept = {u: extraction(u) for u in units}
     default = weight_work_enabled()
     graphs: dict = {}
@@ -586,6 +594,8 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
         for u in mine:
             for b in batches:
                 unit_rows, unit_notes = got[int(b), u]
+                if energy:
+                    unit_rows = energy_rows(unit_rows, pg, power_limit_w)
                 rows += [dict(r, model=name) for r in unit_rows]
                 notes += unit_notes
     for n in dict.fromkeys(notes):

@@ -51,6 +51,8 @@ from perfseer.runtime.route import answer_units, extraction, plan
 from perfseer.serve.graphs import MAX_REFERENCE, GraphCache, ModelStore
 from perfseer.serve.jobs import bind_job, memory_job
 from perfseer.serve.limits import BodyLimit
+from perfseer.serve.llm import LLMRequest
+from perfseer.serve.llm import answer as llm_answer
 from perfseer.serve.rows import RowCache
 from perfseer.serve.sandbox import Busy, Limits, Sandbox, SandboxError
 from perfseer.shapes import parse_shape
@@ -530,6 +532,10 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     @app.post("/v1/memory")
     def memory(req: MemoryRequest) -> dict:
         return svc.memory(req)
+
+    @app.post("/v1/llm")
+    def llm(req: LLMRequest) -> dict:
+        return llm_answer(req)
 
     @app.get("/", include_in_schema=False)
     def index():

@@ -1,0 +1,307 @@
+"""Fit the collective model's constants (:mod:`perfseer.parallel.collectives`) on Vidur's NCCL
+measurements, validate them on held-out sizes, rank counts and node types, and write the fact file
+the runtime reads (``perfseer/parallel/data/collectives.json``).
+
+Data: ``vidur/profiling/network/{a100_dgx, a100_pairwise_nvlink, a40_pairwise_nvlink}/
+{all_reduce,send_recv}.csv`` (github.com/microsoft/vidur, MIT): the median time (ms) of one
+collective by message ``size``, ``num_workers`` and ``devices_per_node``.  ``size`` is in bytes:
+Vidur's own predictor divides it by ``2 x hidden`` to get fp16 tokens, and read as fp16 elements
+the NVLink send/recv of the A100 pairs would run at 576 GB/s, above NVLink 3's 300 GB/s per
+direction.
+
+Each fitting stage is a non-negative least squares on
+``t = a0 + a1 (g-1) + x * volume / bandwidth + s sqrt(volume / bandwidth)`` (``x`` = 1/efficiency;
+across nodes one fit per number of GPUs per node) weighted by ``1/t`` (relative error), rings
+(all-reduce) and send/recv apart:
+
+1. ``nvlink``: the DGX A100 rows inside one node (all-reduce on 2, 4, 8 GPUs; send/recv 2);
+2. ``network``: the DGX A100 rows across 2 nodes (1, 2, 4, 8 GPUs per node), the intra-node
+   latency of stage 1 subtracted, HDR 200 Gb/s per NIC;
+3. ``pcie``: the A100 PCIe server's all-reduce over 4 GPUs (two NVLink pairs joined by PCIe);
+4. per measured node type, its own paths (A100 PCIe pairs, A40 pairs) and cross-node network.
+
+Run ``python -m perfseer.fit.collectives [--data DIR] [--out FILE] [--report FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+from perfseer.devices.interconnect import get_network, get_node, gpu_links
+from perfseer.parallel import collectives as col
+
+DEFAULT_DATA = Path("/work/shared/datasets/vidur/profiling/network")
+#: Vidur folder -> node type of the interconnect registry
+NODE_OF = {"a100_dgx": "dgx-a100", "a100_pairwise_nvlink": "pcie-a100-nvlink-pairs",
+           "a40_pairwise_nvlink": "pcie-a40-nvlink-pairs"}
+SOURCE = ("github.com/microsoft/vidur commit 7d47513, data/profiling/network (MIT); "
+          "median of each row's time_stats.<op>.median")
+
+
+@dataclass(frozen=True)
+class Config:
+    folder: str
+    op: str
+    ranks: int
+    per_node: int
+
+    @property
+    def nodes(self) -> int:
+        return self.ranks // self.per_node
+
+    @property
+    def node(self) -> str:
+        return NODE_OF[self.folder]
+
+    def label(self) -> str:
+        return f"{self.folder} {self.op} {self.ranks} GPUs, {self.per_node}/node"
+
+
+def load(data: Path = DEFAULT_DATA) -> pd.DataFrame:
+    """One row per (folder, op, ranks, GPUs per node, size): ``ms``, the median of the medians."""
+    frames = []
+    for folder in NODE_OF:
+        for op in ("all_reduce", "send_recv"):
+            f = Path(data) / folder / f"{op}.csv"
+            if not f.exists():
+                continue
+            d = pd.read_csv(f)
+            frames.append(pd.DataFrame({"folder": folder, "op": op, "ranks": d["num_workers"].astype(int),
+                                        "per_node": d["devices_per_node"].astype(int),
+                                        "size": d["size"].astype(float),
+                                        "ms": d[f"time_stats.{op}.median"].astype(float)}))
+    if not frames:
+        raise SystemExit(f"error: no Vidur network CSVs under {data}")
+    df = pd.concat(frames, ignore_index=True)
+    return df.groupby(["folder", "op", "ranks", "per_node", "size"], as_index=False)["ms"].median()
+
+
+def split_sizes(df: pd.DataFrame) -> pd.Series:
+    """Held-out sizes of each configuration: every third size, and the largest fifth (extrapolation)."""
+    held = pd.Series(False, index=df.index)
+    for _, g in df.groupby(["folder", "op", "ranks", "per_node"]):
+        order = g["size"].rank(method="first").astype(int) - 1
+        n = len(g)
+        held.loc[g.index] = (order % 3 == 2) | (order >= int(0.8 * n))
+    return held
+
+
+def _volume(op: str, ranks: int, size: float) -> float:
+    return col.volume_factor(op, ranks) * size
+
+
+def _intra_gbs(cfg: Config) -> tuple[str, float]:
+    fab = col.fabric(cfg.ranks, node=cfg.node, nodes=cfg.nodes, consts={})
+    path = fab.intra_path
+    links = gpu_links(fab.gpu)
+    return path, (links.nvlink_gbs if path == "nvlink" else links.pcie_gbs)
+
+
+def _nnls(rows: list[tuple[list[float], float]]) -> np.ndarray:
+    A = np.array([r[0] for r in rows], dtype=float)
+    y = np.array([r[1] for r in rows], dtype=float)
+    w = 1.0 / y
+    sol, _ = nnls(A * w[:, None], y * w)
+    return sol
+
+
+def fit_path(df: pd.DataFrame) -> dict:
+    """``{family: {"efficiency", "latency_ms": [a0, a1], "sqrt_ms"}}`` of one intra-node path from its
+    rows, ``family`` ``ring`` (all-reduce rows) and ``p2p`` (send/recv rows) where measured."""
+    out = {}
+    for family, g in (("ring", df[df["op"] != "send_recv"]), ("p2p", df[df["op"] == "send_recv"])):
+        if not len(g):
+            continue
+        rows = []
+        for r in g.itertuples():
+            _, gbs = _intra_gbs(Config(r.folder, r.op, r.ranks, r.per_node))
+            v = _volume(r.op, r.ranks, r.size) / (gbs * 1e9) * 1e3  # ms at full link bandwidth
+            rows.append(([1.0, r.per_node - 1.0, v, np.sqrt(v)], r.ms))
+        a0, a1, x, sq = _nnls(rows)
+        out[family] = {"efficiency": float(1.0 / x) if x > 0 else 1e3, "latency_ms": [float(a0), float(a1)],
+                       "sqrt_ms": float(sq), "rows": int(len(g))}
+    return out
+
+
+def fit_network(df: pd.DataFrame, consts: dict) -> dict:
+    """``{family: {"by_gpus_per_node": {g: {"efficiency", "latency_ms", "sqrt_ms"}}}}`` of the
+    network from cross-node rows (the intra-node latency of ``consts`` subtracted), one fit per
+    number of GPUs per node (send/recv: one GPU on each side)."""
+    out = {}
+    for family, rows_f in (("ring", df[df["op"] != "send_recv"]), ("p2p", df[df["op"] == "send_recv"])):
+        if not len(rows_f):
+            continue
+        fits = {}
+        for per, g in rows_f.groupby("per_node"):
+            rows = []
+            for r in g.itertuples():
+                cfg = Config(r.folder, r.op, r.ranks, r.per_node)
+                fab = col.fabric(cfg.ranks, node=cfg.node, nodes=cfg.nodes, consts=consts)
+                intra = 0.0
+                if cfg.per_node > 1 and family == "ring":
+                    pc = col._family(col._path_constants(consts, fab.intra_path), family)
+                    intra = pc["latency_ms"][0] + pc["latency_ms"][1] * (cfg.per_node - 1)
+                v = _volume(r.op, r.ranks, r.size) / (fab.network_gbs * 1e9) * 1e3
+                rows.append(([1.0, v, np.sqrt(v)], max(r.ms - intra, 1e-4)))
+            a, x, sq = _nnls(rows)
+            fits[str(int(per) if family == "ring" else 1)] = {
+                "efficiency": float(1.0 / x) if x > 0 else 1e3, "latency_ms": float(a), "sqrt_ms": float(sq),
+                "rows": int(len(g))}
+        out[family] = {"by_gpus_per_node": fits}
+    return out
+
+
+def _sel(df, folder=None, op=None, nodes=None, per_node=None, ranks=None):
+    m = pd.Series(True, index=df.index)
+    if folder is not None:
+        m &= df["folder"] == folder
+    if op is not None:
+        m &= df["op"] == op
+    if nodes is not None:
+        m &= (df["ranks"] // df["per_node"] == nodes) if nodes == 1 else (df["ranks"] // df["per_node"] > 1)
+    if per_node is not None:
+        m &= df["per_node"] == per_node
+    if ranks is not None:
+        m &= df["ranks"] == ranks
+    return df[m]
+
+
+def fit(df: pd.DataFrame, exclude: pd.Series | None = None, *, node_overrides: bool = True,
+        drop: list | None = None) -> dict:
+    """Fit every stage on ``df`` less ``exclude`` (a boolean mask) and less the configurations in
+    ``drop`` (``(folder, op, ranks, per_node)`` tuples); ``node_overrides=False``: no per-node paths."""
+    use = df if exclude is None else df[~exclude]
+    for d in drop or []:
+        use = use[~((use["folder"] == d[0]) & (use["op"] == d[1]) & (use["ranks"] == d[2]) & (use["per_node"] == d[3]))]
+    consts: dict = {"paths": {}, "nodes": {}}
+    dgx = _sel(use, folder="a100_dgx")
+    consts["paths"]["nvlink"] = fit_path(_sel(dgx, nodes=1))
+    pair4 = _sel(use, folder="a100_pairwise_nvlink", op="all_reduce", ranks=4, per_node=4)
+    consts["paths"]["pcie"] = fit_path(pair4)
+    consts["network"] = fit_network(_sel(dgx, nodes=2), consts)
+    if node_overrides:
+        for folder in ("a100_pairwise_nvlink", "a40_pairwise_nvlink"):
+            node = NODE_OF[folder]
+            mine = _sel(use, folder=folder)
+            entry: dict = {"paths": {}}
+            nv = _sel(mine, nodes=1, per_node=2)
+            if len(nv):
+                entry["paths"]["nvlink"] = fit_path(nv)
+            # the PCIe path of the A100 server is the generic pcie fit itself
+            cross = _sel(mine, nodes=2)
+            if len(cross):
+                entry["network"] = fit_network(cross, consts)
+            consts["nodes"][node] = entry
+    return consts
+
+
+def predict(df: pd.DataFrame, consts: dict, *, use_nodes: bool = True) -> np.ndarray:
+    """The model's time (ms) of each row of ``df`` under ``consts`` (the runtime's own formula)."""
+    c = consts if use_nodes else {**consts, "nodes": {}}
+    return np.array([col.collective_cost(r.op, r.size, r.ranks, node=NODE_OF[r.folder],
+                                         nodes=r.ranks // r.per_node, consts=c).ms for r in df.itertuples()])
+
+
+def errors(df: pd.DataFrame, pred: np.ndarray) -> pd.DataFrame:
+    out = df.copy()
+    out["pred"] = pred
+    out["rel_err"] = (out["pred"] - out["ms"]) / out["ms"]
+    return out
+
+
+def summarize(err: pd.DataFrame, what: str) -> list[dict]:
+    """Per configuration: rows, mean and median absolute relative error, share within 10 %, all
+    sizes and sizes >= 1 MiB (where bandwidth, not latency, decides)."""
+    out = []
+    for key, g in err.groupby(["folder", "op", "ranks", "per_node"]):
+        a = g["rel_err"].abs()
+        big = g[g["size"] >= 2**20]["rel_err"].abs()
+        out.append({"experiment": what, "config": Config(*key).label(), "rows": int(len(g)),
+                    "mean_abs_pct": round(100 * float(a.mean()), 1), "median_abs_pct": round(100 * float(a.median()), 1),
+                    "within_10pct": round(float((a <= 0.10).mean()), 3),
+                    "mean_abs_pct_ge_1MiB": round(100 * float(big.mean()), 1) if len(big) else None})
+    return out
+
+
+def validate(df: pd.DataFrame) -> list[dict]:
+    """The held-out experiments: sizes, rank counts (intra: 4 GPUs; inter: 4 GPUs/node), node types."""
+    held = split_sizes(df)
+    table = []
+    # 1. held-out sizes, every configuration, node types fitted on their own training sizes
+    c = fit(df, held)
+    table += summarize(errors(df[held], predict(df[held], c)), "held-out sizes")
+    # 2. held-out rank count inside a node: DGX all-reduce on 4 GPUs, fitted on 2 and 8
+    cfg4 = ("a100_dgx", "all_reduce", 4, 4)
+    c = fit(df, drop=[cfg4])
+    t = df[(df.folder == cfg4[0]) & (df.op == cfg4[1]) & (df.ranks == 4) & (df.per_node == 4)]
+    table += summarize(errors(t, predict(t, c)), "held-out rank count")
+    # 3. held-out rank count across nodes: 2 nodes x 4 GPUs, fitted on 2x1, 2x2, 2x8
+    cfg84 = ("a100_dgx", "all_reduce", 8, 4)
+    c = fit(df, drop=[cfg84])
+    t = df[(df.folder == cfg84[0]) & (df.op == cfg84[1]) & (df.ranks == 8) & (df.per_node == 4)]
+    table += summarize(errors(t, predict(t, c)), "held-out rank count")
+    # 4. held-out node types: the A100 PCIe pairs and the A40 pairs from the DGX fit and their spec sheets
+    c = fit(df, node_overrides=False)
+    for folder in ("a100_pairwise_nvlink", "a40_pairwise_nvlink"):
+        t = df[(df.folder == folder) & ~((df.op == "all_reduce") & (df.ranks == 4))]  # the pcie fit's own rows
+        table += summarize(errors(t, predict(t, c, use_nodes=False)), "held-out node type")
+    return table
+
+
+def build(data: Path = DEFAULT_DATA) -> tuple[dict, list[dict]]:
+    """The shipped constants (fitted on every row) and the held-out table."""
+    df = load(data)
+    table = validate(df)
+    consts = fit(df)
+    consts["format"] = "perfseer.collectives"
+    consts["format_version"] = 1
+    consts["source"] = SOURCE
+    consts["fitted_by"] = "python -m perfseer.fit.collectives (perfseer.fit.collectives)"
+    consts["network_rated"] = {"dgx-a100": f"{get_node('dgx-a100').network}: {get_network('ib-hdr').gbs} GB/s per NIC"}
+    consts["held_out"] = table
+    consts["notes"] = ("efficiency: fraction of the registry's link bandwidth (perfseer.devices.interconnect) "
+                       "reached by NCCL; ring: all-reduce bus bandwidth (also used for all-gather, "
+                       "reduce-scatter, all-to-all), p2p: send/recv; latency_ms: [a0, a1], a0 + a1 (GPUs per "
+                       "node - 1); sqrt_ms: coefficient of sqrt(ms at full link rate); network: by GPUs per "
+                       "node, efficiency in port bandwidths (NCCL drives several NICs), latency added to the "
+                       "intra-node one, log-linear between measured GPUs per node; "
+                       "nodes: measured node types' own fitted paths")
+    return consts, table
+
+
+def _rounded(x):
+    """Floats to 5 significant digits (a readable fact file; the fit is not that precise)."""
+    if isinstance(x, float):
+        return float(f"{x:.5g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rounded(v) for v in x]
+    return x
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perfseer.fit.collectives", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--out", type=Path, default=col.FACTS)
+    args = ap.parse_args(argv)
+    consts, table = build(args.data)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(_rounded(consts), indent=1) + "\n")
+    for r in table:
+        print(f"{r['experiment']:<20} {r['config']:<55} n={r['rows']:<4} mean {r['mean_abs_pct']:>6} % "
+              f"median {r['median_abs_pct']:>6} % within10 {r['within_10pct']:.2f} >=1MiB {r['mean_abs_pct_ge_1MiB']}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Several GPUs: collective communication (:mod:`perfseer.parallel.collectives`)."""
