@@ -1,9 +1,13 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# perfseer predict hands questions to a warm background process (perfseer.cli.warm): tests answer in
+# their own process unless a test starts one itself
+os.environ.setdefault("PERFSEER_WARM", "0")
 
 
 def _torch_global_state():

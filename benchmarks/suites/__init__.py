@@ -7,7 +7,7 @@ import importlib
 from benchmarks.runner import BenchError, Suite
 
 NAMES = ("predictors", "families", "spec", "calibration", "cpu-calibration", "memory", "energy", "speed", "serve", "fuzz",
-         "llm", "parallel")
+         "llm", "parallel", "sweep")
 
 
 def get_suite(name: str) -> Suite:

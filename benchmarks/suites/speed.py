@@ -19,7 +19,7 @@ import time
 import perfseer
 from perfseer.sources.zoo import import_zoo
 
-from benchmarks.lib import cli_startup, extract_speed, memory_speed, predict_speed
+from benchmarks.lib import cli_startup, extract_speed, memory_speed, predict_speed, speed_targets
 from benchmarks.runner import Context, Step, Suite, f, md_table, run_main, timing_note
 
 TOLERANCE = "± 30 % at a 1-minute load average under 2 on this 2-core VM (more when loaded)"
@@ -85,8 +85,13 @@ def _memory_cli(quick: bool) -> dict:
     return {"rows": rows}
 
 
+def _targets(ctx: Context) -> dict:
+    return run_main(speed_targets.main, ["--quick"] if ctx.quick else [], ctx.work / "targets.json")
+
+
 def steps(ctx: Context) -> list[Step]:
-    return [Step("extract", lambda: _extract(ctx.quick)), Step("predict", lambda: _predict(ctx)),
+    return [Step("targets", lambda: _targets(ctx)),
+            Step("extract", lambda: _extract(ctx.quick)), Step("predict", lambda: _predict(ctx)),
             Step("cli", lambda: _cli(ctx.quick)), Step("memory-cli", lambda: _memory_cli(ctx.quick))]
 
 
@@ -95,6 +100,16 @@ def _load(r: dict) -> str:
 
 
 def render(ctx: Context, res: dict[str, dict]) -> str:
+    targets = ""
+    if "targets" in res:
+        tr = res["targets"]
+        targets = ("### The targets of issue 39\n\n"
+                   "`python -m benchmarks.lib.speed_targets` (its doc says what each figure is). The targets of "
+                   "warm predictions are for an idle machine, which this one was not: the load column is the "
+                   f"1-minute load average just before each figure ({tr.get('cores')} CPUs), and the CPU time "
+                   "beside each warm prediction is what the call costs with a core to itself.\n\n"
+                   + md_table(["part", "measurement", "median", "target", "met", "load avg"], speed_targets.rows(tr))
+                   + "\n\n### Everything else\n\n")
     rows = []
     ex = res["extract"]
     for r in ex["rows"]:
@@ -121,7 +136,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
                      f"<= {r['target_s']:g} s" if r["target_s"] else "", _load(mc)])
     return ("## Speed\n\n"
             f"Medians of repeated runs in one process after a warm-up (start-up: fresh processes). Tolerance: "
-            f"{TOLERANCE}; the load average is beside each figure. {timing_note(res)}\n\n"
+            f"{TOLERANCE}; the load average is beside each figure. {timing_note(res)}\n\n" + targets
             + md_table(["part", "measurement", "median", "target", "load avg"], rows))
 
 

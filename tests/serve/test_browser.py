@@ -117,3 +117,29 @@ def test_an_invalid_model_shows_its_error_on_the_page(server, browser):
     text = browser.find_element("id", "error").text
     assert "no_such_model_anywhere" in text and "Fix:" in text
     assert not browser.find_element("id", "result").is_displayed()
+
+
+def test_the_page_starts_on_a_gpu_and_keeps_ticked_predictors_beside_typed_devices(server, browser):
+    browser.get(server + "/")
+    _wait(browser, lambda b: b.find_elements("css selector", "input[name=predictor]"))
+    ticked = {cb.get_attribute("value") for cb in browser.find_elements("css selector", "input[name=predictor]")
+              if cb.is_selected()}
+    assert ticked and all(name.startswith("rtx3090") for name in ticked)  # a GPU, never the CPU cards
+    _fill(browser, "model", "example:resnet50")
+    _fill(browser, "batch", "1,16")
+    _fill(browser, "devices", "rtx4090, l4")
+    browser.find_element("id", "batch").click()  # leaving the field ticks the typed devices' predictors
+    _wait(browser, lambda b: b.find_element("css selector", "input[value='rtx4090-amp-nchw-pt291.infer']").is_selected())
+    browser.find_element("id", "go").click()
+    _wait(browser, lambda b: b.find_element("id", "result").is_displayed()
+          or b.find_element("id", "error").is_displayed())
+    browser.save_screenshot(str(ARTIFACTS / "predict-typed-devices.png"))
+    assert not browser.find_element("id", "error").is_displayed(), browser.find_element("id", "error").text
+    rows = browser.find_elements("css selector", "#table tbody tr")
+    devices = {r.find_elements("tag name", "td")[1].text for r in rows}
+    assert "l4" in devices and "rtx4090/amp-nchw-pt291" in devices and any(d.startswith("rtx3090") for d in devices)
+    # compact rows: the long reasons stay behind "details" until asked for
+    assert all(len(r.text) < 200 for r in rows)
+    opened = rows[0].find_element("tag name", "summary")
+    opened.click()
+    assert "basis: " in rows[0].find_element("tag name", "details").text

@@ -13,11 +13,12 @@ from perfseer.cli.several import add_arguments as add_parallel_arguments
 from perfseer.cli.several import several_asked
 from perfseer.cli.train import _ints
 from perfseer.data.table import read_table, write_table
-from perfseer.errors import MemoryConfigError
+from perfseer.errors import MemoryConfigError, PerfseerError
 from perfseer.memory.api import max_batch_for, memory, resolve_model
 from perfseer.memory.breakdown import LINES
 from perfseer.memory.step import OPTIMIZERS, PHASES, PRECISIONS
 from perfseer.memory.trace import CATEGORIES
+from perfseer.memory.ways import ways_to_fit
 from perfseer.shapes import check_seq_len
 
 MIB = 1 << 20
@@ -72,13 +73,34 @@ def memory_report(model, batches, phase="train", optimizer="adamw", precision="f
         est = memory(model, batch=b, phase=phase, optimizer=optimizer, precision=precision, device=device,
                      context_mib=context_mib, capacity_gib=capacity_gib, mig=mig, _src=src)
         out["estimates"].append(est.to_dict())
-    if max_batch:
-        mb = max_batch_for(model, device=device, phase=phase, optimizer=optimizer, precision=precision,
-                           context_mib=context_mib, capacity_gib=capacity_gib, _src=src)
-        out["max_batch"] = {"batch": mb.batch, "capped": mb.capped, "traces_run": mb.traces_run,
-                            "affine": mb.affine, "device": device, "capacity_gib": capacity_gib,
-                            "basis": getattr(mb, "basis", "simulated")}
+    short = [e for e in out["estimates"] if e["fits"] is False]
+    found = None
+    if max_batch or short:  # a step that does not fit: the largest batch that does is one way out
+        where = device or (f"{capacity_gib:g} GiB" if capacity_gib else "the device")
+        print(f"perfseer memory: searching the largest batch that fits {where} (a few simulated steps)...",
+              file=sys.stderr, flush=True)
+        try:
+            mb = max_batch_for(model, device=device, phase=phase, optimizer=optimizer, precision=precision,
+                               context_mib=context_mib, capacity_gib=capacity_gib, _src=src)
+        except PerfseerError:
+            if max_batch:
+                raise
+            mb = None  # e.g. an ONNX model: the search needs the simulator; the other ways still hold
+        if mb is not None:
+            found = {"batch": mb.batch, "capped": mb.capped, "traces_run": mb.traces_run,
+                     "affine": mb.affine, "device": device, "capacity_gib": capacity_gib,
+                     "basis": getattr(mb, "basis", "simulated")}
+        if max_batch:
+            out["max_batch"] = found
+    for e in short:
+        e["ways_to_fit"] = [w.to_dict() for w in ways_to_fit(_estimate(e), found["batch"] if found else None)]
     return out
+
+
+def _estimate(d: dict):
+    from perfseer.memory.breakdown import MemoryEstimate  # deferred: keeps --help fast
+
+    return MemoryEstimate(**{k: v for k, v in d.items() if k in MemoryEstimate.__dataclass_fields__})
 
 
 def _mib(n: int) -> str:
@@ -109,6 +131,15 @@ def format_report(rep: dict) -> str:
         lines.append(f"  peak allocated {_mib(e['peak_allocated'])}, peak reserved {_mib(e['peak_reserved'])}")
         if e["fits"] is not None:
             lines.append("  fits" if e["fits"] else "  does not fit")
+        if e.get("ways_to_fit"):
+            lines.append("  what would make it fit there:")
+            for w in e["ways_to_fit"]:
+                verdict = {True: "fits", False: "does not fit", None: "can fit"}[w["fits"]]
+                need = f", needs {'at least ' if w['fits'] is None else ''}{w['needs'] / (1 << 30):.1f} GiB" \
+                    if w["needs"] is not None and w["way"] not in ("larger device", "MIG slice") else ""
+                if w["way"] == "smaller batch" and not w["fits"]:
+                    verdict = "no"
+                lines.append(f"    {w['way']}: {w['how']}{need}: {verdict} ({w['basis']})")
         for n in e["notes"]:
             lines.append(f"  note: {n}")
         for m in e.get("mig") or []:

@@ -7,9 +7,7 @@ import argparse
 import math
 import sys
 import textwrap
-import warnings
 from pathlib import Path
-
 
 from perfseer.cli.footnotes import footnotes
 from perfseer.cli.several import add_arguments as add_parallel_arguments
@@ -53,6 +51,11 @@ def add_parser(sub) -> None:
     p.add_argument("--basis", default="auto", choices=("auto", "spec", "transfer", "measured"),
                    help="with --device alone: auto (measured where available, else for AMP inference the transfer "
                         "from the measured GPUs via specs, else the spec model), or force one")
+    p.add_argument("--no-cache", dest="cache", action="store_false",
+                   help="export a timm:, torchvision:, hf:, ofa: or space: model again instead of reading its earlier "
+                        "export from the graph cache ($PERFSEER_CACHE/skeletons or ~/.cache/perfseer/skeletons, at most "
+                        "$PERFSEER_GRAPH_CACHE_MB MB, default 1024; PERFSEER_GRAPH_CACHE=0 turns it off).  A second "
+                        "call is answered by the warm process the first one left (PERFSEER_WARM=0: never)")
     p.add_argument("--explain", action="store_true",
                    help="print every reason and flag in full below the table (default: one short note per kind)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
@@ -81,10 +84,8 @@ def add_parser(sub) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     """``perfseer predict``: :func:`perfseer.predict` (routing included), then the table or JSON."""
-    from perfseer.runtime.predictor import UnseenOperatorWarning  # deferred: keeps --help fast
-
-    from perfseer.api import predict  # deferred: loads onnx, pandas
     from perfseer.cli.graph import check_seq_len, parse_dims, parse_shape  # deferred: loads onnx
+    from perfseer.cli.warm import predict_rows  # deferred: keeps --help fast
 
     check_seq_len(args.seq_len)
     devices = args.device or []
@@ -92,12 +93,13 @@ def run_predict(args: argparse.Namespace) -> int:
         raise PerfseerError(f"--plot {args.plot}: the file name must end in .png, .svg or .pdf", "e.g. --plot sweep.png")
     dims = parse_dims(args.dim) or None
     shape = parse_shape(args.input_shape) if args.input_shape else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UnseenOperatorWarning)
-        rows = predict(args.model, device=devices, predictor=args.predictor, batch=args.batch,
-                       phase=args.phase, precision=args.precision, basis=args.basis, input_shape=shape, dims=dims,
-                       seq_len=args.seq_len, force=args.force, energy=getattr(args, "energy", False),
-                       power_limit_w=getattr(args, "power_limit", None), **parallel_kwargs(args))
+    # answered by the warm process of an earlier call where one is running (perfseer.cli.warm)
+    rows, warned = predict_rows(dict(model=args.model, device=devices, predictor=args.predictor, batch=args.batch,
+                                     phase=args.phase, precision=args.precision, basis=args.basis,
+                                     input_shape=shape, dims=dims, seq_len=args.seq_len, force=args.force,
+                                     energy=getattr(args, "energy", False),
+                                     power_limit_w=getattr(args, "power_limit", None), cache=args.cache,
+                                     **parallel_kwargs(args)))
     label = args.predictor if args.predictor is not None else ", ".join(devices)
     if args.predictor is not None:
         label = next((r["predictor"] for r in rows if r.get("predictor")), label)
@@ -136,8 +138,8 @@ def run_predict(args: argparse.Namespace) -> int:
                     explain=getattr(args, "explain", False))
         if args.plot:
             print(f"plot: {args.plot}")
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
+    for w in warned:
+        print(f"warning: {w}", file=sys.stderr)
     return 0
 
 
@@ -252,8 +254,9 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
 
 
 def run_predictors(args: argparse.Namespace) -> int:
-    from perfseer.runtime.predictor import list_predictors  # deferred: keeps --help fast
     from rich.console import Console  # deferred: keeps --help fast
+
+    from perfseer.runtime.predictor import list_predictors  # deferred: keeps --help fast
 
     items = list_predictors(args.dir)
     if args.json:

@@ -252,7 +252,34 @@ class SkeletonCache:
             return None
         skel.source = reference
         skel.input_shape_applied = meta.get("input_shape_applied") == "1"
+        try:  # recently used, pruned last (prune): its access time, not its modification time (the write's)
+            os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
+        except OSError:
+            pass
         return skel
+
+    def prune(self, max_bytes: int) -> int:
+        """Remove the least recently used skeletons (by access time, which :meth:`get` sets) until
+        the folder holds at most ``max_bytes`` of them; returns how many were removed (entries
+        removed meanwhile by another process are skipped)."""
+        entries = []
+        for f in self.directory.glob("*.onnx"):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            entries.append((max(st.st_atime, st.st_mtime), st.st_size, f))
+        total, removed = sum(e[1] for e in entries), 0
+        for _, size, f in sorted(entries):
+            if total <= max_bytes:
+                break
+            try:
+                f.unlink()
+            except OSError:
+                continue
+            total -= size
+            removed += 1
+        return removed
 
     def put(self, reference: str, input_shape: str, skel) -> None:
         """Store ``skel`` (before extraction, which modifies it) and drop a recorded failure."""

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from perfseer.errors import PerfseerError
-from perfseer.runtime.scaling import FeatureScaler, TargetScaler
+from perfseer.runtime.scaling import FIELDS, FeatureScaler, TargetScaler
+from perfseer.runtime.threads import limited
 
 
 class NeuralPredictor:
@@ -67,11 +68,16 @@ class NeuralPredictor:
         if len(graphs) == 0:
             return np.zeros((0, len(self.targets))), None
         outs, embs = [], []
-        with inference(self.model):
+        with inference(self.model), limited(len(graphs)):
             for i in range(0, len(graphs), self.batch_size):
                 chunk = graphs[i:i + self.batch_size]
-                chunk = chunk if scaled else [_model_input(self.feature_scaler.transform(g)) for g in chunk]
-                batch = Batch.from_data_list(list(chunk)).to(self.device)
+                if scaled:
+                    batch = Batch.from_data_list(list(chunk)).to(self.device)
+                else:  # scaled once per chunk: the transform is per element, so the same as per graph
+                    batch = Batch.from_data_list([_model_input(g) for g in chunk]).to(self.device)
+                    for field in FIELDS:
+                        if getattr(batch, field, None) is not None:
+                            setattr(batch, field, self.feature_scaler.transform_field(field, getattr(batch, field)))
                 if what == "embed":
                     embs.append(self.model.embed(batch).double().cpu())
                     continue

@@ -575,6 +575,39 @@ def load_predictor(name_or_path: str | os.PathLike, device: str = "cpu") -> Pred
     return predictor
 
 
+_LOADED: dict = {}  # (card path, its and its weights' (mtime_ns, size)) -> Predictor, most recent last
+_LOADED_MAX = 16  # predictors kept loaded: the bundled cards and a few of the user's
+
+
+def cached_predictor(name_or_path: str | os.PathLike) -> Predictor:
+    """:func:`load_predictor` (on the CPU), kept loaded: a card is read and its network built again
+    only when its card or weights file changed.  The routing (:mod:`perfseer.runtime.route`) loads
+    cards through this, so a program (or the warm process of the CLI) that predicts many times
+    pays a card's loading once.  Callers must not modify the returned predictor.
+
+    Raises:
+        PredictorError: as :func:`load_predictor`.
+    """
+    card_path, weights = _paths(name_or_path)
+    stamps = []
+    for f in (card_path, weights):
+        try:
+            st = f.stat()
+            stamps.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            stamps.append(None)
+    key = (str(card_path.resolve()) if stamps[0] else str(card_path), *stamps)
+    hit = _LOADED.pop(key, None)
+    if hit is None:
+        hit = load_predictor(name_or_path)
+        for old in [k for k in _LOADED if k[0] == key[0]]:  # an older version of the same file
+            del _LOADED[old]
+        while len(_LOADED) >= _LOADED_MAX:
+            del _LOADED[next(iter(_LOADED))]
+    _LOADED[key] = hit
+    return hit
+
+
 def _calibrated(card: dict, net):
     """The network of a calibrated card (interval, domain and, for ``loglinear``, its correction)."""
     from perfseer.runtime.corrections import wrap_loaded  # deferred: torch, onnx or pandas
@@ -602,13 +635,19 @@ def _load_estimator(card: dict, card_path: Path, n_targets: int | None = None) -
 def list_predictors(directory: str | os.PathLike | None = None) -> list[dict]:
     """The cards of the predictors in ``directory`` (default: the bundled ones, then those of the
     folders in ``$PERFSEER_PREDICTORS``; a name already found is not listed again), described."""
+    return [copy.deepcopy(item) for item in listed_predictors(directory)]
+
+
+def listed_predictors(directory: str | os.PathLike | None = None) -> list[dict]:
+    """:func:`list_predictors` without copying the descriptions: for the routing, which reads them
+    several times a request and never modifies them (callers must not)."""
     out, seen = [], set()
     for folder in [Path(directory)] if directory is not None else predictor_folders():
         for card_path in sorted(folder.glob("*.json")):
             item = _described(card_path)
             if item is not None and item["name"] not in seen:
                 seen.add(item["name"])
-                out.append(copy.deepcopy(item))
+                out.append(item)
     return out
 
 

@@ -47,9 +47,13 @@ from perfseer.graph.detection import DETECTION_DIM
 from perfseer.graph.extract import weight_work_enabled
 from perfseer.runtime import transfer as xp
 from perfseer.runtime.answer import Options, answers_at
-from perfseer.runtime.predictor import (Predictor, UnseenOperatorWarning, list_predictors, load_predictor,
-                                        setting_precision)
+from perfseer.runtime.predictor import Predictor, UnseenOperatorWarning, setting_precision
+
+# a request reads the cards' descriptions several times and loads a card up to three times: both cached
+from perfseer.runtime.predictor import cached_predictor as load_predictor
+from perfseer.runtime.predictor import listed_predictors as list_predictors
 from perfseer.runtime.spec import load_spec_model
+from perfseer.runtime.threads import limited
 from perfseer.sources import split_reference
 from perfseer.sources.hf import is_local_config
 from perfseer.sources.load import load_skeleton
@@ -467,19 +471,24 @@ def _no_answer(unit: Unit, pg, b: int, error) -> dict:
 
 
 GRAPH_CACHE_ENV = "PERFSEER_GRAPH_CACHE"  # 0: export the model on every call
+GRAPH_CACHE_MB_ENV = "PERFSEER_GRAPH_CACHE_MB"  # the most the skeleton cache keeps, least recently used out
+GRAPH_CACHE_MB = 1024
 CACHED_SCHEMES = ("timm", "torchvision", "hf", "ofa", "space")  # the references that are exported (seconds)
 
 
 def cached_extract(model, batch: int, input_shape=None, dims: dict[str, int] | None = None,
-                   seq_len: int | None = None, weight_work: bool | None = None) -> PerfGraph:
+                   seq_len: int | None = None, weight_work: bool | None = None, cache: bool = True) -> PerfGraph:
     """:func:`perfseer.extract`, with the export of a ``timm:``, ``torchvision:``, ``hf:``, ``ofa:`` or
     ``space:`` reference kept in the skeleton cache (:class:`perfseer.data.dataset.SkeletonCache`,
     ``$PERFSEER_CACHE/skeletons`` or ``~/.cache/perfseer/skeletons``) under a key of the reference,
     the input shape (``seq_len`` for ``hf:``, the detector's boxes) and the versions of perfseer and
     the exporters: a second call on the same model reads the export instead of exporting again.
-    ``PERFSEER_GRAPH_CACHE=0`` turns it off; a cache that cannot be written is skipped."""
+    The cache keeps at most ``PERFSEER_GRAPH_CACHE_MB`` (default 1,024) MB, the least recently used
+    entries removed first.  ``cache=False`` or ``PERFSEER_GRAPH_CACHE=0`` turns it off; a cache that
+    cannot be written is skipped."""
     ref = split_reference(model) if isinstance(model, str) else None
-    if (ref is None or ref[0] not in CACHED_SCHEMES or os.environ.get(GRAPH_CACHE_ENV, "1").strip() == "0"
+    if (not cache or ref is None or ref[0] not in CACHED_SCHEMES
+            or os.environ.get(GRAPH_CACHE_ENV, "1").strip() == "0"
             or ref[0] == "hf" and is_local_config(ref[1])):  # a local config can change under the same name
         return extract(model, batch=batch, input_shape=input_shape, dims=dims, seq_len=seq_len,
                        weight_work=weight_work)
@@ -487,18 +496,27 @@ def cached_extract(model, batch: int, input_shape=None, dims: dict[str, int] | N
     key = json.dumps({"input_shape": list(input_shape) if input_shape is not None else None,
                       "seq_len": seq_len if is_hf else None, "boxes": boxes, "versions": exporter_versions()},
                      sort_keys=True)
-    cache = SkeletonCache(default_cache_dir())
+    store = SkeletonCache(default_cache_dir())
     try:
-        skel = cache.get(model, key)
+        skel = store.get(model, key)
     except OSError:
         skel = None
     if skel is None:
         skel = load_skeleton(model, input_shape=input_shape, seq_len=seq_len if is_hf else None, boxes=boxes)
         try:
-            cache.put(model, key, skel)
+            store.put(model, key, skel)
+            store.prune(_cache_bytes())
         except OSError:
             pass  # a read-only or full cache: answered all the same, exported again next time
     return extract_skeleton(skel, batch, input_shape, dims, seq_len, weight_work, is_hf)
+
+
+def _cache_bytes() -> int:
+    try:
+        mb = float(os.environ.get(GRAPH_CACHE_MB_ENV, GRAPH_CACHE_MB))
+    except ValueError:
+        mb = GRAPH_CACHE_MB
+    return int(max(0.0, mb) * 2**20)
 
 
 def predict(model, *, device: str | Sequence[str] | None = None, predictor: str | Sequence[str] | None = None,
@@ -508,7 +526,7 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
             power_limit_w: float | None = None,
             tp: int | None = None, pp: int | None = None, dp: int | None = None, microbatches: int | None = None,
             nodes: int = 1, node: str | None = None, interconnect: str | None = None, schedule: str = "1f1b",
-            sequence_parallel: bool = False) -> list[dict]:
+            sequence_parallel: bool = False, cache: bool = True) -> list[dict]:
     """Predict ``model``'s step time: what ``perfseer predict`` prints, as a list of rows.
 
     Args:
@@ -540,6 +558,7 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
             the power model's clock rule (physics only: not measured).
         force: let a measured card answer for a model outside its model space (else it is passed
             over for the next basis, or, asked for by name, refuses).
+        cache: keep and reuse the export of a zoo reference on disk (:func:`cached_extract`).
 
     Returns:
         One dict per (device or target, batch size): ``model``, ``batch_size``, ``metric``, ``unit``,
@@ -585,13 +604,15 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
         k = default if kept[u] is None else kept[u]
         if k not in graphs:
             graphs[k] = model if isinstance(model, PerfGraph) else cached_extract(
-                model, batch=int(batches[0]), input_shape=input_shape, dims=dims, seq_len=seq_len, weight_work=k)
+                model, batch=int(batches[0]), input_shape=input_shape, dims=dims, seq_len=seq_len, weight_work=k,
+                cache=cache)
     name = model.graph.name if isinstance(model, PerfGraph) else str(model)
     family = model_family(model) if isinstance(model, str) else None
     rows, notes = [], []
     for k, pg in graphs.items():
         mine = [u for u in units if (default if kept[u] is None else kept[u]) == k]
-        got = answer_units(pg, [(int(b), u) for u in mine for b in batches], family=family)
+        with limited(len(mine) * len(batches)):  # a few graphs: one thread answers faster (runtime.threads)
+            got = answer_units(pg, [(int(b), u) for u in mine for b in batches], family=family)
         for u in mine:
             for b in batches:
                 unit_rows, unit_notes = got[int(b), u]

@@ -16,15 +16,24 @@ async function api(path, options) {
 function showError(message) { const e = $("error"); e.textContent = message; e.hidden = !message; }
 function setStatus(text) { $("status").textContent = text; }
 
+// The page starts on a GPU: the predictors measured on this one are ticked (else on the first GPU
+// that has any), never a CPU's by default.
+const DEFAULT_GPU = "rtx3090";
+let DEVICES = {};      // GPUs with a memory size, for the memory form
+let DEVICE_ITEMS = []; // every device of /v1/devices, with the predictors measured on it
+
 async function loadPredictors() {
   const box = $("predictors");
   try {
     const items = await api("/v1/predictors");
+    const gpus = DEVICE_ITEMS.filter(d => d.kind === "gpu" && (d.predictors || []).length);
+    const first = gpus.find(d => d.name === DEFAULT_GPU) || gpus[0];
+    const ticked = new Set(first ? first.predictors : []);
     box.textContent = "";
-    items.forEach((p, i) => {
+    items.forEach(p => {
       const label = document.createElement("label");
       const cb = document.createElement("input");
-      cb.type = "checkbox"; cb.value = p.name; cb.name = "predictor"; cb.checked = i < 2;
+      cb.type = "checkbox"; cb.value = p.name; cb.name = "predictor"; cb.checked = ticked.has(p.name);
       label.appendChild(cb);
       label.appendChild(document.createTextNode(` ${p.name}`));
       label.title = `${p.model}: ${p.devices.join(", ")} (${p.phases.join(", ")})`;
@@ -33,18 +42,38 @@ async function loadPredictors() {
   } catch (e) { box.textContent = "could not list predictors: " + e.message; }
 }
 
-let DEVICES = {};
 async function loadDevices() {
   try {
-    const items = await api("/v1/devices");
+    DEVICE_ITEMS = await api("/v1/devices");
     const sel = $("mem-device");
-    for (const d of items.filter(d => d.kind === "gpu" && d.memory_gib)) {
+    for (const d of DEVICE_ITEMS.filter(d => d.kind === "gpu" && d.memory_gib)) {
       DEVICES[d.name] = d;
       const o = document.createElement("option");
       o.value = d.name; o.textContent = `${d.name} (${d.memory_gib} GiB)`;
       sel.appendChild(o);
     }
-  } catch (e) { /* memory then runs without a device */ }
+  } catch (e) { /* memory then runs without a device; predictors then start unticked */ }
+}
+
+// A typed device name (or alias) -> its /v1/devices item, or undefined.
+function deviceItem(name) {
+  const n = name.toLowerCase();
+  return DEVICE_ITEMS.find(d => d.name.toLowerCase() === n || (d.aliases || []).some(a => a.toLowerCase() === n)
+                                || (d.settings || []).some(s => s.toLowerCase() === n || s.split("/")[0].toLowerCase() === n));
+}
+
+function typedDevices() { return $("devices").value.split(/[ ,]+/).filter(Boolean); }
+
+// Typing devices ticks the predictors measured on them (the ticked ones stay ticked).
+function tickTyped() {
+  const boxes = [...document.querySelectorAll("input[name=predictor]")];
+  for (const name of typedDevices()) {
+    const d = deviceItem(name);
+    for (const p of (d && d.predictors) || []) {
+      const cb = boxes.find(b => b.value === p);
+      if (cb) cb.checked = true;
+    }
+  }
 }
 
 // rows: arrays of cell texts; classOf(rowIndex, cellIndex) names a cell's CSS class, if any
@@ -57,7 +86,8 @@ function fillTable(table, cols, rows, classOf = () => "") {
   rows.forEach((cells, i) => {
     const tr = document.createElement("tr");
     cells.forEach((c, j) => {
-      const td = document.createElement("td"); td.textContent = c;
+      const td = document.createElement("td");
+      if (c instanceof Node) td.appendChild(c); else td.textContent = c;
       const cls = classOf(i, j);
       if (cls) td.className = cls;
       tr.appendChild(td);
@@ -125,6 +155,27 @@ function fmtValue(v, unit) { return `${Number(v).toPrecision(4)} ${unit || ""}`.
 // A refused row (value null) shows its reason, never a number.
 function fmtRow(r) { return r.value === null || r.value === undefined ? "refused: " + (r.reason || "no answer") : fmtValue(r.value, r.unit); }
 
+// "measured-device predictor rtx3090-... (trained on ...)" -> "measured-device predictor rtx3090-..."
+function shortBasis(basis) { return basis ? String(basis).split(" (")[0] : ""; }
+
+// The long form of a row, behind a click: every reason, the full basis, the fall-back.
+function details(r) {
+  const lines = [];
+  if (r.value === null || r.value === undefined) lines.push("refused: " + (r.reason || "no answer"));
+  if (r.fallback_from) lines.push(`fell back from ${r.fallback_from.basis}: ${r.fallback_from.reason}`);
+  for (const m of r.domain_reasons || []) lines.push("out of domain: " + m);
+  for (const f of r.flags || []) lines.push("flag: " + f);
+  if (r.basis) lines.push("basis: " + r.basis);
+  if (r.precision) lines.push("precision: " + r.precision);
+  if (!lines.length) return "";
+  const d = document.createElement("details");
+  const s = document.createElement("summary"); s.textContent = "details"; d.appendChild(s);
+  const ul = document.createElement("ul");
+  for (const l of lines) { const li = document.createElement("li"); li.textContent = l; ul.appendChild(li); }
+  d.appendChild(ul);
+  return d;
+}
+
 function render(res) {
   $("result").hidden = false;
   $("result-title").textContent = res.model;
@@ -135,18 +186,18 @@ function render(res) {
   const rows = res.predictions;
   const hasInterval = rows.some(r => Array.isArray(r.interval));
   const hasDomain = rows.some(r => "in_domain" in r);
-  const hasBasis = rows.some(r => r.basis);
   const cols = ["batch", "device", "phase", "metric", "predicted", "throughput /s"];
   if (hasInterval) cols.push("90 % interval");
   if (hasDomain) cols.push("domain");
-  if (hasBasis) cols.push("basis");
+  cols.push("basis", "");
   const domainAt = cols.indexOf("domain");
+  // each row short; its reasons, its basis in full and what it fell back from on demand
   const cellRows = rows.map(r => {
     const cells = [r.batch_size, r.device, r.phase, r.metric, fmtRow(r),
                    r.throughput_per_s ? Number(r.throughput_per_s).toPrecision(4) : ""];
     if (hasInterval) cells.push(Array.isArray(r.interval) ? `${Number(r.interval[0]).toPrecision(3)}–${Number(r.interval[1]).toPrecision(3)}` : "");
-    if (hasDomain) cells.push(r.in_domain === false ? "out: " + (r.domain_reasons || []).join("; ") : (r.in_domain ? "in" : "-"));
-    if (hasBasis) cells.push(r.basis || "");
+    if (hasDomain) cells.push(r.in_domain === false ? "out" : (r.in_domain ? "in" : "-"));
+    cells.push(shortBasis(r.basis), details(r));
     return cells;
   });
   fillTable($("table"), cols, cellRows, (i, j) => (j === domainAt && rows[i].in_domain === false ? "out" : ""));
@@ -179,16 +230,25 @@ async function submit(ev) {
   try { batch = parseBatches($("batch").value); } catch (e) { showError(e.message); return; }
   const body = {model: $("model").value.trim(), batch,
                 predictors: [...document.querySelectorAll("input[name=predictor]:checked")].map(c => c.value)};
-  const devs = $("devices").value.split(/[ ,]+/).filter(Boolean);
-  if (devs.length) { body.devices = devs; body.predictors = []; }
   if ($("shape").value.trim()) body.input_shape = $("shape").value.trim();
   if ($("seq").value) body.seq_len = Number($("seq").value);
   if ($("phase").value) body.phase = $("phase").value;
+  // typed devices and ticked predictors are both answered: a device a ticked predictor was measured
+  // on is answered by that predictor, the others by the routing (measured, transfer or spec model)
+  const chosen = new Set(body.predictors);
+  const devs = typedDevices().filter(n => !((deviceItem(n) || {}).predictors || []).some(p => chosen.has(p)));
+  const asks = [];
+  if (body.predictors.length || !devs.length) asks.push(body);
+  if (devs.length) asks.push({...body, predictors: [], devices: devs});
   $("go").disabled = true; setStatus("predicting… (a model seen for the first time is exported first)");
   $("memory").hidden = true;
   const t0 = performance.now();
   try {
-    const res = await api("/v1/predict", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+    const answers = [];
+    for (const ask of asks)
+      answers.push(await api("/v1/predict", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(ask)}));
+    const res = {...answers[0], predictions: answers.flatMap(a => a.predictions),
+                 warnings: [...new Set(answers.flatMap(a => a.warnings || []))]};
     render(res);
     if ($("mem-on").checked) {
       setStatus("simulating memory…");
@@ -209,5 +269,5 @@ async function submit(ev) {
 $("form").addEventListener("submit", submit);
 $("model").addEventListener("input", complete);
 $("upload").addEventListener("change", upload);
-loadPredictors();
-loadDevices();
+$("devices").addEventListener("change", tickTyped);
+loadDevices().then(loadPredictors);
