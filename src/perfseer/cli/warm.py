@@ -42,7 +42,10 @@ MAX_RSS_BYTES = 3 * 2**30  # a warm process that grew beyond this exits after it
 PROTOCOL = 1
 # what perfseer.predict takes from the command line (the rest of a message is refused)
 PREDICT_KEYS = ("model", "device", "predictor", "batch", "phase", "precision", "basis", "input_shape", "dims",
-                "seq_len", "force", "energy", "power_limit_w", "cache")
+                "seq_len", "force", "energy", "power_limit_w", "cache",
+                # several GPUs (perfseer.cli.several.parallel_kwargs)
+                "gpus", "parallel", "tp", "pp", "dp", "microbatches", "schedule", "sequence_parallel", "nodes",
+                "node", "interconnect")
 
 
 def enabled() -> bool:
