@@ -6,7 +6,7 @@ import importlib
 
 from benchmarks.runner import BenchError, Suite
 
-NAMES = ("predictors", "families", "spec", "calibration", "cpu-calibration", "memory", "speed", "serve", "fuzz")
+NAMES = ("predictors", "families", "spec", "any-gpu", "calibration", "cpu-calibration", "memory", "speed", "serve", "fuzz")
 
 
 def get_suite(name: str) -> Suite:

@@ -131,8 +131,8 @@ class SpecModel:
                                    optimizer=optimizer, edge_index=g.edge_index, dropout=g.dropout_elements)
             cell = route_cell(r["kernel_table"], phase, cell_precision or _cell_precision(precision))
             choice = route_choice(cell) if use_route else None
-            if choice == "anygpu":
-                out.append(self._anygpu_row(name, b, spec, phase, precision, cell, r, g))
+            if choice in ("anygpu", "roofline"):
+                out.append(self._routed_row(choice, name, b, spec, phase, precision, cell, r, g))
                 continue
             trust = assess_row(r["latency_ms"], spec, precision, phase, r["calibrated"], self.card,
                                r["kernel_table"], r["kernel_us"], g.x, g.op_types, g.u)
@@ -142,27 +142,35 @@ class SpecModel:
                         "unseen_ops": []})
         return out
 
-    def _anygpu_row(self, name, b, spec, phase, precision, cell, r, g) -> dict:
-        """A row answered by the any-GPU operator model (the route's choice for ``cell``)."""
+    def _routed_row(self, choice, name, b, spec, phase, precision, cell, r, g) -> dict:
+        """A row answered by the any-GPU operator model or the roofline (the route's choice for ``cell``)."""
         m = load_anygpu()
-        ms = m.step_ms(r["kernel_table"], spec, precision)["latency_ms"]
+        table = r["kernel_table"]
+        if choice == "anygpu":
+            ms = m.step_ms(table, spec, precision)["latency_ms"]
+            q = m.interval_q(*cell.split("/"))
+        else:
+            dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
+            tf, tm = kt.roofline_us(table, dev)
+            ms = float(np.maximum(tf, tm).sum()) / 1000
+            q = ((m.card.get("intervals_by_basis") or {}).get(cell) or {}).get("roofline")
         trained = [get_device(n) for n in m.card.get("trained_on", [])]
-        q = m.interval_q(*cell.split("/"))
         card = {"domain": build_domain(trained, precisions=("fp32", "fp16", "bf16", "tf32")) if trained else None,
                 "intervals": {interval_kind(precision, phase, False): {"q": q}} if q is not None else {},
                 "ood_factor": 2.0}
         trust = assess_row(ms, spec, precision, phase, False, card, r["kernel_table"], r["kernel_us"], g.x, g.op_types,
                            g.u)
         v = (m.card.get("route") or {}).get(cell, {}).get("validation_mape") or {}
-        score = (f"; chosen for {cell} on leave-one-GPU-out: {v['anygpu']:.1f} % vs spec model {v['spec']:.1f} %, "
-                 f"roofline {v['roofline']:.1f} %" if all(v.get(k) is not None for k in ("anygpu", "spec", "roofline"))
-                 else "")
+        score = (f"; chosen for {cell} on leave-one-GPU-out: any-GPU {v['anygpu']:.1f} %, spec model "
+                 f"{v['spec']:.1f} %, roofline {v['roofline']:.1f} %"
+                 if all(v.get(k) is not None for k in ("anygpu", "spec", "roofline")) else "")
         seen = "measured in its data" if spec.name in m.card.get("trained_on", []) else "no measurement of it"
+        what = (f"any-GPU operator model ({m.name}: {len(m.params)} constants shared by "
+                f"{len(m.card.get('trained_on', []))} GPUs" if choice == "anygpu" else
+                "roofline (sum over the kernels of max(FLOPs / peak, bytes / bandwidth)")
         return {"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
                 "phase": phase, "precision": precision, **trust,
-                "basis": f"any-GPU operator model ({m.name}: {len(m.params)} constants shared by "
-                         f"{len(m.card.get('trained_on', []))} GPUs; {spec.name} from its spec sheet, {precision}, "
-                         f"{seen}{score})",
+                "basis": f"{what}; {spec.name} from its spec sheet, {precision}, {seen}{score})",
                 "kernels": r["kernels"], "unseen_ops": []}
 
     def answer(self, pg, batches: Sequence[int], options, graphs=None, family=None) -> list[dict]:
@@ -251,7 +259,7 @@ def route_choice(cell: str) -> str | None:
     except AnyGpuError:
         return None
     choice = ((card.get("route") or {}).get(cell) or {}).get("choice")
-    return choice if choice in ("anygpu", "spec") else None
+    return choice if choice in ("anygpu", "spec", "roofline") else None
 
 
 class NoPredictorForDeviceError(PerfseerError):
