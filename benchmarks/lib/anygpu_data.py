@@ -15,8 +15,8 @@ Sources (one row per measured step; ``kind`` cnn / transformer, ``phase`` infer 
   and 256 on a GTX 1080 Ti, RTX 2080 Ti, Titan RTX, Titan X (Pascal) and Titan Xp; a hashed
   sample of architectures.
 - ``h200``: ``datasets/h200`` (perfseer's own collection): timm and ``space:`` models, AMP and
-  fp32, inference and AdamW training steps (every training and fp32 row, 40 of the 117 AMP
-  inference rows by a hash of the model name).
+  fp32, inference and AdamW training steps (every training and fp32 row, the AMP inference rows
+  of the models with a training row, and 10 more by a hash of the model name).
 - ``neusight``: NeuSight's end-to-end transformer runs with a per-operator trace (BERT-large,
   GPT-2 large, GPT-3 XL / 2.7B, OPT-1.3B, Switch) on P4, P100, T4, V100, A100-40GB and the AMD
   MI100 / MI210, fp32, inference and training (forward + backward).
@@ -191,35 +191,43 @@ def nb201(quick: bool, log, archs: int) -> tuple[list, dict]:
     return rows, tables
 
 
-def h200(quick: bool, log, amp_infer_rows: int = 40) -> tuple[list, dict]:
+def h200(quick: bool, log, extra_amp_infer: int = 10) -> tuple[list, dict]:
+    """The H200 rows: every training and fp32 row, the AMP inference rows of the models that have a
+    training row (the calibration set), and ``extra_amp_infer`` more by a hash of the model name
+    (exporting is slow); each model exported once and re-bound to each batch."""
     from perfseer.features.extract import extract
 
     with open(ROOT / "datasets" / "h200" / "h200-torch-cuda.csv", newline="") as fh:
         recs = list(csv.DictReader(fh))
-    # every training and fp32 row; a hashed sample of the AMP inference rows (exporting is slow)
-    amp_infer = sorted((r for r in recs if r["phase"] == "infer" and r["precision"] != "fp32"), key=lambda r: hkey(r["model"]))
-    keep = {id(r) for r in amp_infer[:max(amp_infer_rows // (4 if quick else 1), 4)]}
-    recs = [r for r in recs if id(r) in keep or not (r["phase"] == "infer" and r["precision"] != "fp32")]
+    trained = {r["model"] for r in recs if r["phase"] == "train"}
+    amp_infer = sorted({r["model"] for r in recs if r["phase"] == "infer" and r["precision"] != "fp32"} - trained,
+                       key=hkey)
+    keep = trained | {r["model"] for r in recs if r["precision"] == "fp32"} | set(amp_infer[:extra_amp_infer])
     if quick:
-        recs = [r for r in recs if id(r) in keep or hkey(r["model"])[0] in "01234567"]
-    rows, tables = [], {}
+        keep = {m for m in keep if hkey(m)[0] in "01234567"}
+    recs = [r for r in recs if r["model"] in keep]
+    rows, tables, graphs = [], {}, {}
     for i, r in enumerate(recs):
         p = "fp32" if r["precision"] == "fp32" else "fp16"
         b, ph = int(r["batch_size"]), r["phase"]
         key = f"h200:{hkey(r['model'])[:12]}:{b}:{ph}:{p}"
         if key not in tables:
-            try:
-                pg = extract(r["model"], batch=b)
-            except Exception as e:  # noqa: BLE001
-                log(f"  {r['model'][:60]}: {type(e).__name__}: {str(e)[:100]}")
+            if r["model"] not in graphs:
+                try:
+                    graphs[r["model"]] = extract(r["model"], batch=b)
+                except Exception as e:  # noqa: BLE001
+                    log(f"  {r['model'][:60]}: {type(e).__name__}: {str(e)[:100]}")
+                    graphs[r["model"]] = None
+            pg = graphs[r["model"]]
+            if pg is None:
                 continue
+            pg = pg if pg.batch_size == b else pg.with_batch(b)
             t = _pg_tables(pg, phases=(ph,), precisions=(p,), optimizer=r.get("optimizer") or "adamw")[(ph, p)]
         else:
             t = tables[key]
         _store(rows, tables, key, t, source="h200", gpu="h200", model=r["model"], phase=ph,
                precision="amp" if p == "fp16" else "fp32", batch=b, measured_ms=float(r["latency_ms"]), h2d_bytes=0.0)
-        if i % 20 == 0:
-            log(f"  h200 {i + 1}/{len(recs)}")
+        log(f"  h200 {i + 1}/{len(recs)} ({len(graphs)} models exported)")
     return rows, tables
 
 
