@@ -31,7 +31,7 @@ import pandas as pd
 from benchmarks.lib import anygpu_data
 
 ROOT = Path(__file__).resolve().parents[2]
-BASES = ("anygpu", "spec", "roofline")
+BASES = ("anygpu", "spec", "roofline", "blend")  # blend: geometric mean of the any-GPU model and the spec model
 KERNEL_PRECISION = {"fp32": "fp32", "fp16": "fp16", "amp": "fp16"}
 
 
@@ -82,6 +82,7 @@ def baselines(df: pd.DataFrame, tables: dict, log) -> tuple[np.ndarray, np.ndarr
     from perfseer.specmodel import kernels as kt
 
     sm = load_spec_model()
+    df = df.reset_index(drop=True)
     spec_ms, roof_ms = np.zeros(len(df)), np.zeros(len(df))
     for (gpu, prec), idx in df.groupby(["gpu", "precision"]).groups.items():
         s = get_device(gpu)
@@ -114,6 +115,28 @@ def cell_of(r) -> str:
     return f"{r['kind']}/{r['phase']}/{r['precision']}"
 
 
+def write_card(args, df, d, meas, w, settings, names, route, intervals, logo_command, log) -> int:
+    """Fit on every GPU's rows and write the card: the constants, the route facts and intervals
+    of the leave-one-GPU-out run ``logo_command``."""
+    from perfseer.specmodel import anygpu
+
+    params, ov, _ = fit_predict(d, meas, w, settings, names, np.ones(len(df), dtype=bool), args.max_nfev)
+    data = df.groupby(["source", "gpu", "kind", "phase", "precision"]).size().reset_index(name="rows")
+    card = {"format": anygpu.CARD_FORMAT, "format_version": 1, "name": "spec-anygpu", "params": params,
+            "overheads": ov, "default_setting": DEFAULT_SETTING, "route": route,
+            "intervals": {c: v["anygpu"] for c, v in intervals.items()}, "intervals_by_basis": intervals,
+            "trained_on": sorted(df["gpu"].unique()), "data": data.to_dict(orient="records"),
+            "command": "python -m benchmarks.lib.anygpu_logo " + " ".join(sys.argv[1:]),
+            "route_from": logo_command,
+            "about": "perfseer.specmodel.anygpu constants fitted on every GPU's rows (robust least squares); route: "
+                     "per cell (kind/phase/precision) the basis with the lowest mean per-GPU leave-one-GPU-out MAPE "
+                     "over the GPUs the spec model never saw; intervals: 90 % quantile of the cell's leave-one-GPU-out "
+                     "|log(measured / predicted)|"}
+    Path(args.fit_all).write_text(json.dumps(card, indent=1) + "\n")
+    log(f"wrote {args.fit_all}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", default=str(ROOT / ".bench-work" / "anygpu-cache"))
@@ -122,6 +145,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-all", default=None, help="also fit on every GPU and write the card here")
     ap.add_argument("--max-nfev", type=int, default=100)
     ap.add_argument("--sources", default=",".join(anygpu_data.SOURCES), help="data sources (default: all)")
+    ap.add_argument("--from-logo", default=None,
+                    help="with --fit-all: take the route and intervals from this leave-one-GPU-out JSON (a run of this "
+                         "script, e.g. the any-gpu suite's) instead of running the leave-one-GPU-out again")
     args = ap.parse_args(argv)
     import torch
 
@@ -134,7 +160,18 @@ def main(argv=None) -> int:
     df, tables = anygpu_data.build(Path(args.cache), args.quick, log=log, sources=args.sources.split(","))
     df = df[df["measured_ms"] > 0].reset_index(drop=True)
     log(f"{len(df)} rows, {df['gpu'].nunique()} GPUs, {len(tables)} kernel tables")
-    spec_ms, roof_ms = baselines(df, tables, log)
+    bl = Path(args.cache) / f"baselines{'-quick' if args.quick else ''}.parquet"
+    cached = pd.read_parquet(bl) if bl.exists() else pd.DataFrame(columns=["key", "gpu", "precision", "spec_ms",
+                                                                            "roofline_ms"])
+    m = df[["key", "gpu", "precision"]].merge(cached, on=["key", "gpu", "precision"], how="left")
+    todo = m["spec_ms"].isna().to_numpy()
+    spec_ms, roof_ms = m["spec_ms"].to_numpy(dtype=float), m["roofline_ms"].to_numpy(dtype=float)
+    if todo.any():
+        s_new, r_new = baselines(df[todo], tables, log)
+        spec_ms[todo], roof_ms[todo] = s_new, r_new
+        out_bl = df[["key", "gpu", "precision"]].assign(spec_ms=spec_ms, roofline_ms=roof_ms)
+        out_bl = pd.concat([cached, out_bl]).drop_duplicates(["key", "gpu", "precision"], keep="last")
+        out_bl.to_parquet(bl)
     logo = committed_spec_logo()
     seen = {"tesla-p4", "tesla-p100-pcie-16gb", "t4", "v100-pcie-32gb", "a100-40gb-pcie"}
     df["spec_seen"] = False
@@ -160,6 +197,9 @@ def main(argv=None) -> int:
     meas = df["measured_ms"].to_numpy()
     df["anygpu_ms"] = np.nan
     fits = {}
+    if args.from_logo and args.fit_all:
+        prev = json.loads(Path(args.from_logo).read_text())
+        return write_card(args, df, d, meas, w, settings, names, prev["route"], prev["intervals"], prev["command"], log)
     for g in sorted(df["gpu"].unique()):
         tr = (df["gpu"] != g).to_numpy()
         t1 = time.process_time()
@@ -170,6 +210,7 @@ def main(argv=None) -> int:
         log(f"  held out {g}: {te.sum()} rows, fit {time.process_time() - t1:.0f} s CPU, "
             f"MAPE any-GPU {mape(df.loc[te, 'anygpu_ms'], meas[te]):.1f} spec {mape(spec_ms[te], meas[te]):.1f} "
             f"roofline {mape(roof_ms[te], meas[te]):.1f}")
+    df["blend_ms"] = np.sqrt(df["anygpu_ms"] * df["spec_ms"])
     # per (GPU, cell) MAPE of each basis
     per = []
     for (g, cell), part in df.groupby(["gpu", "cell"]):
@@ -212,22 +253,15 @@ def main(argv=None) -> int:
     out = {"command": cmd, "quick": args.quick, "cpu_s": time.process_time() - t0,
            "rows": len(df), "gpus": sorted(df["gpu"].unique()), "per_gpu": per.to_dict(orient="records"),
            "summary": summary, "route": route, "intervals": intervals, "fits": fits,
+           "predictions": df[["source", "gpu", "model", "batch", "cell", "setting", "measured_ms", "anygpu_ms",
+                              "spec_ms", "roofline_ms"]].to_dict(orient="records"),
            "data": df.groupby(["source", "gpu", "kind", "phase", "precision"]).size().reset_index(name="rows")
            .to_dict(orient="records")}
     for _, r in per.iterrows():
         print(f"{r['gpu']:22s} {r['cell']:26s} {r['rows']:4d} any-GPU {r['anygpu_mape']:6.1f} spec {r['spec_mape']:6.1f}"
               f"{'*' if r['spec_seen'] else ' '} roofline {r['roofline_mape']:6.1f} route {r['route_choice']}")
     if args.fit_all:
-        params, ov, _ = fit_predict(d, meas, w, settings, names, np.ones(len(df), dtype=bool), args.max_nfev)
-        card = {"format": anygpu.CARD_FORMAT, "format_version": 1, "name": "spec-anygpu", "params": params,
-                "overheads": ov, "default_setting": DEFAULT_SETTING,
-                "route": route, "intervals": {c: v["anygpu"] for c, v in intervals.items()},
-                "intervals_by_basis": intervals, "trained_on": sorted(df["gpu"].unique()),
-                "data": out["data"], "command": cmd,
-                "about": "perfseer.specmodel.anygpu constants fitted on every GPU's rows; route: per cell "
-                         "(kind/phase/precision) the basis with the lowest mean per-GPU leave-one-GPU-out MAPE"}
-        Path(args.fit_all).write_text(json.dumps(card, indent=1) + "\n")
-        log(f"wrote {args.fit_all}")
+        write_card(args, df, d, meas, w, settings, names, route, intervals, cmd, log)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1, default=float) + "\n")

@@ -17,6 +17,7 @@ from benchmarks.runner import ROOT, Context, Step, Suite, f, md_table, run_main
 
 CARD = ROOT / "src" / "perfseer" / "predictors" / "spec-anygpu.json"
 AIMS = {"transformer": 10.0, "cnn": 15.0}
+BASES = anygpu_logo.BASES
 
 
 def steps(ctx: Context) -> list[Step]:
@@ -29,8 +30,8 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     per = r["per_gpu"]
     t1 = []
     for row in sorted(per, key=lambda x: (x["gpu"], x["cell"])):
-        best = min(("anygpu", "spec", "roofline"), key=lambda b: row[f"{b}_mape"])
-        cells = [f(row[f"{b}_mape"]) if b != best else f"**{f(row[f'{b}_mape'])}**" for b in ("anygpu", "spec", "roofline")]
+        best = min(BASES, key=lambda b: row[f"{b}_mape"])
+        cells = [f(row[f"{b}_mape"]) if b != best else f"**{f(row[f'{b}_mape'])}**" for b in BASES]
         t1.append([row["gpu"], row["cell"], row["rows"], ", ".join(row["sources"]), *cells,
                    f"{row['route_choice']} {f(row['route_mape'])}", "seen" if row["spec_seen"] else ""])
     t2 = []
@@ -38,7 +39,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
         kind = cell.split("/")[0]
         gpus = [x for x in per if x["cell"] == cell]
         within = sum(1 for x in gpus if x["route_mape"] <= AIMS[kind])
-        t2.append([cell, s["gpus"], f(s["anygpu"]), f(s["spec"]), f(s["roofline"]), f"**{f(s['route'])}**",
+        t2.append([cell, s["gpus"], *(f(s[b]) for b in BASES), f"**{f(s['route'])}**",
                    f"{within} of {len(gpus)} (≤ {AIMS[kind]:g} %)"])
     route = r["route"]
     t3 = [[cell, v["choice"], ", ".join(f"{b} {f(x)}" for b, x in v["validation_mape"].items()),
@@ -58,13 +59,14 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             f"({r['rows']} measured steps on {len(r['gpus'])} GPUs; {r['cpu_s']:.0f} s CPU).  For each GPU, the any-GPU "
             "operator model's constants are fitted on the other GPUs' rows only; the spec model is the bundled "
             "kernel-network card, zero-shot (`seen`: its kernel data include the GPU, scores not held out); the roofline "
-            "sums max(FLOPs / peak, bytes / bandwidth) over the kernels.  Route: per cell the basis with the lowest mean "
+            "sums max(FLOPs / peak, bytes / bandwidth) over the kernels; blend: the geometric mean of the any-GPU model "
+            "and the spec model.  Route: per cell the basis with the lowest mean "
             "per-GPU MAPE on the *other* GPUs.  MAPE %, best of the three in bold.\n\n"
-            + md_table(["held-out GPU", "cell", "rows", "sources", "any-GPU", "spec model", "roofline", "route",
+            + md_table(["held-out GPU", "cell", "rows", "sources", "any-GPU", "spec model", "roofline", "blend", "route",
                         "spec"], t1)
             + "\n\n**Per cell** (mean over held-out GPUs of the per-GPU MAPE %; aims: ≤ 10 % transformers, ≤ 15 % CNNs "
               "per GPU and phase):\n\n"
-            + md_table(["cell", "GPUs", "any-GPU", "spec model", "roofline", "route", "GPUs within the aim"], t2)
+            + md_table(["cell", "GPUs", "any-GPU", "spec model", "roofline", "blend", "route", "GPUs within the aim"], t2)
             + "\n\n**The route's choice per cell** (what `--fit-all` writes into the card; validation: mean per-GPU "
               "leave-one-GPU-out MAPE % over the GPUs the spec model never saw):\n\n"
             + md_table(["cell", "choice", "validation MAPE %", "validation GPUs"], t3)

@@ -84,7 +84,7 @@ def test_route_facts_pick_the_basis(monkeypatch):
     monkeypatch.setattr(rs, "_ANYGPU", anygpu.AnyGpuModel(card))
     sm = rs.load_spec_model()
     row = sm.predict("example:resnet18", batch=2, device="l4", precision="fp32")[0]
-    assert row["basis"].startswith("any-GPU operator model (test-anygpu") and "10.0 %" in row["basis"]
+    assert row["basis"].startswith("any-GPU operator model (test-anygpu") and "anygpu 10.0 %" in row["basis"]
     lo, hi = row["interval"]
     # L4's FP32 peak (30.3) lies beyond the trained GPUs' 9.5-19.5 x 1.5: out of domain, q doubled
     assert not row["in_domain"] and any("FP32 peak" in r for r in row["domain_reasons"])

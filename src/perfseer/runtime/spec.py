@@ -18,6 +18,7 @@ measured GPUs' timm runs, without any device feature) is applied; the card says 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -131,7 +132,7 @@ class SpecModel:
                                    optimizer=optimizer, edge_index=g.edge_index, dropout=g.dropout_elements)
             cell = route_cell(r["kernel_table"], phase, cell_precision or _cell_precision(precision))
             choice = route_choice(cell) if use_route else None
-            if choice in ("anygpu", "roofline"):
+            if choice in ("anygpu", "roofline", "blend"):
                 out.append(self._routed_row(choice, name, b, spec, phase, precision, cell, r, g))
                 continue
             trust = assess_row(r["latency_ms"], spec, precision, phase, r["calibrated"], self.card,
@@ -149,6 +150,9 @@ class SpecModel:
         if choice == "anygpu":
             ms = m.step_ms(table, spec, precision)["latency_ms"]
             q = m.interval_q(*cell.split("/"))
+        elif choice == "blend":  # the geometric mean of the any-GPU model and the kernel networks (uncalibrated)
+            ms = math.sqrt(m.step_ms(table, spec, precision)["latency_ms"] * float(r["kernel_us"].sum()) / 1000)
+            q = ((m.card.get("intervals_by_basis") or {}).get(cell) or {}).get("blend")
         else:
             dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
             tf, tm = kt.roofline_us(table, dev)
@@ -161,13 +165,14 @@ class SpecModel:
         trust = assess_row(ms, spec, precision, phase, False, card, r["kernel_table"], r["kernel_us"], g.x, g.op_types,
                            g.u)
         v = (m.card.get("route") or {}).get(cell, {}).get("validation_mape") or {}
-        score = (f"; chosen for {cell} on leave-one-GPU-out: any-GPU {v['anygpu']:.1f} %, spec model "
-                 f"{v['spec']:.1f} %, roofline {v['roofline']:.1f} %"
-                 if all(v.get(k) is not None for k in ("anygpu", "spec", "roofline")) else "")
+        score = ("; chosen for " + cell + " on leave-one-GPU-out: "
+                 + ", ".join(f"{k} {x:.1f} %" for k, x in v.items() if x is not None) if v else "")
         seen = "measured in its data" if spec.name in m.card.get("trained_on", []) else "no measurement of it"
-        what = (f"any-GPU operator model ({m.name}: {len(m.params)} constants shared by "
-                f"{len(m.card.get('trained_on', []))} GPUs" if choice == "anygpu" else
-                "roofline (sum over the kernels of max(FLOPs / peak, bytes / bandwidth)")
+        n_gpus = len(m.card.get("trained_on", []))
+        what = {"anygpu": f"any-GPU operator model ({m.name}: {len(m.params)} constants shared by {n_gpus} GPUs",
+                "blend": f"geometric mean of the any-GPU operator model ({m.name}, {n_gpus} GPUs) and the spec "
+                         f"model's kernel networks ({self.name}",
+                "roofline": "roofline (sum over the kernels of max(FLOPs / peak, bytes / bandwidth)"}[choice]
         return {"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
                 "phase": phase, "precision": precision, **trust,
                 "basis": f"{what}; {spec.name} from its spec sheet, {precision}, {seen}{score})",
@@ -259,7 +264,7 @@ def route_choice(cell: str) -> str | None:
     except AnyGpuError:
         return None
     choice = ((card.get("route") or {}).get(cell) or {}).get("choice")
-    return choice if choice in ("anygpu", "spec", "roofline") else None
+    return choice if choice in ("anygpu", "spec", "roofline", "blend") else None
 
 
 class NoPredictorForDeviceError(PerfseerError):

@@ -105,12 +105,24 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
             "scale": scale}
 
 
+def _merge_repeats(d: dict) -> dict:
+    """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
+    time is unchanged and fitting evaluates fewer rows."""
+    key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float)], axis=1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    if len(uniq) == len(key):
+        return d
+    inv = inv.reshape(-1)
+    return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
+            "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq))}
+
+
 def design(items, settings=None) -> Design:
     """A :class:`Design` from ``(table, spec, precision, h2d_bytes)`` items, one per step
     (``settings``: each step's software-setting index, default 0)."""
     parts, h2d = [], []
     for i, (table, spec, precision, hb) in enumerate(items):
-        d = kernel_inputs(table, spec, precision)
+        d = _merge_repeats(kernel_inputs(table, spec, precision))
         d["step"] = np.full(len(d["t_c0"]), i, dtype=np.int64)
         parts.append(d)
         h2d.append(float(hb or 0.0))
