@@ -165,7 +165,7 @@ def main(argv=None) -> int:
                                                                             "roofline_ms"])
     m = df[["key", "gpu", "precision"]].merge(cached, on=["key", "gpu", "precision"], how="left")
     todo = m["spec_ms"].isna().to_numpy()
-    spec_ms, roof_ms = m["spec_ms"].to_numpy(dtype=float), m["roofline_ms"].to_numpy(dtype=float)
+    spec_ms, roof_ms = m["spec_ms"].to_numpy(dtype=float).copy(), m["roofline_ms"].to_numpy(dtype=float).copy()
     if todo.any():
         s_new, r_new = baselines(df[todo], tables, log)
         spec_ms[todo], roof_ms[todo] = s_new, r_new
