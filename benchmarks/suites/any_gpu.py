@@ -32,47 +32,39 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     for row in sorted(per, key=lambda x: (x["gpu"], x["cell"])):
         best = min(BASES, key=lambda b: row[f"{b}_mape"])
         cells = [f(row[f"{b}_mape"]) if b != best else f"**{f(row[f'{b}_mape'])}**" for b in BASES]
-        t1.append([row["gpu"], row["cell"], row["rows"], ", ".join(row["sources"]), *cells,
-                   f"{row['route_choice']} {f(row['route_mape'])}", "seen" if row["spec_seen"] else ""])
+        if row["spec_seen"]:
+            cells[1] += " (seen)"
+        t1.append([row["gpu"], row["cell"], row["rows"], *cells,
+                   f"{row['route_choice']} {f(row['route_mape'])}"])
+    route = r["route"]
     t2 = []
     for cell, s in sorted(r["summary"].items()):
         kind = cell.split("/")[0]
         gpus = [x for x in per if x["cell"] == cell]
         within = sum(1 for x in gpus if x["route_mape"] <= AIMS[kind])
         t2.append([cell, s["gpus"], *(f(s[b]) for b in BASES), f"**{f(s['route'])}**",
-                   f"{within} of {len(gpus)} (≤ {AIMS[kind]:g} %)"])
-    route = r["route"]
-    t3 = [[cell, v["choice"], ", ".join(f"{b} {f(x)}" for b, x in v["validation_mape"].items()),
-           len(v["validation_gpus"])] for cell, v in sorted(route.items())]
+                   f"{within} of {len(gpus)} (≤ {AIMS[kind]:g} %)", route[cell]["choice"]])
     card_note = ""
     if CARD.exists():
         card = json.loads(CARD.read_text())
         same = all(card.get("route", {}).get(c, {}).get("choice") == v["choice"] for c, v in route.items())
-        card_note = (f"The bundled route facts (`src/perfseer/predictors/spec-anygpu.json`, written by "
-                     f"`{card.get('command', '?')}`) {'agree with' if same else 'DIFFER from'} these choices.")
-    data = {}
-    for d in r["data"]:
-        data.setdefault(d["gpu"], []).append(f"{d['source']} {d['kind']} {d['phase']} {d['precision']} ({d['rows']})")
-    t4 = [[g, "; ".join(v)] for g, v in sorted(data.items())]
+        card_note = (f"The bundled route facts (`src/perfseer/predictors/spec-anygpu.json`, "
+                     f"`python -m benchmarks.lib.anygpu_logo --fit-all CARD --from-logo .bench-work/any-gpu/logo.json`) "
+                     f"{'agree with' if same else 'DIFFER from'} the last column.")
     return ("## Any GPU: every GPU held out in turn\n\n"
             f"`python -m benchmarks run any-gpu{' --quick' if ctx.quick else ''}` "
             f"({r['rows']} measured steps on {len(r['gpus'])} GPUs; {r['cpu_s']:.0f} s CPU).  For each GPU, the any-GPU "
-            "operator model's constants are fitted on the other GPUs' rows only; the spec model is the bundled "
-            "kernel-network card, zero-shot (`seen`: its kernel data include the GPU, scores not held out); the roofline "
-            "sums max(FLOPs / peak, bytes / bandwidth) over the kernels; blend: the geometric mean of the any-GPU model "
-            "and the spec model.  Route: per cell the basis with the lowest mean "
-            "per-GPU MAPE on the *other* GPUs.  MAPE %, best of the three in bold.\n\n"
-            + md_table(["held-out GPU", "cell", "rows", "sources", "any-GPU", "spec model", "roofline", "blend", "route",
-                        "spec"], t1)
-            + "\n\n**Per cell** (mean over held-out GPUs of the per-GPU MAPE %; aims: ≤ 10 % transformers, ≤ 15 % CNNs "
-              "per GPU and phase):\n\n"
-            + md_table(["cell", "GPUs", "any-GPU", "spec model", "roofline", "blend", "route", "GPUs within the aim"], t2)
-            + "\n\n**The route's choice per cell** (what `--fit-all` writes into the card; validation: mean per-GPU "
-              "leave-one-GPU-out MAPE % over the GPUs the spec model never saw):\n\n"
-            + md_table(["cell", "choice", "validation MAPE %", "validation GPUs"], t3)
-            + (f"\n\n{card_note}" if card_note else "")
-            + "\n\n**Which cells each GPU has** (source, kind, phase, precision (rows)):\n\n"
-            + md_table(["GPU", "cells"], t4))
+            "model's constants are fitted on the other GPUs only; spec model: the bundled kernel networks, zero-shot "
+            "(`seen`: trained on that GPU's kernels); roofline: sum of max(FLOPs / peak, bytes / bandwidth); blend: "
+            "geometric mean of any-GPU and spec.  Route: per cell the basis best on the *other* GPUs.  MAPE %, best in "
+            "bold; a GPU's rows are the cells it has labels for (sources: `benchmarks/lib/anygpu_data.py`).\n\n"
+            + md_table(["held-out GPU", "cell", "rows", "any-GPU", "spec model", "roofline", "blend", "route"], t1)
+            + "\n\n**Per cell**: mean over held-out GPUs of the per-GPU MAPE % (aims: ≤ 10 % transformers, ≤ 15 % "
+              "CNNs per GPU and phase); the card's choice: the basis with the lowest mean over the GPUs the spec model "
+              "never saw, what the spec basis answers the cell with.\n\n"
+            + md_table(["cell", "GPUs", "any-GPU", "spec model", "roofline", "blend", "route", "GPUs within the aim",
+                        "card's choice"], t2)
+            + (f"\n\n{card_note}" if card_note else ""))
 
 
 SUITE = Suite(
