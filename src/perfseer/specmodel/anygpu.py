@@ -15,7 +15,9 @@ per-generation rules of :mod:`perfseer.specmodel.rules`: TF32 convolutions on Am
 FP16 at the FP32 rate...), ``occ`` the occupancy of the last wave of 128x128 output tiles over
 the SMs (implicit GEMM of a convolution, groups included), ``c_{f,u}`` a compute inefficiency per
 family (GEMM, convolution) and unit, ``m_f`` a memory inefficiency per family (matrix, element-wise,
-row-wise), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor.
+row-wise), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
+slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
+bigger GPU is harder to fill from eager PyTorch).
 The step is the smooth maximum of the GPU's time (the kernels' sum) and the host's (a per-kernel
 launch cost of the framework), plus a per-step constant:
 
@@ -42,15 +44,15 @@ from perfseer.errors import PerfseerError
 from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
-          "overlap", "kernel_floor", "c_backward", "h2d")
+          "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope")
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
-        "h2d": np.log(6.0)}
+        "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
-BOUNDS = {"wave": (0.0, 1.0), "overlap": (-3.0, 3.0), "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
+BOUNDS = {"peak_slope": (-1.0, 1.0), "bw_slope": (-1.0, 1.0), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0), "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
           "step": (-3.0, 10.0)}
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
@@ -70,6 +72,8 @@ class Design:
     code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise
     backward: np.ndarray  # a backward-pass matrix kernel
     scale: np.ndarray  # times the kernel runs
+    log_peak: np.ndarray  # log(unit peak / 100 TFLOP/s)
+    log_bw: np.ndarray  # log(bandwidth / 1000 GB/s)
     step: np.ndarray  # step index of each kernel
     n_steps: int
     h2d_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step
@@ -102,19 +106,21 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
     passes = table["pass"].to_numpy() if "pass" in table else np.full(n, "fw")
     scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n)
     return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & (code < 4),
-            "scale": scale}
+            "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000))}
 
 
 def _merge_repeats(d: dict) -> dict:
     """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
     time is unchanged and fitting evaluates fewer rows."""
-    key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float)], axis=1)
+    key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
+                    d["log_peak"], d["log_bw"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
     inv = inv.reshape(-1)
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
-            "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq))}
+            "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
+            "log_peak": uniq[:, 5], "log_bw": uniq[:, 6]}
 
 
 def design(items, settings=None) -> Design:
@@ -127,7 +133,7 @@ def design(items, settings=None) -> Design:
         parts.append(d)
         h2d.append(float(hb or 0.0))
     cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0) for k in
-           ("t_c0", "t_m0", "occ", "code", "backward", "scale", "step")}
+           ("t_c0", "t_m0", "occ", "code", "backward", "scale", "step", "log_peak", "log_bw")}
     st = np.zeros(len(parts), dtype=np.int64) if settings is None else np.asarray(settings, dtype=np.int64)
     return Design(n_steps=len(parts), h2d_bytes=np.asarray(h2d), setting=st, **cat)
 
@@ -143,8 +149,9 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     m = np.array([th[4], th[4], th[4], th[4], th[5], th[6]])
     mat = d.code < 4
     cc = np.where(mat, c[np.minimum(d.code, 3)], 0.0)
-    tc = d.t_c0 * np.exp(cc) * np.where(mat, d.occ ** (-th[7]), 1.0) * np.where(d.backward, np.exp(th[10]), 1.0)
-    tm = d.t_m0 * np.exp(m[d.code])
+    tc = d.t_c0 * np.exp(cc + th[12] * d.log_peak) * np.where(mat, d.occ ** (-th[7]), 1.0) \
+        * np.where(d.backward, np.exp(th[10]), 1.0)
+    tm = d.t_m0 * np.exp(m[d.code] + th[13] * d.log_bw)
     p = 1.0 + np.exp(th[8])
     hi = np.maximum(np.maximum(tc, tm), 1e-9)
     t = hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
