@@ -52,7 +52,8 @@ INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
-BOUNDS = {"peak_slope": (-1.0, 1.0), "bw_slope": (-1.0, 1.0), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0), "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
+BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
+          "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
           "step": (-3.0, 10.0)}
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
