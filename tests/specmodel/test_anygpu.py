@@ -84,11 +84,25 @@ def test_route_facts_pick_the_basis(monkeypatch):
     monkeypatch.setattr(rs, "_ANYGPU", anygpu.AnyGpuModel(card))
     sm = rs.load_spec_model()
     row = sm.predict("example:resnet18", batch=2, device="l4", precision="fp32")[0]
-    assert row["basis"].startswith("any-GPU operator model (test-anygpu") and "anygpu 10.0 %" in row["basis"]
+    assert row["basis"].startswith("spec model by the route facts: any-GPU operator model (test-anygpu") and "anygpu 10.0 %" in row["basis"]
     lo, hi = row["interval"]
     # L4's FP32 peak (30.3) lies beyond the trained GPUs' 9.5-19.5 x 1.5: out of domain, q doubled
     assert not row["in_domain"] and any("FP32 peak" in r for r in row["domain_reasons"])
     assert lo < row["value"] < hi and hi / row["value"] == pytest.approx(np.exp(0.4), rel=0.05)
-    assert sm.predict("example:resnet18", batch=2, device="l4", precision="fp16")[0]["basis"].startswith("roofline")
+    assert sm.predict("example:resnet18", batch=2, device="l4", precision="fp16")[0]["basis"].startswith("spec model by the route facts: roofline")
     assert sm.predict("example:resnet18", batch=2, device="l4", precision="fp32",
-                      use_route=False)[0]["basis"].startswith("spec model")
+                      use_route=False)[0]["basis"].startswith("spec model (")
+
+
+def test_the_bundled_card_loads_and_routes():
+    from perfseer.runtime import spec as rs
+
+    m = rs.load_anygpu()
+    assert set(anygpu.PARAMS) <= set(m.params) and len(m.card["trained_on"]) >= 10
+    for cell, fact in m.card["route"].items():
+        assert rs.route_choice(cell) == fact["choice"] and fact["validation_mape"][fact["choice"]] is not None
+    row = rs.load_spec_model().predict("example:resnet18", batch=4, device="a10g", phase="train", precision="fp32")[0]
+    want = m.card["route"]["cnn/train/fp32"]["choice"]
+    assert row["value"] > 0 and row["interval"] and row["basis"].startswith(
+        {"anygpu": "spec model by the route facts: any-GPU", "blend": "spec model by the route facts: geometric mean",
+         "roofline": "spec model by the route facts: roofline", "spec": "spec model ("}[want])

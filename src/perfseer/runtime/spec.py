@@ -175,7 +175,8 @@ class SpecModel:
                 "roofline": "roofline (sum over the kernels of max(FLOPs / peak, bytes / bandwidth)"}[choice]
         return {"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
                 "phase": phase, "precision": precision, **trust,
-                "basis": f"{what}; {spec.name} from its spec sheet, {precision}, {seen}{score})",
+                "basis": f"spec model by the route facts: {what}; {spec.name} from its spec sheet, {precision}, "
+                         f"{seen}{score})",
                 "kernels": r["kernels"], "unseen_ops": []}
 
     def answer(self, pg, batches: Sequence[int], options, graphs=None, family=None) -> list[dict]:

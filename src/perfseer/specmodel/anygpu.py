@@ -201,6 +201,8 @@ class AnyGpuModel:
                               "write one with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
         missing = [k for k in PARAMS if k not in (card.get("params") or {})]
         ov = (card.get("overheads") or {}).get(card.get("default_setting", ""))
+        if isinstance(ov, list) and len(ov) == len(OVERHEAD):  # as fitted: [log host us per kernel, log us per step]
+            ov = dict(zip(OVERHEAD, ov))
         if missing or not ov or any(k not in ov for k in OVERHEAD):
             raise AnyGpuError(f"the any-GPU card lacks constants ({', '.join(missing) or 'the default overhead'})",
                               "refit it with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
