@@ -6,8 +6,8 @@ import importlib
 
 from benchmarks.runner import BenchError, Suite
 
-NAMES = ("predictors", "families", "spec", "calibration", "cpu-calibration", "memory", "energy", "speed", "serve", "fuzz",
-         "llm", "parallel", "sweep")
+NAMES = ("predictors", "families", "spec", "any-gpu", "calibration", "cpu-calibration", "memory", "energy", "speed",
+         "serve", "fuzz", "llm", "parallel", "sweep")
 
 
 def get_suite(name: str) -> Suite:

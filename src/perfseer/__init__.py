@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "extract": "perfseer.api",
     "predict": "perfseer.api",
+    "compare": "perfseer.comparison",
     "PerfseerError": "perfseer.errors",
     "PerfGraph": "perfseer.features.perfgraph",
     "Predictor": "perfseer.runtime.predictor",

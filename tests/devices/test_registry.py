@@ -41,10 +41,7 @@ def test_specs_are_sane():
         assert s.source and s.peak_tflops["fp32"] > 0 and s.sms >= 1
         if s.kind == "gpu":
             assert s.mem_bandwidth_gbs > 0 and s.memory_gib > 0
-            # peak FP32 = 2 x lanes x clock wherever the sheet gives all three (within 6 %: published
-            # figures round and some use a slightly different clock)
-            if s.cores_per_sm and s.clock_mhz and s.vendor == "nvidia":
-                assert s.peak_tflops["fp32"] == pytest.approx(2 * s.sms * s.cores_per_sm * s.clock_mhz / 1e6, rel=0.06)
+            # peak FP32 = 2 x lanes x clock: checked within 2 % in test_registry_gpus.py
     names = {s.name for s in list_devices()}
     for must in ("a100-40gb-sxm", "a100-40gb-pcie", "a100-80gb-sxm", "a100-80gb-pcie", "h100-pcie", "h100-sxm",
                  "h100-nvl", "h200", "l4", "l40s", "t4", "v100-sxm2-32gb", "rtx3090", "rtx4090", "rtx5090",

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("perfseer.cli.predict", "predict a model's latency (and other metrics) with a trained predictor"),
     "predictors": ("perfseer.cli.predict", "list the bundled predictors with their coverage and test scores"),
     "devices": ("perfseer.cli.devices", "list the known GPUs and CPUs with their specs, or add one"),
+    "compare": ("perfseer.cli.compare", "rank GPUs by a model's step time and throughput, saying where it does not fit"),
     "memory": ("perfseer.cli.memory", "GPU memory of a training or inference step: breakdown, largest batch, MIG slice"),
     "calibrate": ("perfseer.cli.calibrate", "a predictor for a new device from a few measurements of it"),
     "serve": ("perfseer.cli.serve", "serve predictions over HTTP: a REST API and a web page"),

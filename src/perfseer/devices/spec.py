@@ -38,7 +38,7 @@ KINDS = ("gpu", "cpu")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 _MIG_RE = re.compile(r"^([1-7])g\.(\d+)gb$")
 _FIELDS = {"name", "display_name", "kind", "vendor", "architecture", "aliases", "memory_gib", "mem_bandwidth_gbs",
-           "sms", "cores_per_sm", "clock_mhz", "l2_mib", "peak_tflops", "tdp_w", "mig", "source", "notes"}
+           "sms", "cores_per_sm", "clock_mhz", "l2_mib", "peak_tflops", "tdp_w", "mig", "source", "notes", "memory_type"}
 
 
 class DeviceSpecError(PerfseerError):
@@ -74,6 +74,7 @@ class DeviceSpec:
         peak_tflops: precision -> dense peak TFLOP/s (``fp32``, ``tf32``, ``fp16``, ``bf16``,
             ``fp8``, ``int8`` as known).
         tdp_w: board power, W.
+        memory_type: ``HBM3``, ``GDDR6X``, ``LPDDR5``... (empty where not given).
         mig_profiles: the MIG profiles the GPU supports (empty if none).
         source: where the numbers come from.
         parent: the full GPU's name for a MIG slice (``a100-80gb-sxm:1g.10gb``), else ``None``.
@@ -95,6 +96,7 @@ class DeviceSpec:
     clock_mhz: float | None = None
     l2_mib: float | None = None
     tdp_w: float | None = None
+    memory_type: str = ""
     mig_profiles: tuple = ()
     parent: str | None = None
     aliases: tuple = ()
@@ -143,7 +145,8 @@ class DeviceSpec:
                 "architecture": self.architecture, "memory_gib": self.memory_gib,
                 "mem_bandwidth_gbs": self.mem_bandwidth_gbs, "sms": self.sms, "cores_per_sm": self.cores_per_sm,
                 "clock_mhz": self.clock_mhz, "l2_mib": self.l2_mib, "peak_tflops": dict(self.peak_tflops),
-                "tdp_w": self.tdp_w, "mig_profiles": [p.__dict__ for p in self.mig_profiles], "parent": self.parent,
+                "tdp_w": self.tdp_w, "memory_type": self.memory_type,
+                "mig_profiles": [p.__dict__ for p in self.mig_profiles], "parent": self.parent,
                 "aliases": list(self.aliases), "source": self.source, "notes": self.notes, "origin": self.origin}
 
 
@@ -229,6 +232,7 @@ def parse_device(d, where: str, origin: str = "") -> DeviceSpec:
         mem_bandwidth_gbs=_number(d, "mem_bandwidth_gbs", where, required=kind == "gpu"),
         cores_per_sm=_number(d, "cores_per_sm", where, integer=True), clock_mhz=_number(d, "clock_mhz", where),
         l2_mib=_number(d, "l2_mib", where), tdp_w=_number(d, "tdp_w", where), mig_profiles=profiles,
+        memory_type=str(d.get("memory_type") or ""),
         aliases=tuple(aliases), notes=str(d.get("notes") or ""), origin=origin, mig_sms_per_slice=per_slice)
 
 

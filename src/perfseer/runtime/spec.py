@@ -18,6 +18,7 @@ measured GPUs' timm runs, without any device feature) is applied; the card says 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,12 +29,17 @@ from perfseer.errors import PerfseerError
 from perfseer.features.extract import extract
 from perfseer.features.perfgraph import PerfGraph
 from perfseer.specmodel import kernels as kt
+from perfseer.specmodel.anygpu import AnyGpuError, AnyGpuModel
+from perfseer.specmodel.anygpu import read_card as read_anygpu_card
 from perfseer.specmodel.compose import PRECISION_BYTES, step_kernels
 from perfseer.specmodel.net import KernelModel, SpecModelError
-from perfseer.specmodel.trust import assess_row
+from perfseer.specmodel.trust import assess_row, build_domain, interval_kind
 from perfseer.trust.bounds import refuse_above_ceiling
 
 BUNDLED_CARD = Path(__file__).resolve().parents[1] / "predictors" / "spec-kernels.json"
+# the any-GPU operator model's constants and the route's choice per (model kind, phase, precision),
+# with the leave-one-GPU-out numbers it was chosen on (benchmarks/lib/anygpu_logo.py --fit-all)
+ANYGPU_CARD = Path(__file__).resolve().parents[1] / "predictors" / "spec-anygpu.json"
 PRECISIONS = tuple(PRECISION_BYTES)
 AUTOCAST_KERNELS = {"amp-fp16": "fp16", "amp-bf16": "bf16"}  # what the spec model composes autocast from
 
@@ -96,8 +102,14 @@ class SpecModel:
 
     def predict(self, model, batch: int | Sequence[int] = 1, device: str = "h100-sxm", phase: str = "infer",
                 precision: str = "fp32", input_shape=None, dims=None, optimizer: str = "adamw",
-                seq_len: int | None = None) -> list[dict]:
+                seq_len: int | None = None, cell_precision: str | None = None, use_route: bool = True) -> list[dict]:
         """Predict ``model``'s step latency on ``device`` at each batch size.
+
+        The answer comes from the basis the route facts (:data:`ANYGPU_CARD`) chose for the
+        model's kind (``cnn`` / ``transformer``), the phase and the precision (``cell_precision``:
+        ``fp32``, ``fp16`` for a model cast to 16 bits, ``amp`` for autocast; default from
+        ``precision``): the any-GPU operator model where it won on leave-one-GPU-out, else the
+        kernel networks (``use_route=False``: always the kernel networks).
 
         Returns:
             One dict per batch size: ``model``, ``batch_size``, ``metric`` (``latency_ms``),
@@ -119,6 +131,11 @@ class SpecModel:
             g = pg if b == pg.batch_size else pg.with_batch(int(b))
             r = self.graph_latency(g.x, g.op_types, spec, phase=phase, precision=precision, params=float(g.params),
                                    optimizer=optimizer, edge_index=g.edge_index, dropout=g.dropout_elements)
+            cell = route_cell(r["kernel_table"], phase, cell_precision or _cell_precision(precision))
+            choice = route_choice(cell) if use_route else None
+            if choice in ("anygpu", "roofline", "blend"):
+                out.append(self._routed_row(choice, name, b, spec, phase, precision, cell, r, g))
+                continue
             trust = assess_row(r["latency_ms"], spec, precision, phase, r["calibrated"], self.card,
                                r["kernel_table"], r["kernel_us"], g.x, g.op_types, g.u)
             out.append(refuse_above_ceiling(
@@ -126,6 +143,43 @@ class SpecModel:
                  "phase": phase, "precision": precision, **trust, "basis": self.basis(spec, precision, r["calibrated"]),
                  "kernels": r["kernels"], "unseen_ops": []}))
         return out
+
+    def _routed_row(self, choice, name, b, spec, phase, precision, cell, r, g) -> dict:
+        """A row answered by the any-GPU operator model or the roofline (the route's choice for ``cell``)."""
+        m = load_anygpu()
+        table = r["kernel_table"]
+        if choice == "anygpu":
+            ms = m.step_ms(table, spec, precision)["latency_ms"]
+            q = m.interval_q(*cell.split("/"))
+        elif choice == "blend":  # the geometric mean of the any-GPU model and the kernel networks (uncalibrated)
+            ms = math.sqrt(m.step_ms(table, spec, precision)["latency_ms"] * float(r["kernel_us"].sum()) / 1000)
+            q = ((m.card.get("intervals_by_basis") or {}).get(cell) or {}).get("blend")
+        else:
+            dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
+            tf, tm = kt.roofline_us(table, dev)
+            ms = float(np.maximum(tf, tm).sum()) / 1000
+            q = ((m.card.get("intervals_by_basis") or {}).get(cell) or {}).get("roofline")
+        trained = [get_device(n) for n in m.card.get("trained_on", [])]
+        card = {"domain": build_domain(trained, precisions=("fp32", "fp16", "bf16", "tf32")) if trained else None,
+                "intervals": {interval_kind(precision, phase, False): {"q": q}} if q is not None else {},
+                "ood_factor": 2.0}
+        trust = assess_row(ms, spec, precision, phase, False, card, r["kernel_table"], r["kernel_us"], g.x, g.op_types,
+                           g.u)
+        v = (m.card.get("route") or {}).get(cell, {}).get("validation_mape") or {}
+        score = ("; chosen for " + cell + " on leave-one-GPU-out: "
+                 + ", ".join(f"{k} {x:.1f} %" for k, x in v.items() if x is not None) if v else "")
+        seen = "measured in its data" if spec.name in m.card.get("trained_on", []) else "no measurement of it"
+        n_gpus = len(m.card.get("trained_on", []))
+        what = {"anygpu": f"any-GPU operator model ({m.name}: {len(m.params)} constants shared by {n_gpus} GPUs",
+                "blend": f"geometric mean of the any-GPU operator model ({m.name}, {n_gpus} GPUs) and the spec "
+                         f"model's kernel networks ({self.name}",
+                "roofline": "roofline (sum over the kernels of max(FLOPs / peak, bytes / bandwidth)"}[choice]
+        return refuse_above_ceiling(
+            {"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
+             "phase": phase, "precision": precision, **trust,
+             "basis": f"spec model by the route facts: {what}; {spec.name} from its spec sheet, {precision}, "
+                      f"{seen}{score})",
+             "kernels": r["kernels"], "unseen_ops": []})
 
     def answer(self, pg, batches: Sequence[int], options, graphs=None, family=None) -> list[dict]:
         """:class:`~perfseer.runtime.answer.Answerer`: :meth:`predict` of ``pg`` on ``options.device``
@@ -137,7 +191,7 @@ class SpecModel:
             raise SpecModelError(f"the spec model has no {asked} kernels (it composes {', '.join(PRECISIONS)} ones)",
                                  "ask --precision fp32, tf32, fp16, bf16, amp-fp16 or amp-bf16")
         rows = self.predict(pg, batch=list(batches), device=options.device, phase=options.phase or "infer",
-                            precision=kernels)
+                            precision=kernels, cell_precision="amp" if asked.startswith("amp") else None)
         if kernels != asked:  # autocast: its matmuls and convolutions, which dominate, in 16 bits
             for r in rows:
                 r["precision"] = asked
@@ -172,6 +226,48 @@ def load_spec_model(card_path=None) -> SpecModel:
     if card_path is None:
         _BUNDLED = sm
     return sm
+
+
+def _cell_precision(precision: str) -> str:
+    return "fp32" if precision in ("fp32", "tf32") else "fp16"
+
+
+def route_cell(table, phase: str, precision: str) -> str:
+    """``kind/phase/precision`` of a step: ``cnn`` when convolutions hold most of its FLOPs, else
+    ``transformer``; ``precision`` ``fp32``, ``fp16`` or ``amp``."""
+    f = table["flops"].to_numpy(dtype=float)
+    conv = f[(table["family"] == "conv").to_numpy()].sum()
+    kind = "cnn" if conv > 0.5 * max(f.sum(), 1.0) else "transformer"
+    return f"{kind}/{phase}/{precision}"
+
+
+_ANYGPU: AnyGpuModel | None = None
+
+
+def load_anygpu(card_path=None) -> AnyGpuModel:
+    """The bundled any-GPU operator model (or the card at ``card_path``).
+
+    Raises:
+        AnyGpuError: the card is missing or not an any-GPU card.
+    """
+    global _ANYGPU
+    if card_path is None and _ANYGPU is not None:
+        return _ANYGPU
+    m = AnyGpuModel(read_anygpu_card(card_path or ANYGPU_CARD))
+    if card_path is None:
+        _ANYGPU = m
+    return m
+
+
+def route_choice(cell: str) -> str | None:
+    """The basis the route facts chose for ``cell`` (``anygpu``, ``spec`` or ``roofline``), or
+    ``None`` without a fact for it (or without the card)."""
+    try:
+        card = load_anygpu().card
+    except AnyGpuError:
+        return None
+    choice = ((card.get("route") or {}).get(cell) or {}).get("choice")
+    return choice if choice in ("anygpu", "spec", "roofline", "blend") else None
 
 
 class NoPredictorForDeviceError(PerfseerError):

@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from perfseer.specmodel import rules
+
 FAMILIES = ("gemm", "conv", "vec", "ln", "softmax")
 COLUMNS = ("family", "flops", "bytes", "dtype_bytes", "B", "M", "N", "K", "kernel", "rows", "cols", "elems", "inputs",
            "weights")
@@ -149,7 +151,7 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
     t_flop, t_mem = roofline_us(table, dev)
     t_roof = np.maximum(np.maximum(t_flop, t_mem), 1e-6)
     sms = dev["sms"].to_numpy(dtype=float)
-    lg = lambda v: np.log10(np.maximum(np.asarray(v, dtype=float), 1e-9))  # noqa: E731
+    lg = lambda v: np.log10(np.maximum(np.asarray(v, dtype=float), 1e-9))
     # No L2 term: the training GPUs' L2 spans 2-40 MiB with one GPU (A100) at the top, and the
     # bytes / L2 feature made held-out predictions worse (A100 held out, seeds 0 / 1: vec kernels
     # 38.3 / 51.3 % with it, 17.3 / 16.0 % without; GEMMs 52.7 / 60.7 % against 23.2 / 23.5 %;
@@ -182,11 +184,17 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
     return np.stack(common + extra, axis=1).astype(np.float32), t_roof
 
 
-def device_frame(specs, precisions, families, matrix_fp32: bool = False) -> pd.DataFrame:
+def device_frame(specs, precisions, families, matrix_fp32: bool = False, library_rules: bool = False) -> pd.DataFrame:
     """Per-row device columns (:data:`DEVICE_COLUMNS`) from :class:`~perfseer.devices.DeviceSpec`
     objects and precisions (``fp32``, ``fp16``, ``bf16``, ``tf32``).  GEMM and convolution rows
     use the precision's (tensor-core) peak; the others the FP32 vector peak at FP32 and twice it
-    (packed half-precision arithmetic) at 16 bits.
+    (packed half-precision arithmetic) at 16 bits.  A 16-bit GEMM or convolution on a GPU without
+    tensor cores for it runs at :func:`perfseer.specmodel.rules.matrix_peak` (Pascal: FP16 storage,
+    FP32 arithmetic, not the 1/64 native FP16 rate).
+
+    ``library_rules``: every peak by :func:`perfseer.specmodel.rules.peak` (also FP32
+    convolutions as TF32 on Ampere and later, PyTorch's default).  Off for the bundled kernel
+    model, which learned its FP32 kernels against the FP32 peak.
 
     ``matrix_fp32``: FP32 GEMM and convolution rows use the sheet's ``fp32_matrix`` peak where it
     has one (AMD CDNA: rocBLAS runs FP32 GEMMs on the matrix cores, at twice the vector rate), the
@@ -195,9 +203,14 @@ def device_frame(specs, precisions, families, matrix_fp32: bool = False) -> pd.D
     cache: dict = {}
     rows = []
     for s, p, fam in zip(specs, precisions, families):
-        key = (id(s), p, fam in ("gemm", "conv"))
+        key = (id(s), p, fam if library_rules else fam in ("gemm", "conv"))
         if key not in cache:
-            peak = s.peak(p) if key[2] else s.peak("fp32") * (2.0 if p in ("fp16", "bf16") else 1.0)
+            if library_rules:
+                peak = rules.peak(s, p, fam)
+            elif fam in ("gemm", "conv"):
+                peak = s.peak(p) if p == "fp32" or rules.has_tensor(s, p) else rules.matrix_peak(s, p, fam)
+            else:
+                peak = s.peak("fp32") * (2.0 if p in ("fp16", "bf16") else 1.0)
             if matrix_fp32 and key[2] and p == "fp32":
                 peak = float(s.peak_tflops.get("fp32_matrix") or peak)
             cache[key] = (peak, s.mem_bandwidth_gbs, s.sms, s.l2_mib or 1.0, s.clock_mhz or 1500.0,

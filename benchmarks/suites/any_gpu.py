@@ -1,0 +1,76 @@
+"""Any GPU: every GPU with labels held out in turn, every cell (model kind, phase, precision).
+
+The any-GPU operator model (:mod:`perfseer.specmodel.anygpu`) fitted on the other GPUs' rows,
+against the bundled spec model (kernel networks, zero-shot) and the roofline; the route's choice
+per cell made on the other GPUs' leave-one-out scores only.  Data: ``benchmarks/lib/anygpu_data.py``
+(gpu-benchmark torchvision CNNs, the timm benchmark's RTX GPUs, HELP's NAS-Bench-201 GPUs,
+perfseer's H200 collection, NeuSight's transformer runs); kernel tables cached under
+``.bench-work/anygpu-cache`` (resumable).  ``--quick``: a quarter of the models.
+"""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.lib import anygpu_logo
+from benchmarks.runner import ROOT, Context, Step, Suite, f, md_table, run_main
+
+CARD = ROOT / "src" / "perfseer" / "predictors" / "spec-anygpu.json"
+AIMS = {"transformer": 10.0, "cnn": 15.0}
+BASES = anygpu_logo.BASES
+
+
+def steps(ctx: Context) -> list[Step]:
+    argv = ["--cache", str(ROOT / ".bench-work" / "anygpu-cache")] + (["--quick"] if ctx.quick else [])
+    return [Step("logo", lambda: run_main(anygpu_logo.main, argv, ctx.work / "logo.json"))]
+
+
+def render(ctx: Context, res: dict[str, dict]) -> str:
+    r = res["logo"]
+    per = r["per_gpu"]
+    t1 = []
+    for row in sorted(per, key=lambda x: (x["gpu"], x["cell"])):
+        best = min(BASES, key=lambda b: row[f"{b}_mape"])
+        cells = [f(row[f"{b}_mape"]) if b != best else f"**{f(row[f'{b}_mape'])}**" for b in BASES]
+        if row["spec_seen"]:
+            cells[1] += " (seen)"
+        t1.append([row["gpu"], row["cell"], row["rows"], *cells,
+                   f"{row['route_choice']} {f(row['route_mape'])}"])
+    route = r["route"]
+    t2 = []
+    for cell, s in sorted(r["summary"].items()):
+        kind = cell.split("/")[0]
+        gpus = [x for x in per if x["cell"] == cell]
+        within = sum(1 for x in gpus if x["route_mape"] <= AIMS[kind])
+        t2.append([cell, s["gpus"], *(f(s[b]) for b in BASES), f"**{f(s['route'])}**",
+                   f"{within} of {len(gpus)} (≤ {AIMS[kind]:g} %)", route[cell]["choice"]])
+    card_note = ""
+    if CARD.exists():
+        card = json.loads(CARD.read_text())
+        same = all(card.get("route", {}).get(c, {}).get("choice") == v["choice"] for c, v in route.items())
+        card_note = (f"The bundled route facts (`src/perfseer/predictors/spec-anygpu.json`, "
+                     f"`python -m benchmarks.lib.anygpu_logo --fit-all CARD --from-logo .bench-work/any-gpu/logo.json`) "
+                     f"{'agree with' if same else 'DIFFER from'} the last column.")
+    return ("## Any GPU: every GPU held out in turn\n\n"
+            f"`python -m benchmarks run any-gpu{' --quick' if ctx.quick else ''}` "
+            f"({r['rows']} measured steps on {len(r['gpus'])} GPUs; {r['cpu_s']:.0f} s CPU).  For each GPU, the any-GPU "
+            "model's constants are fitted on the other GPUs only; spec model: the bundled kernel networks, zero-shot "
+            "(`seen`: trained on that GPU's kernels); roofline: sum of max(FLOPs / peak, bytes / bandwidth); blend: "
+            "geometric mean of any-GPU and spec.  Route: per cell the basis best on the *other* GPUs.  MAPE %, best in "
+            "bold; a GPU's rows are the cells it has labels for (sources: `benchmarks/lib/anygpu_data.py`).\n\n"
+            + md_table(["held-out GPU", "cell", "rows", "any-GPU", "spec model", "roofline", "blend", "route"], t1)
+            + "\n\n**Per cell**: mean over held-out GPUs of the per-GPU MAPE % (aims: ≤ 10 % transformers, ≤ 15 % "
+              "CNNs per GPU and phase); the card's choice: the basis with the lowest mean over the GPUs the spec model "
+              "never saw, what the spec basis answers the cell with.\n\n"
+            + md_table(["cell", "GPUs", "any-GPU", "spec model", "roofline", "blend", "route", "GPUs within the aim",
+                        "card's choice"], t2)
+            + (f"\n\n{card_note}" if card_note else ""))
+
+
+SUITE = Suite(
+    name="any-gpu",
+    description="any-GPU operator model vs spec model vs roofline, every GPU held out in turn, every labelled cell",
+    reads="../shared/datasets (gpu-benchmark, neusight), datasets/timm, datasets/nb201, datasets/h200, the spec card",
+    time_full="~10 min once the kernel tables are cached (building them: ~40 min, exporting torchvision and H200 models)",
+    time_quick="~4 min once cached",
+    steps=steps, render=render)

@@ -1,0 +1,116 @@
+"""``perfseer compare``: rank GPUs by a model's step time and throughput (:func:`perfseer.compare`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "compare", help="rank GPUs by a model's step time and throughput, saying where it does not fit",
+        description="Predict one model's step on every registered GPU (or those given with --device), one precision "
+                    "for all, and rank them by step time, with throughput, each row's basis and 90 %% interval, and "
+                    "whether the step fits in the GPU's memory (simulated peak).")
+    p.add_argument("model", help="a model: timm:NAME, torchvision:NAME, hf:NAME, a .onnx file...")
+    p.add_argument("--batch", type=int, default=1, help="samples per step (default 1)")
+    p.add_argument("--phase", choices=("infer", "train"), default="infer", help="inference or training step")
+    p.add_argument("--device", action="append", default=None, metavar="GPU",
+                   help="a GPU to compare (repeat it); default every registered GPU")
+    p.add_argument("--precision", default=None,
+                   help="fp32, tf32, fp16, bf16, amp-fp16, amp-bf16 (default: as perfseer predict picks it)")
+    p.add_argument("--optimizer", default="adamw", help="the training step's optimizer, for its memory (default adamw)")
+    p.add_argument("--input-shape", default=None, help="one sample's shape without the batch, e.g. 3x224x224")
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per sample for a language model")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory simulation")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--plot", nargs="?", const="-", default=None, metavar="PNG",
+                   help="draw the ranking: bars in the terminal, or a PNG file when a path is given")
+    p.set_defaults(func=run_compare)
+
+
+def _shape(text):
+    if text is None:
+        return None
+    try:
+        return tuple(int(v) for v in str(text).lower().replace(",", "x").split("x") if v)
+    except ValueError:
+        from perfseer.errors import PerfseerError
+
+        raise PerfseerError(f"--input-shape {text!r} is not a shape like 3x224x224", "pass e.g. --input-shape 3x224x224")
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from perfseer.comparison import compare  # deferred: loads the runtime
+
+    rows = compare(args.model, batch=args.batch, phase=args.phase, devices=args.device, precision=args.precision,
+                   optimizer=args.optimizer, input_shape=_shape(args.input_shape), seq_len=args.seq_len,
+                   memory=not args.no_memory)
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        print_table(rows, args, bars=args.plot == "-")
+    if args.plot and args.plot != "-":
+        save_plot(rows, args.plot, f"{args.model}, batch {args.batch}, {args.phase}")
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def _f(v, digits=3):
+    return "-" if v is None else f"{v:.{digits}g}"
+
+
+def print_table(rows: list[dict], args, bars: bool = False) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    prec = next((r["precision"] for r in rows if r.get("precision")), "?")
+    t = Table(title=f"{args.model}, batch {args.batch}, {args.phase}, {prec} (fastest first)", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in ("#", "GPU", "ms/step", "90 % interval", "samples/s", "memory GiB", "basis"):
+        t.add_column(c, justify="right" if c in ("#", "ms/step", "samples/s") else "left", no_wrap=c != "basis")
+    if bars:
+        t.add_column("")
+    notes: dict[str, str] = {}
+    slowest = max((r["value"] for r in rows if r["value"] is not None), default=1.0)
+    for r in rows:
+        iv = r.get("interval")
+        mem = "-" if r["fits"] is None else (f"{r['memory_gib']:.1f} of {r['device_memory_gib']:g}" if r["fits"]
+                                              else f"NO FIT: {r['memory_gib']:.1f} of {r['device_memory_gib']:g}")
+        basis = r.get("reason") or r.get("basis", "")
+        short = basis.split(" (")[0]
+        if short not in notes:
+            notes[short] = basis
+        cells = [str(r["rank"]), r["device"], _f(r["value"]), f"{_f(iv[0])}-{_f(iv[1])}" if iv else "-",
+                 _f(r["throughput_per_s"], 4), mem, short]
+        if bars:
+            cells.append("█" * max(1, round(30 * r["value"] / slowest)) if r["value"] else "")
+        t.add_row(*cells)
+    con = Console(width=max(Console().width, 132))
+    con.print(t)
+    for short, full in notes.items():
+        if full != short:
+            con.print(f"[dim]{short}: {full}[/dim]")
+    mem_basis = next((r["memory_basis"] for r in rows if r.get("memory_basis")), None)
+    if mem_basis:
+        con.print(f"[dim]memory: the step's peak device memory ({mem_basis}), against each GPU's memory[/dim]")
+
+
+def save_plot(rows: list[dict], path: str, title: str) -> None:
+    import matplotlib  # deferred: only for --plot
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r["value"] is not None][::-1]
+    fig, ax = plt.subplots(figsize=(7, 0.25 * len(ok) + 1.2))
+    colors = ["tab:gray" if r["fits"] is False else "tab:blue" for r in ok]
+    ax.barh([r["device"] for r in ok], [r["value"] for r in ok], color=colors,
+            xerr=[[r["value"] - r["interval"][0] if r.get("interval") else 0 for r in ok],
+                  [r["interval"][1] - r["value"] if r.get("interval") else 0 for r in ok]])
+    ax.set_xlabel("ms per step (grey: does not fit in memory)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

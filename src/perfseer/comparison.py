@@ -1,0 +1,123 @@
+"""Which GPU: one model's step time and throughput on every registered GPU (or a list), ranked,
+with each row's basis, precision and interval, and whether the step fits in the GPU's memory.
+
+Example::
+
+    import perfseer
+
+    rows = perfseer.compare("timm:resnet50", batch=64, phase="train", devices=["a10g", "l4", "h100-sxm"])
+    [(r["rank"], r["device"], r["value"], r["throughput_per_s"], r["fits"]) for r in rows]
+
+The step times are :func:`perfseer.predict`'s (one request for every device: one precision for
+all, the routing's basis per device); the memory is :func:`perfseer.memory`'s simulated peak of
+the step (device memory used at its peak, CUDA context included), compared with each GPU's memory.
+A GPU the step does not fit in is listed, with its time, but marked and ranked after those it fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perfseer.devices import get_device, list_devices
+from perfseer.errors import PerfseerError
+from perfseer.runtime.route import predict
+
+_MEMORY_PRECISION = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "fp16": "fp16",
+                     "bf16": "bf16", "amp": "amp-fp16"}
+
+
+class CompareError(PerfseerError):
+    """A comparison that cannot be made (no GPU, a CPU asked, bad batch)."""
+
+
+def _devices(devices) -> list:
+    if devices is None:
+        return [s for s in list_devices("gpu")]
+    names = [devices] if isinstance(devices, str) else list(devices)
+    if not names:
+        raise CompareError("no device to compare", "pass --device NAME (several times), or none for every GPU")
+    out = []
+    for n in names:
+        s = get_device(n)
+        if s.kind != "gpu":
+            raise CompareError(f"{n} is a {s.kind}; perfseer compare ranks GPUs",
+                               "use perfseer predict --device for a CPU")
+        if s.name not in [o.name for o in out]:
+            out.append(s)
+    return out
+
+
+def _memory(model, batch, phase, precision, optimizer, input_shape) -> tuple[float | None, str]:
+    """Simulated device memory of the step (bytes) and its basis, or ``(None, reason)``."""
+    from perfseer.memory.api import memory  # deferred: loads torch
+
+    try:
+        est = memory(model, batch=batch, phase=phase, optimizer=optimizer if phase == "train" else None,
+                     precision=_MEMORY_PRECISION.get(precision or "fp32", "fp32"), input_shape=input_shape)
+    except PerfseerError as e:
+        return None, f"memory not estimated: {e}"
+    return float(est.total), est.basis
+
+
+def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence[str] | None = None,
+            precision: str | None = None, optimizer: str = "adamw", input_shape=None, seq_len: int | None = None,
+            memory: bool = True) -> list[dict]:
+    """Rank GPUs by ``model``'s step time at ``batch``.
+
+    Args:
+        model: anything :func:`perfseer.predict` takes.
+        batch: samples per step.
+        phase: ``infer`` or ``train``.
+        devices: GPU names (``perfseer devices``); default every registered GPU (MIG slices not).
+        precision: one precision for every GPU (``fp32``, ``tf32``, ``amp-fp16``, ``bf16``...);
+            default as :func:`perfseer.predict` picks it (a measured card's own, else fp32).
+        optimizer: the training step's optimizer (memory).
+        memory: simulate the step's memory and say where it does not fit.
+
+    Returns:
+        One dict per GPU, fastest first (GPUs the step does not fit in after the others, refused
+        rows last): ``rank``, ``device``, ``display_name``, ``value`` (ms per step), ``interval``,
+        ``throughput_per_s`` (samples/s), ``basis``, ``precision``, ``in_domain``,
+        ``memory_gib`` (the step's), ``device_memory_gib``, ``fits`` (``None`` when not
+        estimated), ``memory_basis``, and ``reason`` for a refused row.
+
+    Raises:
+        CompareError: no device, a CPU, a batch below 1.
+        PerfseerError: a model or device that cannot be read.
+    """
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise CompareError(f"batch must be an integer >= 1, got {batch!r}", "pass --batch N")
+    if phase not in ("infer", "train"):
+        raise CompareError(f"phase must be 'infer' or 'train', got {phase!r}", "pass --phase infer or --phase train")
+    specs = _devices(devices)
+    rows = predict(model, device=[s.name for s in specs], batch=batch, phase=phase, precision=precision,
+                   input_shape=input_shape, seq_len=seq_len)
+    lat = {r["device"]: r for r in rows if r.get("metric", "latency_ms") == "latency_ms"}
+    used_precision = next((r.get("precision") for r in lat.values() if r.get("precision")), precision)
+    mem_bytes, mem_basis = (None, "not asked")
+    if memory:
+        mem_bytes, mem_basis = _memory(model, batch, phase, used_precision, optimizer, input_shape)
+    out = []
+    for s in specs:
+        r = lat.get(s.name) or next((v for k, v in lat.items() if get_device(k).name == s.name), None)
+        row = {"device": s.name, "display_name": s.display_name, "batch_size": batch, "phase": phase,
+               "precision": (r or {}).get("precision") or used_precision, "value": None, "interval": None,
+               "throughput_per_s": None, "basis": (r or {}).get("basis", ""), "in_domain": (r or {}).get("in_domain"),
+               "device_memory_gib": s.memory_gib, "memory_gib": None if mem_bytes is None else mem_bytes / 2**30,
+               "fits": None, "memory_basis": mem_basis}
+        if r is None or r.get("value") is None:
+            row["reason"] = (r or {}).get("reason") or "no basis answered for this GPU"
+        else:
+            row["value"] = float(r["value"])
+            row["interval"] = r.get("interval")
+            row["throughput_per_s"] = batch / row["value"] * 1000.0 if row["value"] > 0 else None
+        if mem_bytes is not None and s.memory_gib:
+            row["fits"] = mem_bytes <= s.memory_gib * 2**30
+            if not row["fits"]:
+                row["memory_note"] = (f"does not fit: the step needs {mem_bytes / 2**30:.1f} GiB, "
+                                      f"{s.name} has {s.memory_gib:g} GiB")
+        out.append(row)
+    out.sort(key=lambda r: (r["value"] is None, r["fits"] is False, r["value"] if r["value"] is not None else 0.0))
+    for i, r in enumerate(out, 1):
+        r["rank"] = i
+    return out

@@ -1,0 +1,235 @@
+"""The any-GPU operator model: each kernel's time from its work and the GPU's spec sheet, with a
+handful of constants shared by every GPU, learned from whole-step measurements of many GPUs.
+
+A step's kernels (:func:`perfseer.specmodel.compose.step_kernels`: forward, the backward pass as
+its own weight- and input-gradient kernels, the optimizer) each take
+
+.. math::
+
+    t = \\big(t_c^p + t_m^p\\big)^{1/p} + \\ell, \\quad
+    t_c = \\frac{\\text{FLOPs}}{\\text{peak}_{u}} \\, e^{c_{f,u}} \\, \\text{occ}^{-w} \\, (e^{c_b})^{[\\text{backward}]},
+    \\quad t_m = \\frac{\\text{bytes}}{\\text{bandwidth}} \\, e^{m_f}
+
+where ``peak_u`` is the peak of the unit the kernel runs on (tensor or CUDA cores, by the
+per-generation rules of :mod:`perfseer.specmodel.rules`: TF32 convolutions on Ampere+, Pascal's
+FP16 at the FP32 rate...), ``occ`` the occupancy of the last wave of 128x128 output tiles over
+the SMs (implicit GEMM of a convolution, groups included), ``c_{f,u}`` a compute inefficiency per
+family (GEMM, convolution) and unit, ``m_f`` a memory inefficiency per family (matrix, element-wise,
+row-wise), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
+slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
+bigger GPU is harder to fill from eager PyTorch).
+The step is the smooth maximum of the GPU's time (the kernels' sum) and the host's (a per-kernel
+launch cost of the framework), plus a per-step constant:
+
+.. math::  T = \\big(\\textstyle\\sum t^4 + (n \\, h)^4\\big)^{1/4} + s
+
+Every GPU constant is shared by all GPUs (no per-GPU term), so the model answers for a GPU from
+its sheet alone; the host cost per kernel ``h`` and the step constant ``s`` belong to the software
+setting (framework version, timing protocol: one pair per data source), and an answer uses the
+card's default setting.  :func:`fit` learns them from measured steps of other GPUs (robust least
+squares on log time, each (GPU, source, phase, precision) cell weighted equally).  Its card (JSON, no
+pickle) holds the constants, the data they were fitted on and the leave-one-GPU-out scores.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfseer.errors import PerfseerError
+from perfseer.specmodel import rules
+
+PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
+          "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope")
+OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
+# starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
+# per kernel, 20 us per step, 6 GB/s host-to-device
+INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
+        "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
+        "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0}
+INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
+BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
+          "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
+          "step": (-3.0, 10.0)}
+FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
+CARD_FORMAT = "perfseer.anygpu"
+
+
+class AnyGpuError(PerfseerError):
+    """An any-GPU card that cannot be used."""
+
+
+@dataclass
+class Design:
+    """Per-kernel inputs of many steps, concatenated; ``step`` maps each kernel to its step."""
+
+    t_c0: np.ndarray  # FLOPs / unit peak, us
+    t_m0: np.ndarray  # bytes / bandwidth, us
+    occ: np.ndarray  # last-wave occupancy (1 for non-matrix kernels)
+    code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise
+    backward: np.ndarray  # a backward-pass matrix kernel
+    scale: np.ndarray  # times the kernel runs
+    log_peak: np.ndarray  # log(unit peak / 100 TFLOP/s)
+    log_bw: np.ndarray  # log(bandwidth / 1000 GB/s)
+    step: np.ndarray  # step index of each kernel
+    n_steps: int
+    h2d_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step
+    setting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per step: software setting
+
+
+def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
+    """The device-dependent inputs of one kernel table on ``spec`` at ``precision`` (``fp32``,
+    ``tf32``, ``fp16``, ``bf16``; autocast is composed as ``fp16``/``bf16`` kernels)."""
+    if spec.kind != "gpu" or not spec.mem_bandwidth_gbs:
+        raise AnyGpuError(f"{spec.name} is not a GPU with a memory bandwidth", "pass a GPU of the registry")
+    fam = table["family"].to_numpy()
+    n = len(fam)
+    peak = np.empty(n)
+    code = np.empty(n, dtype=np.int64)
+    for f in np.unique(fam):
+        sel = fam == f
+        peak[sel] = rules.peak(spec, precision, f)
+        if f in ("gemm", "conv"):
+            u = rules.unit(spec, precision, f)
+            code[sel] = (0 if f == "gemm" else 2) + (0 if u == "tensor" else 1)
+        else:
+            code[sel] = 4 if f == "vec" else 5
+    t_c0 = table["flops"].to_numpy(dtype=float) / (peak * 1e6)
+    t_m0 = table["bytes"].to_numpy(dtype=float) / (spec.mem_bandwidth_gbs * 1e3)
+    B, M, N = (table[c].to_numpy(dtype=float) for c in ("B", "M", "N"))
+    tiles = np.maximum(np.maximum(B, 1) * np.ceil(np.maximum(M, 1) / 128) * np.ceil(np.maximum(N, 1) / 128), 1.0)
+    sms = float(spec.sms)
+    occ = np.where(code < 4, tiles / (np.ceil(tiles / sms) * sms), 1.0)
+    passes = table["pass"].to_numpy() if "pass" in table else np.full(n, "fw")
+    scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n)
+    return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & (code < 4),
+            "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000))}
+
+
+def _merge_repeats(d: dict) -> dict:
+    """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
+    time is unchanged and fitting evaluates fewer rows."""
+    key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
+                    d["log_peak"], d["log_bw"]], axis=1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    if len(uniq) == len(key):
+        return d
+    inv = inv.reshape(-1)
+    return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
+            "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
+            "log_peak": uniq[:, 5], "log_bw": uniq[:, 6]}
+
+
+def design(items, settings=None) -> Design:
+    """A :class:`Design` from ``(table, spec, precision, h2d_bytes)`` items, one per step
+    (``settings``: each step's software-setting index, default 0)."""
+    parts, h2d = [], []
+    for i, (table, spec, precision, hb) in enumerate(items):
+        d = _merge_repeats(kernel_inputs(table, spec, precision))
+        d["step"] = np.full(len(d["t_c0"]), i, dtype=np.int64)
+        parts.append(d)
+        h2d.append(float(hb or 0.0))
+    cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0) for k in
+           ("t_c0", "t_m0", "occ", "code", "backward", "scale", "step", "log_peak", "log_bw")}
+    st = np.zeros(len(parts), dtype=np.int64) if settings is None else np.asarray(settings, dtype=np.int64)
+    return Design(n_steps=len(parts), h2d_bytes=np.asarray(h2d), setting=st, **cat)
+
+
+def _theta(params) -> np.ndarray:
+    return np.array([float(params[k]) for k in PARAMS]) if isinstance(params, dict) else np.asarray(params, float)
+
+
+def kernel_us(theta, d: Design) -> np.ndarray:
+    """Each kernel's time (us, once; multiply by ``scale`` for its repetitions)."""
+    th = _theta(theta)
+    c = np.array([th[0], th[1], th[2], th[3]])
+    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6]])
+    mat = d.code < 4
+    cc = np.where(mat, c[np.minimum(d.code, 3)], 0.0)
+    tc = d.t_c0 * np.exp(cc + th[12] * d.log_peak) * np.where(mat, d.occ ** (-th[7]), 1.0) \
+        * np.where(d.backward, np.exp(th[10]), 1.0)
+    tm = d.t_m0 * np.exp(m[d.code] + th[13] * d.log_bw)
+    p = 1.0 + np.exp(th[8])
+    hi = np.maximum(np.maximum(tc, tm), 1e-9)
+    t = hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
+    return t + np.exp(th[9])
+
+
+def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
+    """Each step's time, us; ``overhead``: ``[settings, 2]`` (log host us per kernel, log us per step)."""
+    th = _theta(theta)
+    ov = np.asarray(overhead, float).reshape(-1, 2)[d.setting]
+    k = kernel_us(th, d) * d.scale
+    gpu = np.bincount(d.step, weights=k, minlength=d.n_steps)
+    host = np.bincount(d.step, weights=d.scale, minlength=d.n_steps) * np.exp(ov[:, 0])
+    hi = np.maximum(np.maximum(gpu, host), 1e-9)
+    t = hi * ((gpu / hi) ** 4 + (host / hi) ** 4) ** 0.25
+    h2d = d.h2d_bytes / (np.exp(th[11]) * 1e3) if len(d.h2d_bytes) else 0.0
+    return t + np.exp(ov[:, 1]) + h2d
+
+
+def fit(d: Design, measured_ms: np.ndarray, weights: np.ndarray | None = None, n_settings: int = 1,
+        max_nfev: int = 200) -> tuple[dict, np.ndarray]:
+    """The shared constants and the per-setting overheads (``[n_settings, 2]``) minimising the
+    weighted robust (soft-L1, scale 0.15) squared log error of :func:`step_us` against
+    ``measured_ms``."""
+    from scipy.optimize import least_squares  # deferred: fitting only
+
+    y = np.log(np.asarray(measured_ms, float) * 1000.0)
+    w = np.sqrt(np.ones_like(y) if weights is None else np.asarray(weights, float))
+    names = list(PARAMS) + [k for _ in range(n_settings) for k in OVERHEAD]
+    x0 = np.concatenate([_theta(INIT), np.tile([INIT_OVERHEAD[k] for k in OVERHEAD], n_settings)])
+    lo = np.array([BOUNDS.get(k, (-6.0, 8.0))[0] for k in names])
+    hi = np.array([BOUNDS.get(k, (-6.0, 8.0))[1] for k in names])
+    x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
+    n = len(PARAMS)
+    res = least_squares(lambda x: w * (np.log(step_us(x[:n], x[n:], d)) - y), x0, bounds=(lo, hi), loss="soft_l1",
+                        f_scale=0.15, max_nfev=max_nfev, x_scale=1.0, diff_step=1e-3)
+    return {k: float(v) for k, v in zip(PARAMS, res.x[:n])}, res.x[n:].reshape(n_settings, 2)
+
+
+class AnyGpuModel:
+    """The fitted constants plus the card they came with; :meth:`step_ms` answers for a step."""
+
+    def __init__(self, card: dict):
+        if card.get("format") != CARD_FORMAT:
+            raise AnyGpuError(f"not an any-GPU card (format {card.get('format')!r})",
+                              "write one with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
+        missing = [k for k in PARAMS if k not in (card.get("params") or {})]
+        ov = (card.get("overheads") or {}).get(card.get("default_setting", ""))
+        if isinstance(ov, list) and len(ov) == len(OVERHEAD):  # as fitted: [log host us per kernel, log us per step]
+            ov = dict(zip(OVERHEAD, ov))
+        if missing or not ov or any(k not in ov for k in OVERHEAD):
+            raise AnyGpuError(f"the any-GPU card lacks constants ({', '.join(missing) or 'the default overhead'})",
+                              "refit it with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
+        self.card = card
+        self.params = dict(card["params"])
+        self.overhead = np.array([[ov[k] for k in OVERHEAD]])
+        self.name = card.get("name", "anygpu")
+
+    def step_ms(self, table: pd.DataFrame, spec, precision: str, h2d_bytes: float = 0.0) -> dict:
+        """``{"latency_ms", "kernel_us", "gpu_ms", "host_ms"}`` of one step's kernel table, with the
+        framework overhead of the card's default software setting."""
+        d = design([(table, spec, precision, h2d_bytes)])
+        th = _theta(self.params)
+        k = kernel_us(th, d)
+        return {"latency_ms": float(step_us(th, self.overhead, d)[0]) / 1000, "kernel_us": k,
+                "gpu_ms": float((k * d.scale).sum()) / 1000,
+                "host_ms": float(d.scale.sum() * np.exp(self.overhead[0, 0])) / 1000}
+
+    def interval_q(self, kind: str, phase: str, precision: str) -> float | None:
+        """The 90 % quantile of |log(measured / predicted)| of the leave-one-GPU-out runs of the cell,
+        or ``None`` where the card has none."""
+        q = (self.card.get("intervals") or {}).get(f"{kind}/{phase}/{precision}")
+        return float(q) if q is not None else None
+
+
+def read_card(path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise AnyGpuError(f"cannot read the any-GPU card {path}: {e}", "reinstall perfseer or refit it") from e

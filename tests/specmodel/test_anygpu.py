@@ -1,0 +1,108 @@
+"""The any-GPU operator model: its inputs by the per-generation rules, its composition, its fit,
+its card, and the route facts the spec model's predict reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfseer.devices import get_device
+from perfseer.specmodel import anygpu
+from perfseer.specmodel import kernels as kt
+
+
+def _table():
+    t = kt.conv_rows(12, 64, 64, 3, 56, 56, 1, 1)
+    t["pass"], t["scale"] = "fw", 1.0
+    g = kt.gemm_rows(1, 4096, 4096, 4096)
+    g["pass"], g["scale"] = "bw", 2.0
+    return pd.concat([t, g], ignore_index=True)
+
+
+def test_inputs_follow_the_generation_rules():
+    """A100 at fp32: the convolution at TF32 (156 TFLOP/s: 2.775e9 FLOPs -> 17.79 us), the GEMM
+    on the CUDA cores (19.5: 1.374e11 -> 7048 us); GTX 1080 Ti fp16: the FP32 rate (11.34)."""
+    t = _table()
+    a = anygpu.kernel_inputs(t, get_device("a100-80gb-sxm"), "fp32")
+    assert a["t_c0"][0] == pytest.approx(2 * 12 * 56 * 56 * 64 * 64 * 9 / 156e6, rel=1e-6)
+    assert a["t_c0"][1] == pytest.approx(2 * 4096 ** 3 / 19.5e6, rel=1e-6)
+    assert list(a["code"]) == [2, 1]  # conv-tensor, gemm-cuda
+    assert list(a["backward"]) == [False, True]
+    p = anygpu.kernel_inputs(t, get_device("gtx1080ti"), "fp16")
+    assert p["t_c0"][0] == pytest.approx(2 * 12 * 56 * 56 * 64 * 64 * 9 / 11.34e6, rel=1e-6)
+    assert list(p["code"]) == [3, 1]  # both on CUDA cores
+
+
+def test_composition_reduces_to_the_roofline():
+    """No inefficiency, a sharp max, no floor, negligible host: the step is the roofline sum."""
+    t = _table()
+    s = get_device("h100-sxm")
+    d = anygpu.design([(t, s, "fp16", 0.0)])
+    th = {k: 0.0 for k in anygpu.PARAMS}
+    th.update(wave=0.0, overlap=3.0, kernel_floor=-20.0, h2d=0.0)
+    roof = np.maximum(d.t_c0, d.t_m0)
+    got = anygpu.step_us(th, np.array([[-20.0, -20.0]]), d)[0]
+    assert got == pytest.approx(float((roof * d.scale).sum()), rel=0.02)
+    # the host's launch cost dominates a tiny step: 3 kernel launches (1 + 2 repetitions) x 100 us
+    got = anygpu.step_us(th, np.array([[np.log(1e5), -20.0]]), d)[0]
+    assert got == pytest.approx(3e5, rel=0.01)
+
+
+def test_fit_recovers_its_constants():
+    rng = np.random.default_rng(0)
+    items, truth = [], dict(anygpu.INIT, c_gemm_tensor=0.9, m_vec=0.1, wave=0.3)
+    for name in ("t4", "a100-80gb-sxm", "rtx4090", "h100-sxm"):
+        for m in (256, 1024, 4096):
+            t = pd.concat([kt.gemm_rows(1, m, m, m), kt.vec_rows(m * m, 2, 1)], ignore_index=True)
+            t["pass"], t["scale"] = "fw", 1.0
+            items.append((t, get_device(name), "fp16", 0.0))
+    d = anygpu.design(items)
+    ov = np.array([[np.log(8.0), np.log(20.0)]])
+    y = anygpu.step_us(truth, ov, d) / 1000 * np.exp(rng.normal(0, 0.01, d.n_steps))
+    params, _ = anygpu.fit(d, y, n_settings=1, max_nfev=300)
+    pred = anygpu.step_us(params, _, d) / 1000
+    assert np.mean(np.abs(pred / y - 1)) < 0.03
+
+
+def test_card_without_constants_is_refused():
+    with pytest.raises(anygpu.AnyGpuError, match="lacks constants"):
+        anygpu.AnyGpuModel({"format": anygpu.CARD_FORMAT, "params": {}})
+    with pytest.raises(anygpu.AnyGpuError, match="not an any-GPU card"):
+        anygpu.AnyGpuModel({"format": "other"})
+
+
+def test_route_facts_pick_the_basis(monkeypatch):
+    from perfseer.runtime import spec as rs
+
+    card = {"format": anygpu.CARD_FORMAT, "name": "test-anygpu", "params": dict(anygpu.INIT),
+            "overheads": {"s": {"host_per_kernel": 1.0, "step": 1.0}}, "default_setting": "s",
+            "trained_on": ["t4", "a100-40gb-pcie"], "intervals": {"cnn/infer/fp32": 0.2},
+            "route": {"cnn/infer/fp32": {"choice": "anygpu", "validation_mape": {"anygpu": 10.0, "spec": 20.0,
+                                                                                 "roofline": 50.0}},
+                      "cnn/infer/fp16": {"choice": "roofline", "validation_mape": {}}}}
+    monkeypatch.setattr(rs, "_ANYGPU", anygpu.AnyGpuModel(card))
+    sm = rs.load_spec_model()
+    row = sm.predict("example:resnet18", batch=2, device="l4", precision="fp32")[0]
+    assert row["basis"].startswith("spec model by the route facts: any-GPU operator model (test-anygpu") and "anygpu 10.0 %" in row["basis"]
+    lo, hi = row["interval"]
+    # L4's FP32 peak (30.3) lies beyond the trained GPUs' 9.5-19.5 x 1.5: out of domain, q doubled
+    assert not row["in_domain"] and any("FP32 peak" in r for r in row["domain_reasons"])
+    assert lo < row["value"] < hi and hi / row["value"] == pytest.approx(np.exp(0.4), rel=0.05)
+    assert sm.predict("example:resnet18", batch=2, device="l4", precision="fp16")[0]["basis"].startswith("spec model by the route facts: roofline")
+    assert sm.predict("example:resnet18", batch=2, device="l4", precision="fp32",
+                      use_route=False)[0]["basis"].startswith("spec model (")
+
+
+def test_the_bundled_card_loads_and_routes():
+    from perfseer.runtime import spec as rs
+
+    m = rs.load_anygpu()
+    assert set(anygpu.PARAMS) <= set(m.params) and len(m.card["trained_on"]) >= 10
+    for cell, fact in m.card["route"].items():
+        assert rs.route_choice(cell) == fact["choice"] and fact["validation_mape"][fact["choice"]] is not None
+    row = rs.load_spec_model().predict("example:resnet18", batch=4, device="a10g", phase="train", precision="fp32")[0]
+    want = m.card["route"]["cnn/train/fp32"]["choice"]
+    assert row["value"] > 0 and row["interval"] and row["basis"].startswith(
+        {"anygpu": "spec model by the route facts: any-GPU", "blend": "spec model by the route facts: geometric mean",
+         "roofline": "spec model by the route facts: roofline", "spec": "spec model ("}[want])

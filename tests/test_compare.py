@@ -1,0 +1,69 @@
+"""perfseer.compare / perfseer compare: GPUs ranked by step time, with throughput, basis and
+whether the step fits in memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import perfseer
+from perfseer import comparison
+from perfseer.cli.main import main
+from perfseer.errors import PerfseerError
+
+GPUS = ["a10g", "h100-80gb", "t4"]
+
+
+@pytest.fixture(autouse=True)
+def _no_user_devices(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSEER_DEVICES", str(tmp_path / "user-devices"))
+
+
+def test_ranks_by_step_time_with_throughput_and_basis():
+    rows = perfseer.compare("example:resnet18", batch=4, devices=GPUS, precision="fp32", memory=False)
+    assert [r["device"] for r in rows] and {r["device"] for r in rows} == {"a10g", "h100-sxm", "t4"}
+    values = [r["value"] for r in rows]
+    assert values == sorted(values) and all(v > 0 for v in values)
+    assert [r["rank"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["throughput_per_s"] == pytest.approx(4 / r["value"] * 1000)
+        assert r["basis"] and r["precision"] == "fp32" and r["fits"] is None
+    assert rows[0]["device"] == "h100-sxm" and rows[-1]["device"] == "t4"  # 67 vs 8 FP32 TFLOP/s
+
+
+def test_says_where_memory_does_not_fit(monkeypatch):
+    monkeypatch.setattr(comparison, "_memory", lambda *a, **k: (20 * 2**30, "simulated"))
+    rows = perfseer.compare("example:resnet18", batch=4, devices=GPUS, precision="fp32")
+    by = {r["device"]: r for r in rows}
+    assert by["t4"]["fits"] is False and "does not fit" in by["t4"]["memory_note"] and "16 GiB" in by["t4"]["memory_note"]
+    assert by["a10g"]["fits"] is True and by["h100-sxm"]["fits"] is True
+    assert rows[-1]["device"] == "t4"  # ranked after the GPUs it fits in
+    assert by["a10g"]["memory_gib"] == pytest.approx(20.0)
+
+
+def test_memory_is_simulated_for_an_onnx_model():
+    rows = perfseer.compare("example:resnet18", batch=2, devices=["t4"], precision="fp32")
+    assert rows[0]["fits"] is True and 0 < rows[0]["memory_gib"] < 16
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"batch": 0}, "batch must be"), ({"devices": ["i9-10940x"]}, "ranks GPUs"), ({"devices": []}, "no device"),
+    ({"phase": "serve"}, "phase must be"),
+])
+def test_bad_requests_are_refused(kw, match):
+    args = {"batch": 1, "devices": GPUS, "memory": False, **kw}
+    with pytest.raises(PerfseerError, match=match):
+        perfseer.compare("example:resnet18", **args)
+
+
+def test_cli_json_and_table(capsys, tmp_path):
+    assert main(["compare", "example:resnet18", "--batch", "2", "--device", "a10g", "--device", "t4",
+                 "--precision", "fp32", "--no-memory", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in rows] == [1, 2] and rows[0]["device"] == "a10g"
+    png = tmp_path / "rank.png"
+    assert main(["compare", "example:resnet18", "--device", "a10g", "--device", "t4", "--precision", "fp32",
+                 "--no-memory", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "a10g" in out and "samples/s" in out and png.stat().st_size > 1000
