@@ -10,6 +10,7 @@ import pytest
 import perfseer
 from perfseer import comparison
 from perfseer.cli.main import main
+from perfseer.devices import get_device
 from perfseer.errors import PerfseerError
 
 GPUS = ["a10g", "h100-80gb", "t4"]
@@ -67,3 +68,23 @@ def test_cli_json_and_table(capsys, tmp_path):
                  "--no-memory", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "a10g" in out and "samples/s" in out and png.stat().st_size > 1000
+
+
+def test_energy_ranks_by_energy_per_sample():
+    rows = perfseer.compare("example:resnet18", batch=8, devices=["a10g", "t4", "h100-sxm"], precision="fp32",
+                            memory=False, energy=True, rank_by="energy")
+    per_sample = [r["energy_j_per_sample"] for r in rows]
+    assert all(v is not None and v > 0 for v in per_sample) and per_sample == sorted(per_sample)
+    for r in rows:  # J = W x s, per sample = per step / batch, power within the board's limit
+        assert r["energy_j"] == pytest.approx(r["power_w"] * r["value"] / 1000, rel=1e-3)
+        assert r["energy_j_per_sample"] == pytest.approx(r["energy_j"] / 8, rel=1e-3)
+        assert 0 < r["power_w"] <= get_device(r["device"]).tdp_w
+    with pytest.raises(PerfseerError, match="needs the energy"):
+        perfseer.compare("example:resnet18", devices=["t4"], memory=False, rank_by="energy")
+
+
+def test_cli_energy_columns(capsys):
+    assert main(["compare", "example:resnet18", "--batch", "4", "--device", "a10g", "--device", "t4",
+                 "--precision", "fp32", "--no-memory", "--energy", "--rank-by", "energy"]) == 0
+    out = capsys.readouterr().out
+    assert "J/sample" in out and "most efficient first" in out

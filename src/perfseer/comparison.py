@@ -26,6 +26,9 @@ _MEMORY_PRECISION = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "amp-fp16", "am
                      "bf16": "bf16", "amp": "amp-fp16"}
 
 
+_ENERGY_KEYS = ("power_w", "energy_j", "energy_j_per_sample", "util_pct", "power_limit_w", "energy_notes")
+
+
 class CompareError(PerfseerError):
     """A comparison that cannot be made (no GPU, a CPU asked, bad batch)."""
 
@@ -61,7 +64,8 @@ def _memory(model, batch, phase, precision, optimizer, input_shape) -> tuple[flo
 
 def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence[str] | None = None,
             precision: str | None = None, optimizer: str = "adamw", input_shape=None, seq_len: int | None = None,
-            memory: bool = True) -> list[dict]:
+            memory: bool = True, energy: bool = False, power_limit_w: float | None = None,
+            rank_by: str = "time") -> list[dict]:
     """Rank GPUs by ``model``'s step time at ``batch``.
 
     Args:
@@ -73,10 +77,15 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
             default as :func:`perfseer.predict` picks it (a measured card's own, else fp32).
         optimizer: the training step's optimizer (memory).
         memory: simulate the step's memory and say where it does not fit.
+        energy: also predict each GPU's power, energy per step and per sample and utilisation
+            (:mod:`perfseer.energy`; ``power_w``, ``energy_j``, ``energy_j_per_sample``, ``util_pct``).
+        power_limit_w: a power cap for every GPU (with ``energy``).
+        rank_by: ``time`` (step time, the default) or ``energy`` (energy per sample: the most
+            efficient GPU first; needs ``energy``).
 
     Returns:
-        One dict per GPU, fastest first (GPUs the step does not fit in after the others, refused
-        rows last): ``rank``, ``device``, ``display_name``, ``value`` (ms per step), ``interval``,
+        One dict per GPU, fastest (or, with ``rank_by="energy"``, most efficient) first (GPUs the
+        step does not fit in after the others, refused rows last): ``rank``, ``device``, ``display_name``, ``value`` (ms per step), ``interval``,
         ``throughput_per_s`` (samples/s), ``basis``, ``precision``, ``in_domain``,
         ``memory_gib`` (the step's), ``device_memory_gib``, ``fits`` (``None`` when not
         estimated), ``memory_basis``, and ``reason`` for a refused row.
@@ -89,9 +98,14 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
         raise CompareError(f"batch must be an integer >= 1, got {batch!r}", "pass --batch N")
     if phase not in ("infer", "train"):
         raise CompareError(f"phase must be 'infer' or 'train', got {phase!r}", "pass --phase infer or --phase train")
+    if rank_by not in ("time", "energy"):
+        raise CompareError(f"rank_by must be 'time' or 'energy', got {rank_by!r}", "pass --rank-by time or energy")
+    if rank_by == "energy" and not energy:
+        raise CompareError("ranking by energy needs the energy prediction", "add --energy (energy=True)")
     specs = _devices(devices)
+    extra = {"energy": True, "power_limit_w": power_limit_w} if energy else {}
     rows = predict(model, device=[s.name for s in specs], batch=batch, phase=phase, precision=precision,
-                   input_shape=input_shape, seq_len=seq_len)
+                   input_shape=input_shape, seq_len=seq_len, **extra)
     lat = {r["device"]: r for r in rows if r.get("metric", "latency_ms") == "latency_ms"}
     used_precision = next((r.get("precision") for r in lat.values() if r.get("precision")), precision)
     mem_bytes, mem_basis = (None, "not asked")
@@ -111,13 +125,17 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
             row["value"] = float(r["value"])
             row["interval"] = r.get("interval")
             row["throughput_per_s"] = batch / row["value"] * 1000.0 if row["value"] > 0 else None
+            for k in _ENERGY_KEYS:
+                if r.get(k) is not None:
+                    row[k] = r[k]
         if mem_bytes is not None and s.memory_gib:
             row["fits"] = mem_bytes <= s.memory_gib * 2**30
             if not row["fits"]:
                 row["memory_note"] = (f"does not fit: the step needs {mem_bytes / 2**30:.1f} GiB, "
                                       f"{s.name} has {s.memory_gib:g} GiB")
         out.append(row)
-    out.sort(key=lambda r: (r["value"] is None, r["fits"] is False, r["value"] if r["value"] is not None else 0.0))
+    key = "energy_j_per_sample" if rank_by == "energy" else "value"
+    out.sort(key=lambda r: (r.get(key) is None, r["fits"] is False, r.get(key) if r.get(key) is not None else 0.0))
     for i, r in enumerate(out, 1):
         r["rank"] = i
     return out

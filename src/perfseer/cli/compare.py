@@ -23,6 +23,11 @@ def add_parser(sub) -> None:
     p.add_argument("--input-shape", default=None, help="one sample's shape without the batch, e.g. 3x224x224")
     p.add_argument("--seq-len", type=int, default=None, help="tokens per sample for a language model")
     p.add_argument("--no-memory", action="store_true", help="skip the memory simulation")
+    p.add_argument("--energy", action="store_true",
+                   help="also predict power, energy per sample and utilisation on each GPU (perfseer.energy)")
+    p.add_argument("--power-limit", type=float, default=None, metavar="W", help="a power cap for every GPU (with --energy)")
+    p.add_argument("--rank-by", choices=("time", "energy"), default="time",
+                   help="rank by step time (default) or by energy per sample (needs --energy)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--plot", nargs="?", const="-", default=None, metavar="PNG",
                    help="draw the ranking: bars in the terminal, or a PNG file when a path is given")
@@ -45,7 +50,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
     rows = compare(args.model, batch=args.batch, phase=args.phase, devices=args.device, precision=args.precision,
                    optimizer=args.optimizer, input_shape=_shape(args.input_shape), seq_len=args.seq_len,
-                   memory=not args.no_memory)
+                   memory=not args.no_memory, energy=args.energy, power_limit_w=args.power_limit,
+                   rank_by=args.rank_by)
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
@@ -66,10 +72,15 @@ def print_table(rows: list[dict], args, bars: bool = False) -> None:
     from rich.table import Table
 
     prec = next((r["precision"] for r in rows if r.get("precision")), "?")
-    t = Table(title=f"{args.model}, batch {args.batch}, {args.phase}, {prec} (fastest first)", title_justify="left",
+    energy = getattr(args, "energy", False)
+    order = "most efficient first" if getattr(args, "rank_by", "time") == "energy" else "fastest first"
+    t = Table(title=f"{args.model}, batch {args.batch}, {args.phase}, {prec} ({order})", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False)
-    for c in ("#", "GPU", "ms/step", "90 % interval", "samples/s", "memory GiB", "basis"):
-        t.add_column(c, justify="right" if c in ("#", "ms/step", "samples/s") else "left", no_wrap=c != "basis")
+    cols = ("#", "GPU", "ms/step", "90 % interval", "samples/s") + (("W", "J/sample") if energy else ()) + (
+        "memory GiB", "basis")
+    for c in cols:
+        t.add_column(c, justify="right" if c in ("#", "ms/step", "samples/s", "W", "J/sample") else "left",
+                     no_wrap=c != "basis")
     if bars:
         t.add_column("")
     notes: dict[str, str] = {}
@@ -83,7 +94,10 @@ def print_table(rows: list[dict], args, bars: bool = False) -> None:
         if short not in notes:
             notes[short] = basis
         cells = [str(r["rank"]), r["device"], _f(r["value"]), f"{_f(iv[0])}-{_f(iv[1])}" if iv else "-",
-                 _f(r["throughput_per_s"], 4), mem, short]
+                 _f(r["throughput_per_s"], 4)]
+        if energy:
+            cells += [_f(r.get("power_w")), _f(r.get("energy_j_per_sample"))]
+        cells += [mem, short]
         if bars:
             cells.append("█" * max(1, round(30 * r["value"] / slowest)) if r["value"] else "")
         t.add_row(*cells)
