@@ -322,3 +322,18 @@ def test_a_predictor_trained_with_weight_work_answers_from_its_own_extraction(cl
     assert not any("work on weights" in reason for x in rows for reason in x["domain_reasons"])
     settings = [k[-1] for k in svc.graphs._items if "resnet18" in str(k[0])]
     assert False in settings and True in settings  # two extractions of the model, the default (named) and the card's
+
+
+def test_predict_with_energy_on_gpus_and_a_note_for_a_cpu(client):
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "batch": [4], "devices": ["l4", "epyc-vm"],
+                                         "precision": "fp32", "energy": True})
+    assert r.status_code == 200, r.text
+    rows = {p["device"]: p for p in r.json()["predictions"] if p.get("metric") == "latency_ms"}
+    gpu = rows["l4"]
+    assert gpu["energy_j"] == pytest.approx(gpu["power_w"] * gpu["value"] / 1000, rel=1e-3)
+    assert gpu["energy_j_per_sample"] == pytest.approx(gpu["energy_j"] / 4, rel=1e-3) and 0 <= gpu["util_pct"] <= 100
+    cpu = [p for d, p in rows.items() if d != "l4"]
+    assert all("power_w" not in p for p in cpu)
+    r = client.post("/v1/predict", json={"model": "example:resnet18", "devices": ["l4"], "energy": True,
+                                         "power_limit_w": -5})
+    assert r.status_code == 422 and "power_limit_w" in r.json()["error"]["message"]

@@ -22,6 +22,7 @@ request that cannot be served, 404 for an unknown predictor, 413 for an upload o
 from __future__ import annotations
 
 import copy
+import math
 import sys
 import tempfile
 import threading
@@ -116,6 +117,9 @@ class PredictRequest(BaseModel):
                                "devices alone)")
     precision: Word | None = Field(default=None, description="devices alone: fp32, tf32, fp16 or bf16")
     basis: Word = Field(default="auto", description="devices alone: auto, spec, transfer or measured")
+    energy: bool = Field(default=False, description="also power_w, energy_j, energy_j_per_sample and util_pct on "
+                                                    "every GPU row (the power model)")
+    power_limit_w: float | None = Field(default=None, description="with energy: a power cap, W (the step slows)")
 
 
 class MemoryRequest(BaseModel):
@@ -362,6 +366,8 @@ class Service:
                 got_rows, got_notes = found[int(b), unit]  # a predictor that failed: no rows, a note
                 rows += [dict(r, model=req.model) for r in got_rows]
                 notes += got_notes
+        if req.energy:
+            rows = self._with_energy(rows, entry.pg, req.power_limit_w, notes)
         if entry.summary is None:
             entry.summary = {k: v for k, v in entry.pg.summary().items() if k not in ("heaviest", "folded_ops")}
         summary = {**entry.summary, "model": req.model}  # the reference, never the file it resolved to
@@ -370,6 +376,27 @@ class Service:
                 "row_cache": {"hits": hits, "misses": len(missing)},
                 "timing_ms": {"extract": round((t1 - t0) * 1e3, 2),
                               "predict": round((time.perf_counter() - t1) * 1e3, 2)}}
+
+    @staticmethod
+    def _with_energy(rows: list[dict], pg, power_limit_w: float | None, notes: list[str]) -> list[dict]:
+        """``rows`` with the power model's fields on each GPU latency row; a row it cannot answer
+        (a CPU, a MIG slice, a refused latency) is kept as it is, with a note."""
+        from perfseer.runtime.power import energy_rows  # deferred: loads the spec model
+
+        if power_limit_w is not None and not (math.isfinite(power_limit_w) and 0 < power_limit_w <= 10_000):
+            raise ApiError(422, f"power_limit_w must be a number of watts in (0, 10000], got {power_limit_w}",
+                           "pass e.g. \"power_limit_w\": 300, or leave it out")
+        out = []
+        for r in rows:
+            if r.get("metric") != "latency_ms" or r.get("value") is None:
+                out.append(r)
+                continue
+            try:
+                out += energy_rows([r], pg, power_limit_w)
+            except PerfseerError as e:
+                out.append(r)
+                notes.append(f"no energy for {r.get('device')}: {e.problem}")
+        return out
 
     def _units(self, req: PredictRequest, notes: list[str]) -> list:
         """The units of a request, in the order its rows are answered (:func:`perfseer.runtime.route.plan`)."""
