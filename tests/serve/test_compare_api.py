@@ -83,3 +83,19 @@ def test_bad_fields_are_422_in_the_error_format(client, body, words):
     assert set(err) == {"type", "message", "fix"} and err["message"]
     assert words.lower() in (err["message"] + " " + err["fix"]).lower()
     assert "/etc" not in err["message"]
+
+
+NB201 = "nb201:|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
+
+
+def test_memory_is_simulated_in_the_sandbox_and_marks_the_fit(client):
+    client.post("/v1/compare", json={"model": NB201, "batch": 64, "phase": "train", "devices": ["l4", "a10g"]})
+    jobs = client.get("/v1/health").json()["sandbox"]["jobs"]  # the graph is now cached
+    r = client.post("/v1/compare", json={"model": NB201, "batch": 64, "phase": "train", "devices": ["l4", "a10g"],
+                                         "memory": True, "optimizer": "sgd"})
+    assert r.status_code == 200, r.text
+    rows = r.json()["rows"]
+    for x in rows:
+        assert 0 < x["memory_gib"] < x["device_memory_gib"] and x["fits"] is True
+        assert x["memory_basis"] and x["memory_basis"] != "not asked"
+    assert client.get("/v1/health").json()["sandbox"]["jobs"] == jobs + 1  # the simulation ran as a sandbox job
