@@ -3,10 +3,10 @@
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from perfseer.devices import get_device  # noqa: E402
-from perfseer.serve.app import ServeConfig, create_app  # noqa: E402
+from perfseer.devices import get_device
+from perfseer.serve.app import ServeConfig, create_app
 
 GPUS = ["l4", "a10g", "h100-sxm", "rtx3090"]
 
