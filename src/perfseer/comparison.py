@@ -65,7 +65,7 @@ def _memory(model, batch, phase, precision, optimizer, input_shape) -> tuple[flo
 def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence[str] | None = None,
             precision: str | None = None, optimizer: str = "adamw", input_shape=None, seq_len: int | None = None,
             memory: bool = True, energy: bool = False, power_limit_w: float | None = None,
-            rank_by: str = "time") -> list[dict]:
+            rank_by: str = "time", _predict=None, _memory_of=None) -> list[dict]:
     """Rank GPUs by ``model``'s step time at ``batch``.
 
     Args:
@@ -82,6 +82,9 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
         power_limit_w: a power cap for every GPU (with ``energy``).
         rank_by: ``time`` (step time, the default) or ``energy`` (energy per sample: the most
             efficient GPU first; needs ``energy``).
+        _predict, _memory_of: for the service: replace :func:`perfseer.predict` (same keywords)
+            and the memory simulation (``(model, batch, phase, precision, optimizer, input_shape)
+            -> (bytes or None, basis)``), so that the model is extracted and simulated in its sandbox.
 
     Returns:
         One dict per GPU, fastest (or, with ``rank_by="energy"``, most efficient) first (GPUs the
@@ -104,13 +107,13 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
         raise CompareError("ranking by energy needs the energy prediction", "add --energy (energy=True)")
     specs = _devices(devices)
     extra = {"energy": True, "power_limit_w": power_limit_w} if energy else {}
-    rows = predict(model, device=[s.name for s in specs], batch=batch, phase=phase, precision=precision,
+    rows = (_predict or predict)(model, device=[s.name for s in specs], batch=batch, phase=phase, precision=precision,
                    input_shape=input_shape, seq_len=seq_len, **extra)
     lat = {r["device"]: r for r in rows if r.get("metric", "latency_ms") == "latency_ms"}
     used_precision = next((r.get("precision") for r in lat.values() if r.get("precision")), precision)
     mem_bytes, mem_basis = (None, "not asked")
     if memory:
-        mem_bytes, mem_basis = _memory(model, batch, phase, used_precision, optimizer, input_shape)
+        mem_bytes, mem_basis = (_memory_of or _memory)(model, batch, phase, used_precision, optimizer, input_shape)
     out = []
     for s in specs:
         r = lat.get(s.name) or next((v for k, v in lat.items() if get_device(k).name == s.name), None)

@@ -59,8 +59,8 @@ def _references(host):
 def test_every_unserved_reference_gets_one_identical_answer(client, host):
     answers = set()
     for ref in _references(host):
-        for endpoint in ("/v1/predict", "/v1/memory"):
-            r = client.post(endpoint, json={"model": ref, "batch": [1]})
+        for endpoint in ("/v1/predict", "/v1/memory", "/v1/compare"):
+            r = client.post(endpoint, json={"model": ref, "batch": 1 if endpoint == "/v1/compare" else [1]})
             assert r.status_code == 422, (ref, r.text)
             answers.add(json.dumps(r.json(), sort_keys=True))
             assert str(host) not in r.text and "SECRET_TYPE" not in r.text and "os.system" not in r.text
@@ -143,7 +143,7 @@ def test_a_truncated_onnx_upload_is_refused_and_deleted(client):
     b"[" * 100_000 + b"]" * 100_000,  # nested past the JSON parser's depth
     b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
 ])
-@pytest.mark.parametrize("endpoint", ["/v1/predict", "/v1/memory"])
+@pytest.mark.parametrize("endpoint", ["/v1/predict", "/v1/memory", "/v1/compare"])
 def test_malformed_json_gets_one_json_error(client, endpoint, body):
     r = client.post(endpoint, content=body, headers={"content-type": "application/json"})
     assert 400 <= r.status_code < 500, r.text

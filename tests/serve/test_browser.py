@@ -143,3 +143,42 @@ def test_the_page_starts_on_a_gpu_and_keeps_ticked_predictors_beside_typed_devic
     opened = rows[0].find_element("tag name", "summary")
     opened.click()
     assert "basis: " in rows[0].find_element("tag name", "details").text
+
+
+def test_which_gpu_ranks_the_typed_gpus_by_energy_per_sample(server, browser):
+    browser.get(server + "/")
+    _fill(browser, "cmp-model", "example:resnet18")
+    _fill(browser, "cmp-batch", "8")
+    _fill(browser, "cmp-devices", "l4, a10g, h100-sxm")
+    browser.find_element("id", "cmp-energy").click()
+    browser.find_element("css selector", "#cmp-rank option[value=energy]").click()
+    browser.find_element("id", "cmp-go").click()
+    _wait(browser, lambda b: b.find_element("id", "cmp-table").is_displayed()
+          or b.find_element("id", "cmp-error").is_displayed())
+    browser.save_screenshot(str(ARTIFACTS / "compare-energy.png"))
+    assert not browser.find_element("id", "cmp-error").is_displayed(), browser.find_element("id", "cmp-error").text
+    heads = [th.text for th in browser.find_elements("css selector", "#cmp-table thead th")]
+    assert {"GPU", "ms / step", "samples / s", "W", "J / sample", "fits", "basis"} <= set(heads)
+    rows = [[td.text for td in r.find_elements("tag name", "td")]
+            for r in browser.find_elements("css selector", "#cmp-table tbody tr")]
+    assert [r[0] for r in rows] == ["1", "2", "3"]
+    per_sample = [float(r[heads.index("J / sample")]) for r in rows]
+    assert per_sample == sorted(per_sample) and per_sample[0] > 0
+    assert all(float(r[heads.index("ms / step")]) > 0 for r in rows)
+
+
+def test_the_energy_box_adds_power_energy_and_utilisation_columns(server, browser):
+    browser.get(server + "/")
+    _wait(browser, lambda b: b.find_elements("css selector", "input[name=predictor]"))
+    _fill(browser, "model", "example:resnet18")
+    _fill(browser, "batch", "8")
+    browser.find_element("id", "energy").click()
+    browser.find_element("id", "go").click()
+    _wait(browser, lambda b: b.find_element("id", "result").is_displayed()
+          or b.find_element("id", "error").is_displayed())
+    assert not browser.find_element("id", "error").is_displayed(), browser.find_element("id", "error").text
+    heads = [th.text for th in browser.find_elements("css selector", "#table thead th")]
+    assert {"W", "J / sample", "util %"} <= set(heads)
+    rows = [[td.text for td in r.find_elements("tag name", "td")]
+            for r in browser.find_elements("css selector", "#table tbody tr")]
+    assert rows and all(float(r[heads.index("W")]) > 0 and 0 <= float(r[heads.index("util %")]) <= 100 for r in rows)

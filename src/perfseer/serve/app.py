@@ -12,6 +12,8 @@ Endpoints (OpenAPI docs at ``/docs``, schema at ``/openapi.json``):
   symbolic dims, predictors or devices, phase -> the rows ``perfseer predict --json`` prints.
 - ``POST /v1/memory``: simulated peak GPU memory per batch size with its breakdown, the largest
   batch that fits a device and the smallest MIG slice (what ``perfseer memory --json`` gives).
+- ``POST /v1/compare``: which GPU: one model's step time (and energy, fit) on every GPU or a list,
+  ranked (what ``perfseer compare --json`` gives), extracted through the same sandboxed cache.
 - ``GET /``: the web page.
 
 Errors are JSON ``{"error": {"type", "message", "fix"}}`` with a 4xx code (422 for a model or
@@ -134,6 +136,28 @@ class MemoryRequest(BaseModel):
                                     max_length=MAX_WORD)
     mig: bool = Field(default=False, description="also the smallest MIG slice that fits (largest batch)")
     max_batch: bool = Field(default=False, description="also the largest batch that fits the device")
+
+
+class CompareRequest(BaseModel):
+    model: str = Field(..., description="timm:NAME, torchvision:NAME, example:NAME, nb201:..., upload:SHA256, ...",
+                       examples=["timm:resnet50"], max_length=MAX_REFERENCE)
+    batch: int = Field(default=1, description="samples per step", examples=[64])
+    phase: Word = Field(default="infer", description="infer or train")
+    devices: list[Word] = Field(default_factory=list, max_length=MAX_LIST,
+                                description="GPU names (GET /v1/devices); default every registered GPU")
+    precision: Word | None = Field(default=None, description="one precision for every GPU: fp32, tf32, amp-fp16, "
+                                                             "bf16... (default: the first measured card's, else fp32)")
+    input_shape: str | None = Field(default=None, description="one sample's shape, e.g. 3x224x224",
+                                    max_length=MAX_WORD)
+    seq_len: int | None = Field(default=None, description="tokens per sample (transformers)")
+    memory: bool = Field(default=False, description="also simulate the step's peak memory (in the sandbox) and "
+                                                    "say which GPUs it does not fit (slower: seconds per model)")
+    optimizer: Word = Field(default="adamw", description="with memory, train: sgd, sgd-momentum, adam, adamw")
+    energy: bool = Field(default=False, description="also power_w, energy_j, energy_j_per_sample and util_pct "
+                                                    "per GPU (the power model)")
+    power_limit_w: float | None = Field(default=None, description="with energy: a power cap, W (the step slows)")
+    rank_by: Word = Field(default="time", description="time (fastest first) or energy (least energy per sample "
+                                                      "first; needs energy)")
 
 
 class ApiError(PerfseerError):
@@ -285,6 +309,63 @@ class Service:
             while len(self._memory_cache) > c.cache_size:
                 self._memory_cache.pop(next(iter(self._memory_cache)))
         return {**result, "cached": False}
+
+    # -- which GPU -----------------------------------------------------------------------------
+    def compare(self, req: CompareRequest) -> dict:
+        """:func:`perfseer.comparison.compare` with the step times from :meth:`predict` (the model
+        extracted and re-bound in the sandbox, through the graph and row caches) and the memory,
+        when asked, simulated in the sandbox as ``/v1/memory`` does; never a host path."""
+        from perfseer.comparison import _MEMORY_PRECISION, compare  # deferred: only for this route
+
+        c = self.config
+        if not 1 <= req.batch <= c.max_batch:
+            raise ApiError(422, f"batch must lie in 1..{c.max_batch}, got {req.batch}", "pass e.g. \"batch\": 64")
+        if req.phase not in ("infer", "train"):
+            raise ApiError(422, f"phase '{req.phase}' is neither infer nor train", "use infer or train")
+        if req.rank_by not in ("time", "energy"):
+            raise ApiError(422, f"rank_by '{req.rank_by}' is neither time nor energy", "use time or energy")
+        if req.rank_by == "energy" and not req.energy:
+            raise ApiError(422, "ranking by energy needs the energy prediction", "add \"energy\": true")
+        if req.power_limit_w is not None and not req.energy:
+            raise ApiError(422, "power_limit_w caps the energy prediction", "add \"energy\": true, or leave it out")
+        if req.power_limit_w is not None and not (math.isfinite(req.power_limit_w) and 0 < req.power_limit_w <= 10_000):
+            raise ApiError(422, f"power_limit_w must be a number of watts in (0, 10000], got {req.power_limit_w}",
+                           "pass e.g. \"power_limit_w\": 300, or leave it out")
+        if req.optimizer not in ("sgd", "sgd-momentum", "adam", "adamw"):
+            raise ApiError(422, f"optimizer '{req.optimizer}' is not one of sgd, sgd-momentum, adam, adamw",
+                           "use adamw, or leave it out")
+        shape = parse_shape(req.input_shape) if req.input_shape else None
+        answered: dict = {}
+        t0 = time.perf_counter()
+
+        def rows_of(model, *, device, batch, phase, precision, input_shape, seq_len, **energy):
+            answered.update(self.predict(PredictRequest(
+                model=req.model, batch=[batch], devices=list(device), phase=phase, precision=precision,
+                input_shape=req.input_shape, seq_len=req.seq_len, **energy)))
+            return answered["predictions"]
+
+        def memory_of(model, batch, phase, precision, optimizer, input_shape):
+            target = self.store.resolve(req.model)
+            try:
+                got = self.sandbox.run(memory_job, target, [batch], phase, optimizer, _MEMORY_PRECISION.get(
+                    precision or "fp32", "fp32"), None, shape, False, False, wait_s=c.queue_wait_s)
+            except (Busy, SandboxError):  # a busy server or a stopped simulation: the request's answer
+                raise
+            except PerfseerError as e:  # a model the simulator cannot read: the rows without a fit
+                return None, self.scrub(f"memory not estimated: {e}").replace(target, req.model)
+            est = got["estimates"][0]
+            return float(est["total"]), est.get("basis", "")
+
+        rows = compare(req.model, batch=req.batch, phase=req.phase, devices=req.devices or None,
+                       precision=req.precision, optimizer=req.optimizer, input_shape=shape, seq_len=req.seq_len,
+                       memory=req.memory, energy=req.energy, power_limit_w=req.power_limit_w, rank_by=req.rank_by,
+                       _predict=rows_of, _memory_of=memory_of)
+        for r in rows:
+            r["model"] = req.model
+        return {"api": API_VERSION, "model": req.model, "batch_size": req.batch, "phase": req.phase,
+                "rank_by": req.rank_by, "summary": answered.get("summary"), "rows": rows,
+                "warnings": answered.get("warnings", []), "cached": answered.get("cached"),
+                "timing_ms": {"total": round((time.perf_counter() - t0) * 1e3, 2)}}
 
     # -- completion ----------------------------------------------------------------------------
     def model_names(self) -> list[str]:
@@ -571,6 +652,10 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     @app.post("/v1/memory")
     def memory(req: MemoryRequest) -> dict:
         return svc.memory(req)
+
+    @app.post("/v1/compare")
+    def compare(req: CompareRequest) -> dict:
+        return svc.compare(req)
 
     @app.post("/v1/llm")
     def llm(req: LLMRequest) -> dict:

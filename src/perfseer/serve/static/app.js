@@ -167,6 +167,9 @@ function details(r) {
   for (const f of r.flags || []) lines.push("flag: " + f);
   if (r.basis) lines.push("basis: " + r.basis);
   if (r.precision) lines.push("precision: " + r.precision);
+  if (r.memory_note) lines.push(r.memory_note);
+  if (r.memory_basis && r.memory_basis !== "not asked") lines.push("memory: " + r.memory_basis);
+  for (const n of r.energy_notes || []) lines.push("energy: " + n);
   if (!lines.length) return "";
   const d = document.createElement("details");
   const s = document.createElement("summary"); s.textContent = "details"; d.appendChild(s);
@@ -174,6 +177,13 @@ function details(r) {
   for (const l of lines) { const li = document.createElement("li"); li.textContent = l; ul.appendChild(li); }
   d.appendChild(ul);
   return d;
+}
+
+// W, J per sample and utilisation % of a row with the power model's fields, else blanks
+function energyCells(r) {
+  const num = (v, d) => (v === null || v === undefined) ? "" : Number(v).toFixed(d);
+  const j = r.energy_j_per_sample;
+  return [num(r.power_w, 0), j === null || j === undefined ? "" : Number(j).toPrecision(3), num(r.util_pct, 0)];
 }
 
 function render(res) {
@@ -186,8 +196,10 @@ function render(res) {
   const rows = res.predictions;
   const hasInterval = rows.some(r => Array.isArray(r.interval));
   const hasDomain = rows.some(r => "in_domain" in r);
+  const hasEnergy = rows.some(r => r.power_w !== undefined && r.power_w !== null);
   const cols = ["batch", "device", "phase", "metric", "predicted", "throughput /s"];
   if (hasInterval) cols.push("90 % interval");
+  if (hasEnergy) cols.push("W", "J / sample", "util %");
   if (hasDomain) cols.push("domain");
   cols.push("basis", "");
   const domainAt = cols.indexOf("domain");
@@ -196,6 +208,7 @@ function render(res) {
     const cells = [r.batch_size, r.device, r.phase, r.metric, fmtRow(r),
                    r.throughput_per_s ? Number(r.throughput_per_s).toPrecision(4) : ""];
     if (hasInterval) cells.push(Array.isArray(r.interval) ? `${Number(r.interval[0]).toPrecision(3)}–${Number(r.interval[1]).toPrecision(3)}` : "");
+    if (hasEnergy) cells.push(...energyCells(r));
     if (hasDomain) cells.push(r.in_domain === false ? "out" : (r.in_domain ? "in" : "-"));
     cells.push(shortBasis(r.basis), details(r));
     return cells;
@@ -233,6 +246,7 @@ async function submit(ev) {
   if ($("shape").value.trim()) body.input_shape = $("shape").value.trim();
   if ($("seq").value) body.seq_len = Number($("seq").value);
   if ($("phase").value) body.phase = $("phase").value;
+  if ($("energy").checked) body.energy = true;
   // typed devices and ticked predictors are both answered: a device a ticked predictor was measured
   // on is answered by that predictor, the others by the routing (measured, transfer or spec model)
   const chosen = new Set(body.predictors);
