@@ -61,8 +61,24 @@ def test_the_spec_model_refuses_its_own_value_above_the_ceiling(graph, monkeypat
         return {**real(self, *args, **kwargs), "latency_ms": HUGE}
 
     monkeypatch.setattr(SpecModel, "graph_latency", huge)
-    rows = load_spec_model().predict(graph, batch=[1, 2], device="a100-40gb")
+    # the kernel networks' own answer (the route sends a CNN's fp32 inference to the any-GPU model: below)
+    rows = load_spec_model().predict(graph, batch=[1, 2], device="a100-40gb", use_route=False)
     assert len(rows) == 2 and all(_refused(r) for r in rows)
+
+
+def test_the_routed_spec_answer_refuses_a_value_above_the_ceiling(graph, monkeypatch):
+    from perfseer.runtime.spec import load_spec_model
+    from perfseer.specmodel.anygpu import AnyGpuModel
+
+    real = AnyGpuModel.step_ms
+
+    def huge(self, *args, **kwargs):
+        return {**real(self, *args, **kwargs), "latency_ms": HUGE}
+
+    monkeypatch.setattr(AnyGpuModel, "step_ms", huge)
+    rows = load_spec_model().predict(graph, batch=[1, 2], device="a100-40gb")  # cnn/infer/fp32: any-GPU model
+    assert len(rows) == 2 and all("any-GPU operator model" in r["basis"] for r in rows)
+    assert all(_refused(r) for r in rows)
 
 
 def test_the_transfer_refuses_a_batch_whose_source_refused(graph, wild):
