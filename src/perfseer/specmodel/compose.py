@@ -40,7 +40,7 @@ import pandas as pd
 
 from perfseer.features import schema
 from perfseer.specmodel import kernels as kt
-from perfseer.specmodel.backward import backward_kernels
+from perfseer.specmodel.backward import backward_kernels, backward_table
 
 _I = {n: i for i, n in enumerate(schema.NODE_FEATURES)}
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Shape", "Constant", "Size",
@@ -184,12 +184,14 @@ def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str =
     if phase != "train":
         raise ValueError(f"phase must be 'infer' or 'train', got {phase!r}")
     parts = [fw]
-    for (node, op), rows in fw.groupby(["node", "op"], sort=False):
-        fn = "add" if op in PASS_THROUGH_OPS else op.lower()
-        b = backward_kernels(rows.drop(columns=["node", "op", "pass"]), fn)
-        if len(b):
-            b["node"], b["op"], b["pass"] = node, op, "bw"
-            parts.append(b)
+    ops = fw["op"].to_numpy(dtype=object)
+    uniq, inv = np.unique(ops.astype(str), return_inverse=True) if len(ops) else (np.zeros(0, str), np.zeros(0, int))
+    fns = np.asarray(["add" if op in PASS_THROUGH_OPS else op.lower() for op in uniq], dtype=object)[inv]
+    b = backward_table(fw, fns)  # each forward kernel's gradient kernels, in the forward's order
+    if len(b):
+        src = b.pop("src").to_numpy()
+        b["node"], b["op"], b["pass"] = fw["node"].to_numpy()[src], ops[src], "bw"
+        parts.append(b)
     elems = np.asarray(list(dropout), dtype=float)
     elems = elems[elems > 0]
     if len(elems):
