@@ -125,3 +125,59 @@ def test_backward_kernels_of_single_operations_match():
             _assert_same(new, ref)
         else:
             assert not len(new), fn
+
+
+def _reference_bias_adds(x, ops, edge_index):
+    from perfseer.specmodel.compose import _I, _one_weight_matrix
+
+    ops = np.asarray(list(ops), dtype=object)
+    e = np.asarray(edge_index, dtype=np.int64).reshape(2, -1)
+    wb, kin, outb = (x[:, _I[c]].astype(float) for c in ("weight_bytes", "in_features", "output_bytes"))
+    one = _one_weight_matrix(x)
+    out_degree = np.bincount(e[0], minlength=len(ops)) if e.size else np.zeros(len(ops), dtype=np.int64)
+    found = {}
+    for src, dst in e.T:
+        if (ops[dst] == "Add" and ops[src] == "MatMul" and one[src] and out_degree[src] == 1 and wb[dst] > 0
+                and abs(wb[dst] * kin[src] - wb[src]) <= 0.01 * wb[src] and outb[dst] == outb[src] and dst not in found):
+            found[int(dst)] = int(src)
+    return found
+
+
+def test_linear_bias_adds_match_the_edge_loop(graphs):
+    from perfseer.specmodel.compose import linear_bias_adds
+
+    for name, pg in graphs.items():
+        assert linear_bias_adds(pg.x, pg.op_types, pg.edge_index) == _reference_bias_adds(pg.x, pg.op_types, pg.edge_index)
+    assert linear_bias_adds(graphs["vit_b_16"].x, graphs["vit_b_16"].op_types, graphs["vit_b_16"].edge_index)
+
+
+def test_spec_model_cache_gives_the_uncached_answer(graphs):
+    from perfseer.devices import get_device
+    from perfseer.runtime.spec import load_spec_model
+
+    sm = load_spec_model()
+    pg = graphs["vit_b_16"]
+    for dev in ("a100-40gb", "l4"):
+        spec = get_device(dev)
+        for phase in ("infer", "train"):
+            kw = dict(phase=phase, precision="fp16", params=float(pg.params), edge_index=pg.edge_index)
+            sm._tables.clear(), sm._us.clear()
+            cold = sm.graph_latency(pg.x, pg.op_types, spec, **kw)
+            cold["kernel_table"]["flops"] *= 0  # a caller modifying its answer does not touch the cache
+            cold["kernel_us"][:] = 0
+            warm = sm.graph_latency(pg.x, pg.op_types, spec, **kw)
+            ref = _reference_step(pg.x, pg.op_types, "fp16", "adamw", float(pg.params), pg.edge_index, ()) \
+                if phase == "train" else None
+            if ref is not None:
+                _assert_same(warm["kernel_table"], ref)
+            assert warm["kernel_us"].sum() > 0 and warm["kernel_table"]["flops"].sum() > 0
+            dev_frame = kt.device_frame([spec] * len(warm["kernel_table"]), ["fp16"] * len(warm["kernel_table"]),
+                                        warm["kernel_table"]["family"])
+            us = sm.kernels.predict(warm["kernel_table"].drop(columns=["node", "op", "pass"]), dev_frame)
+            np.testing.assert_allclose(warm["kernel_us"], us, rtol=1e-12)
+            by_pass = warm["kernel_table"].assign(us=us).groupby("pass")["us"].sum() / 1000
+            assert warm["by_pass"] == pytest.approx(by_pass.to_dict(), rel=1e-12)
+            assert list(warm["by_pass"]) == list(by_pass.index)
+    # a different graph (another batch) is another entry
+    other = sm.graph_latency(pg.with_batch(8).x, pg.op_types, get_device("l4"), edge_index=pg.edge_index)
+    assert other["latency_ms"] != sm.graph_latency(pg.x, pg.op_types, get_device("l4"), edge_index=pg.edge_index)["latency_ms"]

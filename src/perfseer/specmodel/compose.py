@@ -157,12 +157,15 @@ def linear_bias_adds(x: np.ndarray, ops, edge_index: np.ndarray, one: np.ndarray
     wb, kin, nout, outb = col("weight_bytes"), col("in_features"), col("out_features"), col("output_bytes")
     one = _one_weight_matrix(x) if one is None else one
     out_degree = np.bincount(e[0], minlength=len(ops)) if e.size else np.zeros(len(ops), dtype=np.int64)
-    found = {}
-    for src, dst in e.T:
-        if (ops[dst] == "Add" and ops[src] == "MatMul" and one[src] and out_degree[src] == 1 and wb[dst] > 0
-                and abs(wb[dst] * kin[src] - wb[src]) <= 0.01 * wb[src]  # bias: n values, weight: k n
-                and outb[dst] == outb[src] and dst not in found):
-            found[int(dst)] = int(src)
+    if not e.size:
+        return {}
+    src, dst = e[0], e[1]
+    ok = ((ops[dst] == "Add") & (ops[src] == "MatMul") & one[src] & (out_degree[src] == 1) & (wb[dst] > 0)
+          & (np.abs(wb[dst] * kin[src] - wb[src]) <= 0.01 * wb[src])  # bias: n values, weight: k n
+          & (outb[dst] == outb[src]))
+    idx = np.flatnonzero(ok)
+    _, first = np.unique(dst[idx], return_index=True)  # the first such edge of each Add
+    found = {int(dst[i]): int(src[i]) for i in idx[np.sort(first)]}
     return found
 
 
