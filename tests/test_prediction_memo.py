@@ -64,3 +64,27 @@ def test_spec_transfer_warm_equals_cold():
         warm = t.predict(pg, batch=[1, 16], device="a100-40gb", precision="amp-fp16")
     assert [r["value"] for r in cold] == [r["value"] for r in warm]
     assert all(np.isfinite(r["value"]) for r in warm if r["value"] is not None)
+
+
+def test_long_graph_lists_are_not_kept(cell):
+    from perfseer.runtime.predictor import MEMO_MAX_GRAPHS
+
+    p = load_predictor("nb201-gpus.infer")
+    p.__dict__.get("_memo", {}).clear()
+    graphs = [cell.to_pyg()] * (MEMO_MAX_GRAPHS + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        values, _ = p.predict_with_embeddings(graphs)
+    assert not p._memo and np.allclose(values, values[0])
+
+
+def test_forget_predictions_empties_every_memo(cell):
+    from perfseer.runtime.predictor import forget_predictions
+
+    p = load_predictor("nb201-gpus.infer")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p.predict_bound(cell, [1])
+    assert p._memo
+    forget_predictions()
+    assert not p._memo

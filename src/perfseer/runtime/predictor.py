@@ -32,6 +32,7 @@ import math
 import os
 import secrets
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -66,6 +67,20 @@ EMBEDDINGS_KEY = "domain.embeddings"  # the training graphs' embeddings, stored 
 
 
 MEMO_SIZE = 32  # graph lists whose predictions a Predictor keeps (a repeated call skips the network)
+MEMO_MAX_GRAPHS = 16  # longer lists (a NAS loop's batches) are not keyed: hashing them would only cost
+
+
+class _Memo(dict):
+    """A Predictor's remembered answers (a dict that :func:`forget_predictions` can find)."""
+
+
+_MEMOS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> every live _Memo
+
+
+def forget_predictions() -> None:
+    """Empty every Predictor's remembered answers (to time a first call on a graph)."""
+    for m in list(_MEMOS.values()):
+        m.clear()
 
 
 def _graphs_key(net, graphs: list) -> bytes | None:
@@ -234,8 +249,11 @@ class Predictor:
         (:meth:`perfseer.fit.trainer.NeuralPredictor.predict_with_embeddings`).  Pass them on to
         :meth:`assess` (and a calibrated card's ``annotate``)."""
         graphs = list(graphs)
-        key = _graphs_key(self.net, graphs)
-        memo = self.__dict__.setdefault("_memo", {})
+        key = _graphs_key(self.net, graphs) if len(graphs) <= MEMO_MAX_GRAPHS else None
+        memo = self.__dict__.get("_memo")
+        if memo is None:
+            memo = self.__dict__["_memo"] = _Memo()
+            _MEMOS[id(memo)] = memo
         if key is not None and key in memo:
             values, emb = memo[key]
         else:

@@ -132,6 +132,11 @@ class SpecModel:
                 "by_pass": _sums_by(table["pass"], us), "by_family": _sums_by(table["family"], us),
                 "calibrated": calibrated}
 
+    def clear_cache(self) -> None:
+        """Forget the kept kernel tables and predictions (to time a first call on a graph)."""
+        self._tables.clear()
+        self._us.clear()
+
     def _kernels_and_us(self, x, op_types, spec, phase, precision, params, optimizer, edge_index, dropout):
         """The step's kernel table and each kernel's predicted µs, from a small cache keyed by the
         graph's content (node features, operators, edges), the step's settings and the device's
