@@ -32,6 +32,7 @@ import math
 import os
 import secrets
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -63,6 +64,52 @@ CARD_VERSION = 1
 BUNDLED = Path(__file__).resolve().parents[1] / "predictors"
 UNITS = {"latency_ms": "ms", "memory_mb": "MiB", "util_pct": "%", "energy_j": "J"}
 EMBEDDINGS_KEY = "domain.embeddings"  # the training graphs' embeddings, stored beside the weights
+
+
+MEMO_SIZE = 32  # graph lists whose predictions a Predictor keeps (a repeated call skips the network)
+MEMO_MAX_GRAPHS = 16  # longer lists (a NAS loop's batches) are not keyed: hashing them would only cost
+
+
+class _Memo(dict):
+    """A Predictor's remembered answers (a dict that :func:`forget_predictions` can find)."""
+
+
+_MEMOS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> every live _Memo
+
+
+def forget_predictions() -> None:
+    """Empty every Predictor's remembered answers (to time a first call on a graph)."""
+    for m in list(_MEMOS.values()):
+        m.clear()
+
+
+def _graphs_key(net, graphs: list) -> bytes | None:
+    """A key of the content of PyG graphs (every attribute, tensors by their bytes) and the network
+    they run through; ``None`` when a graph has an attribute it cannot key (then nothing is kept)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    h.update(str(id(net)).encode())
+    for g in graphs:
+        items = getattr(g, "items", None)
+        if items is None:
+            return None
+        for k, v in sorted(items(), key=lambda kv: kv[0]):
+            h.update(str(k).encode() + b"=")
+            if hasattr(v, "detach") and hasattr(v, "numpy"):
+                a = np.ascontiguousarray(v.detach().cpu().numpy())
+                h.update(f"{a.dtype.str}{a.shape}".encode())
+                h.update(a.tobytes())
+            elif isinstance(v, np.ndarray):
+                a = np.ascontiguousarray(v)
+                h.update(f"np{a.dtype.str}{a.shape}".encode())
+                h.update(a.tobytes())
+            elif v is None or isinstance(v, (int, float, str, bool, tuple)):
+                h.update(repr(v).encode())
+            else:
+                return None
+        h.update(b"|")
+    return h.digest()
 
 
 class PredictorError(PerfseerError):
@@ -201,9 +248,25 @@ class Predictor:
         the network run once for both where it can
         (:meth:`perfseer.fit.trainer.NeuralPredictor.predict_with_embeddings`).  Pass them on to
         :meth:`assess` (and a calibrated card's ``annotate``)."""
+        graphs = list(graphs)
+        key = _graphs_key(self.net, graphs) if len(graphs) <= MEMO_MAX_GRAPHS else None
+        memo = self.__dict__.get("_memo")
+        if memo is None:
+            memo = self.__dict__["_memo"] = _Memo()
+            _MEMOS[id(memo)] = memo
+        if key is not None and key in memo:
+            values, emb = memo[key]
+        else:
+            values, emb = self._predict_with_embeddings(graphs)
+            if key is not None:
+                memo[key] = (values, emb)
+                while len(memo) > MEMO_SIZE:
+                    memo.pop(next(iter(memo)))
+        return np.array(values, copy=True), (None if emb is None else np.array(emb, copy=True))
+
+    def _predict_with_embeddings(self, graphs: list) -> tuple[np.ndarray, np.ndarray | None]:
         from perfseer.runtime.net import embeddings  # deferred: torch, onnx or pandas
 
-        graphs = list(graphs)
         if not self._embedding_checked():
             if hasattr(self.net, "annotate") and hasattr(self.net, "predict_with_embeddings"):
                 return self.net.predict_with_embeddings(graphs)  # the calibrated card's interval reads them

@@ -40,7 +40,7 @@ import pandas as pd
 
 from perfseer.features import schema
 from perfseer.specmodel import kernels as kt
-from perfseer.specmodel.backward import backward_kernels
+from perfseer.specmodel.backward import backward_kernels, backward_table
 
 _I = {n: i for i, n in enumerate(schema.NODE_FEATURES)}
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Shape", "Constant", "Size",
@@ -157,12 +157,15 @@ def linear_bias_adds(x: np.ndarray, ops, edge_index: np.ndarray, one: np.ndarray
     wb, kin, nout, outb = col("weight_bytes"), col("in_features"), col("out_features"), col("output_bytes")
     one = _one_weight_matrix(x) if one is None else one
     out_degree = np.bincount(e[0], minlength=len(ops)) if e.size else np.zeros(len(ops), dtype=np.int64)
-    found = {}
-    for src, dst in e.T:
-        if (ops[dst] == "Add" and ops[src] == "MatMul" and one[src] and out_degree[src] == 1 and wb[dst] > 0
-                and abs(wb[dst] * kin[src] - wb[src]) <= 0.01 * wb[src]  # bias: n values, weight: k n
-                and outb[dst] == outb[src] and dst not in found):
-            found[int(dst)] = int(src)
+    if not e.size:
+        return {}
+    src, dst = e[0], e[1]
+    ok = ((ops[dst] == "Add") & (ops[src] == "MatMul") & one[src] & (out_degree[src] == 1) & (wb[dst] > 0)
+          & (np.abs(wb[dst] * kin[src] - wb[src]) <= 0.01 * wb[src])  # bias: n values, weight: k n
+          & (outb[dst] == outb[src]))
+    idx = np.flatnonzero(ok)
+    _, first = np.unique(dst[idx], return_index=True)  # the first such edge of each Add
+    found = {int(dst[i]): int(src[i]) for i in idx[np.sort(first)]}
     return found
 
 
@@ -184,12 +187,14 @@ def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str =
     if phase != "train":
         raise ValueError(f"phase must be 'infer' or 'train', got {phase!r}")
     parts = [fw]
-    for (node, op), rows in fw.groupby(["node", "op"], sort=False):
-        fn = "add" if op in PASS_THROUGH_OPS else op.lower()
-        b = backward_kernels(rows.drop(columns=["node", "op", "pass"]), fn)
-        if len(b):
-            b["node"], b["op"], b["pass"] = node, op, "bw"
-            parts.append(b)
+    ops = fw["op"].to_numpy(dtype=object)
+    uniq, inv = np.unique(ops.astype(str), return_inverse=True) if len(ops) else (np.zeros(0, str), np.zeros(0, int))
+    fns = np.asarray(["add" if op in PASS_THROUGH_OPS else op.lower() for op in uniq], dtype=object)[inv]
+    b = backward_table(fw, fns)  # each forward kernel's gradient kernels, in the forward's order
+    if len(b):
+        src = b.pop("src").to_numpy()
+        b["node"], b["op"], b["pass"] = fw["node"].to_numpy()[src], ops[src], "bw"
+        parts.append(b)
     elems = np.asarray(list(dropout), dtype=float)
     elems = elems[elems > 0]
     if len(elems):
