@@ -1,7 +1,7 @@
 """Generate docs/reference/cli.md and docs/reference/python.md from the code.
 
-The CLI page is the ``--help`` of every ``perfseer`` subcommand (and of their own subcommands),
-built by the parser of :mod:`perfseer.cli.main`.  The Python page is the signature and docstring of
+The CLI page is the usage, description and arguments of every ``perfseer`` subcommand (and of
+their own subcommands), read from the parser of :mod:`perfseer.cli.main`.  The Python page is the signature and docstring of
 every public name of :mod:`perfseer` (``perfseer.__all__``) and, for classes and callable modules,
 of their public members.  Nothing here names a module below those two, so the pages follow the
 code when modules move.
@@ -56,11 +56,36 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Arg
     return out
 
 
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _arguments(parser: argparse.ArgumentParser) -> str:
+    """A parser's arguments as a Markdown list: ``- `--name ARG`: help`` (argparse's aligned columns
+    cost a third of the page in spaces)."""
+    fmt = parser._get_formatter()  # argparse has no public way to expand a help string's %(default)s
+    lines = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue
+        if isinstance(action, argparse._SubParsersAction):
+            continue
+        names = ", ".join(action.option_strings) if action.option_strings else (action.metavar or action.dest)
+        arg = fmt._format_args(action, action.dest.upper()) if action.option_strings and action.nargs != 0 else ""
+        text = _one_line(fmt._expand_help(action)) if action.help else ""
+        lines.append(f"- `{names}{' ' + arg if arg else ''}`" + (f": {text}" if text else ""))
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def _cli_sections(parser: argparse.ArgumentParser, path: list[str], level: int) -> list[str]:
     parts = []
     for name, sub in _subparsers(parser):
         words = [*path, name]
-        parts.append(f"{'#' * level} `{' '.join(words)}`\n\n```text\n{_clean(sub.format_help())}```\n")
+        usage = _one_line(sub.format_usage().removeprefix("usage:"))
+        about = _one_line(sub.description or "")
+        epilog = f"\n```text\n{sub.epilog.strip()}\n```\n" if sub.epilog else ""  # kept as written (an example)
+        parts.append(_clean(f"{'#' * level} `{' '.join(words)}`\n\n`{usage}`\n\n" + (f"{about}\n\n" if about else "")
+                            + _arguments(sub) + epilog))
         parts.extend(_cli_sections(sub, words, min(level + 1, 4)))
     return parts
 
@@ -73,7 +98,8 @@ def cli_page() -> str:
     toc = " · ".join(f"[{c}](#perfseer-{c})" for c in commands)
     body = "".join(s + "\n" for s in _cli_sections(parser, ["perfseer"], 2))
     return (HEADER.format(what="the parser of perfseer.cli.main") + "# Command-line reference\n\n"
-            + "Every subcommand's `--help`.  Guides by task: [../index.md](../index.md).\n\n"
+            + "Every subcommand's usage and arguments (`perfseer COMMAND --help` prints the same).  "
+            + "Guides by task: [../index.md](../index.md).\n\n"
             + toc + "\n\n```text\n" + _clean(parser.format_help()) + "```\n\n" + body).rstrip() + "\n"
 
 
