@@ -177,6 +177,22 @@ def simulate(model, device: str, prompt_len="512", output_len="128", rate: float
     resort = False
     tr_seqs, tr_tokens, tr_kern = [], [], []
 
+    def retire(finished: list, at: float) -> None:
+        """Finished requests leave the running batch and free their KV blocks; with a fixed
+        concurrency, each one's client sends its next request at ``at``."""
+        nonlocal free, done
+        if finished:
+            gone = {id(r) for r in finished}
+            running[:] = [r for r in running if id(r) not in gone]
+        for r in finished:
+            free += r.blocks
+            r.blocks = 0
+            done += 1
+            if closed and later:
+                nxt = later.popleft()
+                nxt.arrival = at
+                pending.append(nxt)
+
     while done < n:
         while pending and pending[0].arrival <= now:
             waiting.append(pending.popleft())
@@ -311,17 +327,7 @@ def simulate(model, device: str, prompt_len="512", output_len="128", rate: float
                     finished.append(r)
             now = float(cum[k - 1])
             step_i += k
-            if finished:
-                gone = {id(r) for r in finished}
-                running[:] = [r for r in running if id(r) not in gone]
-            for r in finished:
-                free += r.blocks
-                r.blocks = 0
-                done += 1
-                if closed and later:
-                    nxt = later.popleft()
-                    nxt.arrival = now
-                    pending.append(nxt)
+            retire(finished, now)
             continue
         shape = cost.StepShape.of(parts, cfg.sliding_window)
         kern = timer(shape)
@@ -345,17 +351,7 @@ def simulate(model, device: str, prompt_len="512", output_len="128", rate: float
                 if r.generated >= r.out:
                     r.finish, r.last_step = now, step_i
                     finished.append(r)
-        if finished:
-            gone = {id(r) for r in finished}
-            running[:] = [r for r in running if id(r) not in gone]
-        for r in finished:
-            free += r.blocks
-            r.blocks = 0
-            done += 1
-            if closed and later:
-                nxt = later.popleft()
-                nxt.arrival = now
-                pending.append(nxt)
+        retire(finished, now)
         step_i += 1
         if step_i > 50_000_000:
             raise LLMInputError("the simulation did not finish", "report this as a bug")
