@@ -55,13 +55,13 @@ def _layout(rng: random.Random) -> dict:
     """Random several-GPU fields, mostly plausible."""
     out: dict = {}
     if rng.random() < 0.7:
-        out["gpus"] = rng.choice((1, 2, 4, 8, 16, 3, 6))
+        out["gpus"] = rng.choice((1, 2, 2, 4, 4, 8, 16, 3))
     if rng.random() < 0.7:  # mostly the data-parallel flavours: the models here are CNNs (TP/PP refused)
         out["parallel"] = rng.choice(STRATEGIES) if rng.random() < 0.3 else rng.choice(("dp", "fsdp", "zero1", "zero3"))
-    for k, p in (("tp", 0.2), ("pp", 0.2), ("dp", 0.1)):
+    for k, p in (("tp", 0.1), ("pp", 0.1), ("dp", 0.1)):
         if rng.random() < p:
             out[k] = rng.choice((1, 2, 4, 8))
-    if rng.random() < 0.15:
+    if rng.random() < (0.5 if out.get("pp") else 0.05):
         out["microbatches"] = rng.choice((1, 2, 4, 8))
     if rng.random() < 0.1:
         out["schedule"] = rng.choice(("1f1b", "gpipe"))
@@ -73,8 +73,6 @@ def _layout(rng: random.Random) -> dict:
         out["node"] = rng.choice(("dgx-a100", "dgx-h100", "pcie-8", "pcie-4", "nope"))
     if rng.random() < 0.1:
         out["interconnect"] = rng.choice(("nvlink", "pcie", "ib-ndr", "ib-hdr", "roce"))
-    if rng.random() < 0.1:
-        out["checkpoint"] = True
     return out
 
 
@@ -98,6 +96,8 @@ def _base(endpoint: str, rng: random.Random) -> dict:
             body["device"] = rng.choice(GPUS)
         if rng.random() < 0.1:
             body["layouts"] = True
+        if rng.random() < 0.1:
+            body["checkpoint"] = True
     return body
 
 

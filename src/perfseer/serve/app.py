@@ -102,7 +102,7 @@ Word = Annotated[str, StringConstraints(max_length=MAX_WORD)]
 Dim = Annotated[int, Field(ge=1, le=1 << 31)]
 
 
-class PredictRequest(several.PredictSeveral):  # with the several-GPU fields (gpus, parallel, tp...)
+class PredictRequest(BaseModel):
     model: str = Field(..., description="timm:NAME, torchvision:NAME, example:NAME, nb201:..., upload:SHA256, ...",
                        examples=["timm:resnet50"], max_length=MAX_REFERENCE)
     batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 256]], max_length=MAX_LIST)
@@ -127,7 +127,7 @@ class PredictRequest(several.PredictSeveral):  # with the several-GPU fields (gp
     power_limit_w: float | None = Field(default=None, description="with energy: a power cap, W (the step slows)")
 
 
-class MemoryRequest(several.MemorySeveral):  # with the several-GPU fields and layouts
+class MemoryRequest(BaseModel):
     model: str = Field(..., description="timm:NAME, torchvision:NAME, nb201:..., example:NAME, upload:SHA256 (ONNX: "
                                         "inference only)", examples=["timm:resnet50"], max_length=MAX_REFERENCE)
     batch: list[int] = Field(default=[1], description="batch sizes", examples=[[1, 32, 128]], max_length=MAX_LIST)
@@ -139,6 +139,11 @@ class MemoryRequest(several.MemorySeveral):  # with the several-GPU fields and l
                                     max_length=MAX_WORD)
     mig: bool = Field(default=False, description="also the smallest MIG slice that fits (largest batch)")
     max_batch: bool = Field(default=False, description="also the largest batch that fits the device")
+
+
+# the several-GPU fields (gpus, parallel, tp, pp, dp...) after each request's own
+PredictRequest = several.with_fields(PredictRequest, several.PredictSeveral)
+MemoryRequest = several.with_fields(MemoryRequest, several.MemorySeveral)
 
 
 class CompareRequest(BaseModel):

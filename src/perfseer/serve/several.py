@@ -74,6 +74,15 @@ class MemorySeveral(SeveralGPUs):
                                                      "would fit it (same batch per GPU), as each estimate's layouts")
 
 
+def with_fields(base: type[BaseModel], extra: type[BaseModel]) -> type[BaseModel]:
+    """``base`` (a request model) with ``extra``'s fields after its own: the schema at ``/docs``
+    lists the model and batch first."""
+    from pydantic import create_model
+
+    fields = {name: (f.annotation, f) for name, f in extra.model_fields.items()}
+    return create_model(base.__name__, __base__=base, __doc__=base.__doc__, __module__=base.__module__, **fields)
+
+
 def asks_several(req) -> bool:
     """Whether a request asks for several GPUs (``gpus`` > 1 or any of parallel, tp, pp, dp)."""
     return bool((req.gpus and req.gpus > 1) or req.parallel or req.tp or req.pp or req.dp)
@@ -255,7 +264,9 @@ def _add_memory(svc, req, target: str, rows: list[dict], plan: Plan, shape) -> N
         return
     lite = [{"batch_size": r["batch_size"], "phase": r.get("phase"), "device": r.get("device"), "value": r["value"]}
             for r in answered]
-    got = svc.sandbox.run(parallel_rows_job, target, lite, plan_kwargs(plan), req.precision, req.seq_len, shape,
+    # the step's precision (a measured card's own when none was asked; tf32 is simulated as fp32)
+    precision = req.precision or answered[0].get("precision")
+    got = svc.sandbox.run(parallel_rows_job, target, lite, plan_kwargs(plan), precision, req.seq_len, shape,
                           req.checkpoint, wait_s=svc.config.queue_wait_s)
     for r, m in zip(answered, got):
         if m.get("memory_per_gpu_bytes") is not None:
