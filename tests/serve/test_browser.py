@@ -209,6 +209,17 @@ def test_several_gpus_show_compute_communication_and_bubble_per_row(server, brow
         assert comm > 0 and float(r[heads.index("bubble")]) == 0
         assert step == pytest.approx(compute + comm, rel=0.01)  # three significant digits shown
     assert all(len(r.text) < 200 for r in browser.find_elements("css selector", "#table tbody tr"))  # compact
+    # memory per GPU, simulated (inference: the ONNX example has no backward pass)
+    browser.find_element("css selector", "#phase option[value=infer]").click()
+    browser.find_element("id", "gpus-memory").click()
+    browser.find_element("id", "go").click()
+    _wait(browser, lambda b: "memory / GPU" in [th.text for th in b.find_elements("css selector", "#table thead th")]
+          or b.find_element("id", "error").is_displayed())
+    assert not browser.find_element("id", "error").is_displayed(), browser.find_element("id", "error").text
+    heads = [th.text for th in browser.find_elements("css selector", "#table thead th")]
+    mem = [r.find_elements("tag name", "td")[heads.index("memory / GPU")].text
+           for r in browser.find_elements("css selector", "#table tbody tr")]
+    assert len(mem) == 2 and all(m.endswith("GiB") and float(m.split()[0]) > 0 for m in mem), mem
     # a layout that cannot run: the service's refusal and its fix on the page
     _fill(browser, "gpus", "16")
     browser.find_element("id", "go").click()
