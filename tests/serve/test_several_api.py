@@ -132,4 +132,5 @@ def test_memory_per_gpu_on_the_rows(client):
     r = _predict(client, batch=[16], gpus=2, parallel="zero3", memory=True)
     (row,) = r.json()["predictions"]
     assert row["value"] > 0 and "memory_per_gpu_bytes" not in row
-    assert any("memory per GPU not simulated" in n and "PyTorch model" in n for n in row["notes"]), row["notes"]
+    assert any("memory per GPU not simulated" in n and "PyTorch model" in n and '"phase" infer' in n
+               for n in row["notes"]), row["notes"]

@@ -272,7 +272,8 @@ def _add_memory(svc, req, target: str, rows: list[dict], plan: Plan, shape) -> N
         if m.get("memory_per_gpu_bytes") is not None:
             r["memory_per_gpu_bytes"] = m["memory_per_gpu_bytes"]
             r["memory_fits"] = m.get("memory_fits")
-        r["notes"] = r.get("notes", []) + [svc.scrub(n.replace(target, req.model)) for n in m.get("notes", [])]
+        r["notes"] = r.get("notes", []) + [_api_words(svc.scrub(n.replace(target, req.model)))
+                                           for n in m.get("notes", [])]
 
 
 def parallel_rows_job(target: str, rows: list[dict], kw: dict, precision, seq_len, shape, checkpoint: bool) -> list:
