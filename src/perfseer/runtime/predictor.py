@@ -415,9 +415,9 @@ class Predictor:
             op_types: per graph, its operator types.
             input_shapes: per graph, one sample's input shape (``"3x224x224"``; ``None``: not checked).
             families: per graph its architecture family (``timm:`` / ``torchvision:`` references;
-                ``None``: not checked); a family the card's domain does not list is out of domain.
-            embeddings: the graphs' encoder embeddings from :meth:`predict_with_embeddings`
-                (``None``: computed here when the domain check needs them).
+                ``None``: not checked); a family the card's domain does not list widens the interval.
+            embeddings: accepted and not used (the embedding distance decides the model space,
+                :meth:`space_reasons`, not the verdict).
             extra_reasons: reasons every graph is out of domain for (an extraction unlike the
                 training graphs', :meth:`extraction_mismatch`).
 
@@ -425,20 +425,20 @@ class Predictor:
             ``(verdicts, checked)``: per graph ``(in_domain, reasons)``
             (:func:`perfseer.trust.domain.verdicts`); per graph and target ``{"value", "interval":
             [lo, hi], "flags"}``: the value clipped to the physical bounds, its 90 % interval
-            (widened by the card's ``ood_factor`` out of domain), and what was clipped.
+            (widened by the card's ``ood_factor`` out of domain, and in domain for the reasons of
+            :func:`perfseer.trust.domain.interval_flags`, which are then among the flags), and what
+            was clipped.
         """
-        from perfseer.runtime.net import embeddings as embed  # deferred: torch
-
         domain = self.card.get("domain")
-        emb = None
-        if self._embedding_checked():
-            emb = embed(self.net, list(graphs)) if embeddings is None else embeddings
-        verdicts = dom.verdicts(domain, graphs, op_types, input_shapes, emb, self.domain_embeddings, families)
+        verdicts = dom.verdicts(domain, graphs, op_types, input_shapes)
         if extra_reasons:
             verdicts = [(False, list(reasons) + list(extra_reasons)) for _, reasons in verdicts]
         inside = np.array([v[0] for v in verdicts], dtype=bool)
         cal = self.card.get("intervals") or {}
         factor = float(cal.get("ood_factor", itv.DEFAULT_OOD_FACTOR))
+        # an unseen family or a step outside the training steps: in domain, but the interval widened
+        widen = dom.interval_flags(domain, graphs, families, factor)
+        inside = inside & np.array([not w for w in widen], dtype=bool)
         costs = [bnd.graph_costs(g, ops) for g, ops in zip(graphs, op_types)]
         flops_range = None
         if domain and "flops_total" in (domain.get("globals") or {}).get("ranges", {}):
@@ -465,6 +465,8 @@ class Predictor:
                 if q is None:
                     flags.append("no interval: the card has no calibration (too few validation rows, or a card "
                                  "from before calibration: run scripts/calibrate_predictors.py)")
+                elif verdicts[i][0]:
+                    flags.extend(widen[i])
                 interval = [l, h] if q is not None else None
                 checked[i][c] = {"value": value, "interval": interval, "flags": flags}
         return verdicts, checked
