@@ -18,10 +18,12 @@ from perfseer.trust import intervals as itv
 U = {n: i for i, n in enumerate(schema.GLOBAL_FEATURES)}
 
 
-def graph(flops: float = 1e9, batch: int = 1, nodes: int = 10, weights: float = 1e6, elem_bytes: int = 4) -> Data:
+def graph(flops: float = 1e9, batch: int = 1, nodes: int = 10, weights: float = 1e6, elem_bytes: int = 4,
+          mem: float = 0.0) -> Data:
     """A graph whose features hold what the checks read: globals, and edge bytes / elements."""
     u = np.zeros(len(schema.GLOBAL_FEATURES), np.float32)
     u[U["flops_total"]], u[U["batch_size"]], u[U["num_nodes"]], u[U["weight_total"]] = flops, batch, nodes, weights
+    u[U["memory_access_total"]] = mem
     u[U["num_edges"]] = nodes - 1
     ea = np.zeros((nodes - 1, len(schema.EDGE_FEATURES)), np.float32)
     ea[:, schema.EDGE_FEATURES.index("elements")] = 1000
@@ -70,13 +72,21 @@ def test_only_the_calibrated_checks_decide_the_verdict(domain):
 
 def test_a_step_outside_the_training_steps_widens_the_interval(domain):
     d, _ = domain
-    small, usual, large = graph(flops=1e6, batch=1), graph(flops=1e9, batch=8), graph(flops=1e13, batch=64)
-    flags = dom.interval_flags(d, [small, usual, large], factor=2.41)
-    assert flags[1] == []
-    assert flags[0] == ["step smaller than the training steps at batch 1; interval widened x2.41 (flops_total "
-                        "1 MFLOPs < 79.4 MFLOPs: small, launch-bound steps were not measured)"]
-    assert flags[2][0].startswith("step larger than the training steps at batch 64; interval widened x2.41 "
-                                  "(flops_total 10 TFLOPs > ")
+    d = {**d, "targets": {"lat": [2.0, 500.0]}}
+    g = [graph(flops=1e9, batch=1)] * 4
+    flags = dom.interval_flags(d, g, factor=2.41, values=[1.0, 3.0, 600.0, float("nan")], target="lat", unit="ms")
+    assert flags[1] == [] and flags[3] == []
+    assert flags[0] == ["step smaller than the training steps at batch 1; interval widened x2.41 (predicted 1 ms < "
+                        "2 ms, the smallest training value: small steps were not measured)"]
+    assert flags[2] == ["step larger than the training steps at batch 1; interval widened x2.41 (predicted 600 ms > "
+                        "500 ms, the largest training value)"]
+    # without values: a step below the training graphs in both FLOPs and memory access
+    train = [graph(flops=f, mem=10 * f) for f in np.geomspace(1e8, 1e10, 20)]
+    d2, _ = dom.build_domain(train, ["Conv"], [8] * 20, [None] * 20)
+    small = dom.interval_flags(d2, [graph(flops=1e6, mem=1e7), graph(flops=1e6, mem=1e10), graph(flops=1e9, mem=1e10)])
+    assert small[1] == small[2] == []  # one of the two inside the training range: not smaller
+    assert small[0] == ["step smaller than the training steps at batch 1; interval widened (flops_total 1 MFLOPs < "
+                        "81.5 MFLOPs; memory_access_total 10 MB < 815 MB: small steps were not measured)"]
 
 
 def test_one_training_batch_size_extrapolates_by_the_step():

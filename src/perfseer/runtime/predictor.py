@@ -436,9 +436,6 @@ class Predictor:
         inside = np.array([v[0] for v in verdicts], dtype=bool)
         cal = self.card.get("intervals") or {}
         factor = float(cal.get("ood_factor", itv.DEFAULT_OOD_FACTOR))
-        # an unseen family or a step outside the training steps: in domain, but the interval widened
-        widen = dom.interval_flags(domain, graphs, families, factor)
-        inside = inside & np.array([not w for w in widen], dtype=bool)
         costs = [bnd.graph_costs(g, ops) for g, ops in zip(graphs, op_types)]
         flops_range = None
         if domain and "flops_total" in (domain.get("globals") or {}).get("ranges", {}):
@@ -447,10 +444,12 @@ class Predictor:
         for c, t in enumerate(self.targets):
             q = ((cal.get("targets") or {}).get(t.key) or {}).get("q")
             v = np.asarray(values[:, c], dtype=np.float64) if len(graphs) else np.zeros(0)
+            # an unseen family or a step outside the training steps: in domain, the interval widened
+            widen = dom.interval_flags(domain, graphs, families, factor, v, t.key, t.unit)
             if q is None:
                 lo, hi = np.full(len(v), np.nan), np.full(len(v), np.nan)
             else:
-                lo, hi = itv.bounds(v, q, inside, factor)
+                lo, hi = itv.bounds(v, q, inside & np.array([not w for w in widen], dtype=bool), factor)
             spec = self._spec(t.device) if t.metric == "latency_ms" else None
             for i in range(len(graphs)):
                 if spec is not None:

@@ -36,13 +36,12 @@ there; the family check marks every held-out family out by definition.  None of 
 verdict.
 
 What a graph's verdict cannot see is judged per row by :func:`interval_flags`: a **model family**
-absent from training, and a **step** (FLOPs or memory access of the whole batch) outside the
-training steps' range.  Neither marks the model out (ResNet-50 is a training-zoo model at batch 1
+absent from training, and a **step** outside the training steps (a predicted value outside the
+training values, or FLOPs and memory access of the whole batch below the training graphs').  Neither marks the model out (ResNet-50 is a training-zoo model at batch 1
 and at 256), but each widens the row's interval by the card's out-of-domain factor and says why:
 unseen families err more than the card's k-fold score (the intervals' ``ood_factor`` is
 calibrated on them), and the timm rows were measured at the largest batch that fit, so a much
-smaller (launch-bound) or larger step is an extrapolation in the batch the measurements cannot
-check.  :func:`build_domain` computes a domain from training and validation graphs.
+smaller or larger step is an extrapolation in the batch the measurements cannot check.  :func:`build_domain` computes a domain from training and validation graphs.
 """
 
 from __future__ import annotations
@@ -232,17 +231,22 @@ def _gfmt(v: float, name: str) -> str:
 
 
 def interval_flags(domain: dict | None, graphs: Sequence, families: Sequence[str | None] | None = None,
-                   factor: float | None = None) -> list[list[str]]:
+                   factor: float | None = None, values: Sequence[float] | None = None,
+                   target: str | None = None, unit: str = "") -> list[list[str]]:
     """Per graph, why its interval is widened although its model is in domain (empty: not widened).
 
     * its **model family** (``timm:`` / ``torchvision:`` references) is absent from the training
       graphs (``None``: unknown, not checked);
-    * its **step** is outside the training steps: the whole batch's FLOPs or memory access below
-      the smallest or above the largest training graph's (the robust ranges of
-      ``domain["globals"]``), an extrapolation in the batch.
+    * its **step** lies outside the training steps: its predicted ``values`` (for ``target``)
+      outside the range of that target over the training rows (``domain["targets"]``), or both its
+      FLOPs and its memory access below the training graphs' (the robust ranges of
+      ``domain["globals"]``).  Timm's measurements ran each model at the largest batch that fit,
+      so such a step is an extrapolation in the batch the measurements cannot check.
 
     Args:
         factor: the card's out-of-domain factor, named in the text (``None``: not named).
+        values, target, unit: the predictions, the target's key and unit (``None``: the values
+            are not checked).
     """
     out: list[list[str]] = [[] for _ in graphs]
     if not domain:
@@ -250,29 +254,31 @@ def interval_flags(domain: dict | None, graphs: Sequence, families: Sequence[str
     wide = f"; interval widened x{factor:g}" if factor else "; interval widened"
     known = set(domain["families"]) if domain.get("families") else None
     ranges = (domain.get("globals") or {}).get("ranges", {})
+    span = (domain.get("targets") or {}).get(target) if target is not None else None
     names = list(schema.GLOBAL_FEATURES)
     for i, g in enumerate(graphs):
         fam = families[i] if families is not None else None
         if known is not None and fam is not None and fam not in known:
             out[i].append(f"model family {fam!r} never seen in training{wide} (held-out families err more "
                           f"than the card's k-fold score)")
-        lu = _log(_u(g))
-        below, above = [], []
+        u = _u(g)
+        b = int(round(u[names.index("batch_size")]))
+        lu = _log(u)
+        below = []
         for name in STEP_FEATURES:
-            if name not in ranges:
-                continue
-            lo, hi = ranges[name]
-            v = lu[names.index(name)]
-            if v < lo:
-                below.append(f"{name} {_gfmt(10 ** v - 1, name)} < {_gfmt(10 ** lo - 1, name)}")
-            elif v > hi:
-                above.append(f"{name} {_gfmt(10 ** v - 1, name)} > {_gfmt(10 ** hi - 1, name)}")
-        b = int(round(_u(g)[names.index("batch_size")]))
-        if below:
-            out[i].append(f"step smaller than the training steps at batch {b}{wide} ({'; '.join(below)}: "
-                          f"small, launch-bound steps were not measured)")
-        elif above:
-            out[i].append(f"step larger than the training steps at batch {b}{wide} ({'; '.join(above)})")
+            if name in ranges and lu[names.index(name)] < ranges[name][0]:
+                below.append(f"{name} {_gfmt(10 ** lu[names.index(name)] - 1, name)} < "
+                             f"{_gfmt(10 ** ranges[name][0] - 1, name)}")
+        v = float(values[i]) if values is not None and span else None
+        if v is not None and np.isfinite(v) and v < span[0]:
+            out[i].append(f"step smaller than the training steps at batch {b}{wide} (predicted {v:.3g} {unit} < "
+                          f"{span[0]:.3g} {unit}, the smallest training value: small steps were not measured)")
+        elif len(below) == len(STEP_FEATURES):
+            out[i].append(f"step smaller than the training steps at batch {b}{wide} ({'; '.join(below)}: small "
+                          f"steps were not measured)")
+        elif v is not None and np.isfinite(v) and v > span[1]:
+            out[i].append(f"step larger than the training steps at batch {b}{wide} (predicted {v:.3g} {unit} > "
+                          f"{span[1]:.3g} {unit}, the largest training value)")
     return out
 
 
