@@ -83,3 +83,12 @@ def test_predict_table_shows_in_and_one_short_note(capsys):
     code, out, _ = run_cli(capsys, "predict", "example:resnet50", "--predictor", CARD, "--batch", "1,8,256",
                            "--explain")
     assert code == 0 and "predicted 1.4 ms < 12.4 ms, the smallest training value" in out
+
+
+def test_the_spec_transfer_carries_its_sources_step_flag():
+    from perfseer.runtime.route import predict_on_device
+
+    one, big = predict_on_device("example:resnet50", "l40s", batch=[1, 256], prefer="transfer")
+    assert one["in_domain"] and big["in_domain"] and big["flags"] == []
+    assert len(one["flags"]) == 1 and "step smaller than the training steps at batch 1" in one["flags"][0]
+    assert one["interval"][1] / one["interval"][0] > big["interval"][1] / big["interval"][0]

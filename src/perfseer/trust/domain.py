@@ -230,6 +230,15 @@ def _gfmt(v: float, name: str) -> str:
     return f"{v:.3g} {unit}"
 
 
+INTERVAL_FLAG_PREFIXES = ("step smaller than the training steps", "step larger than the training steps",
+                          "model family ")
+
+
+def is_interval_flag(text: str) -> bool:
+    """Whether a row's flag is one of :func:`interval_flags`' (a widened interval in domain)."""
+    return text.startswith(INTERVAL_FLAG_PREFIXES)
+
+
 def interval_flags(domain: dict | None, graphs: Sequence, families: Sequence[str | None] | None = None,
                    factor: float | None = None, values: Sequence[float] | None = None,
                    target: str | None = None, unit: str = "") -> list[list[str]]:
