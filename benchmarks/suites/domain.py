@@ -185,9 +185,41 @@ def choose(results: dict[str, dict], C: dict) -> str:
     return next(rr for rr in C["candidates"] if rr in score and score[rr] >= best - C["tie"])
 
 
+def zoo(C: dict, quick: bool = False) -> dict:
+    """Per shipped timm card, the share of the timm zoo's (model, resolution) graphs in its domain
+    (the verdict does not depend on the batch) and the commonest reasons of the rest."""
+    from collections import Counter
+
+    from perfseer.data.dataset import load_dataset  # deferred: torch
+    from perfseer.features.pyg import OP_VOCAB  # deferred: torch
+
+    out = {}
+    for dataset, cards in C["zoo"].items():
+        ds = load_dataset(dataset)
+        first = ds.labels.drop_duplicates(["model", "input_shape"])
+        if quick:
+            first = first.head(100)
+        graphs = [ds.graphs[int(g)] for g in first.graph]
+        ops = [sorted({OP_VOCAB[int(i)] for i in g.op_type.unique().tolist()}) for g in graphs]
+        shapes = [str(x) for x in first.input_shape]
+        for name in cards:
+            domain = load_predictor(name).card["domain"]
+            v = dom.verdicts(domain, graphs, ops, shapes)
+            why = Counter(r.split(":")[0] if r.startswith("operator") else "input size" if r.startswith("input of")
+                          else r.split(";")[0] for _, rs in v for r in rs)
+            seen = set(domain["op_types"])
+            unseen = Counter(o for op in ops for o in op if o not in seen)
+            out[name] = {"dataset": dataset, "graphs": len(graphs), "in": int(sum(ok for ok, _ in v)),
+                         "reasons": dict(why.most_common(4)), "unseen_ops": dict(unseen.most_common(5)),
+                         "resnet50_in": [bool(ok) for (ok, _), m, sh in zip(v, first.model, shapes)
+                                         if str(m).split("@")[0] == "timm:resnet50" and sh == "3x224x224"]}
+    return out
+
+
 def steps(ctx: Context) -> list[Step]:
     C = load_config("domain")
-    return [Step(s, lambda s=s: study(s, C, ctx.quick)) for s in C["settings"]]
+    return [Step(s, lambda s=s: study(s, C, ctx.quick)) for s in C["settings"]] + [
+        Step("zoo", lambda: zoo(C, ctx.quick))]
 
 
 def _met(v, aim, above: bool) -> str:
@@ -198,6 +230,11 @@ def _met(v, aim, above: bool) -> str:
 
 def render(ctx: Context, res: dict[str, dict]) -> str:
     C = load_config("domain")
+    res = dict(res)
+    zres = res.pop("zoo", None) or {}
+    zt = [[f"`{n}`", z["dataset"], f"{z['in']} of {z['graphs']} ({z['in'] / z['graphs'] * 100:.1f} %)",
+           "; ".join(f"{k} {v}" for k, v in z["unseen_ops"].items()) or "-"]
+          for n, z in zres.items() if not n.startswith("_")]
     chosen = choose(res, C)
     vt = []
     for rr in C["candidates"] + C["shown"] + C["earlier"]:
@@ -247,6 +284,11 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
         "is widened by the card's out-of-domain factor whether in domain or not (without the widening, "
         f"the in-domain held-out rows would be held {cov}). The *card's k-fold* column compares with the "
         "card's k-fold score by architecture (new models of known families, the bundled-predictors table)."
+        + ("\n\n**The timm zoo on the shipped cards**: the share of the zoo's (model, resolution) graphs "
+           "each card marks in domain (the verdict does not depend on the batch; a step outside the training "
+           "steps widens the interval instead), and the operator types that put the others out (graphs "
+           "with each):\n\n" + md_table(["card", "graphs of", "in domain", "unseen operator types (graphs)"], zt)
+           if zt else "")
     )
 
 
