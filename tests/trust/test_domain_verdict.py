@@ -61,14 +61,15 @@ def test_an_unseen_operator_type_or_input_is_still_out(card):
     (ok, reasons), = dom.verdicts(d, [g], [ops + ["NonMaxSuppression"]], ["1x64x64"])
     assert not ok and reasons == ["operator types never seen in training: NonMaxSuppression",
                                   "1 input channels; training inputs had 3",
-                                  "input of 4,096 values per sample outside the training range 76,800-3.15e+06"]
+                                  ("input of 4,096 values per sample outside the training range "
+                                   "76,800-3.15e+06")]
 
 
 def test_one_footnote_per_kind_of_flag():
-    rows = [[f"step smaller than the training steps at batch {b}; interval widened x2.41 (predicted {b * 1.4:.3g} "
-             f"ms < 12.4 ms, the smallest training value: small steps were not measured)",
-             "model family 'xcit' never seen in training; interval widened x2.41 (held-out families err more than "
-             "the card's k-fold score)"] for b in (1, 2, 4, 8)] + [[]]
+    rows = [[(f"step smaller than the training steps at batch {b}; interval widened x2.41 (predicted {b * 1.4:.3g} "
+              f"ms < 12.4 ms, the smallest training value: small steps were not measured)"),
+             ("model family 'xcit' never seen in training; interval widened x2.41 (held-out families err more than "
+              "the card's k-fold score)")] for b in (1, 2, 4, 8)] + [[]]
     marks, notes = footnotes(rows)
     assert marks == [[1, 2]] * 4 + [[]]
     assert notes == ["step smaller than the training steps (batch 1-8): extrapolated, interval widened",

@@ -464,7 +464,7 @@ class Predictor:
                 if q is None:
                     flags.append("no interval: the card has no calibration (too few validation rows, or a card "
                                  "from before calibration: run scripts/calibrate_predictors.py)")
-                elif verdicts[i][0]:
+                else:
                     flags.extend(widen[i])
                 interval = [l, h] if q is not None else None
                 checked[i][c] = {"value": value, "interval": interval, "flags": flags}

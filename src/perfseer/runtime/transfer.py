@@ -203,7 +203,8 @@ def merge_source_reasons(per_source: list[tuple[str, list[str]]]) -> list[str]:
         for text in reasons:
             # "global features outside the training range: ..." lists features: the part before the colon
             # (or semicolon: "step smaller than the training steps at batch 1; interval widened ...")
-            key = re.split(r"[:;]", text)[0] if re.search(r"[:;]", text) else re.sub(r"[-+]?[\d.,]+(e[-+]?\d+)?x?", "#", text)
+            head = re.split(r"[:;]", text)[0]
+            key = head if head != text else re.sub(r"[-+]?[\d.,]+(e[-+]?\d+)?x?", "#", text)
             first, devices, texts = groups.setdefault(key, (text, [], set()))
             if device not in devices:
                 devices.append(device)
