@@ -72,3 +72,16 @@ def test_tp_activation_share_is_megatron_ratio(t):
     # full recomputation keeps each layer's input, 2 s b h of 34 + 80, plus one layer recomputed
     ck = factors(make_plan(1, "dp"), GPT75, checkpoint=True)["activations"]
     assert ck == pytest.approx(2 / (34 + 80) + 1 / 36)
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_checkpointed_layer_inputs_under_tp(t):
+    """Full recomputation keeps each layer's input, 2 s b h: whole on every TP rank (Korthikanti's
+    ``2 s b h``), split along the sequence with sequence parallelism (``2 s b h / t``); the layer
+    being recomputed is the TP rank's share of one layer."""
+    r = 80.0
+    a_tp = (10 + (24 + r) / t) / (34 + r)
+    ck = factors(make_plan(t, "tp"), GPT75, checkpoint=True)["activations"]
+    assert ck == pytest.approx(2 / (34 + r) + a_tp / 36)
+    ck_sp = factors(make_plan(t, "tp", sequence_parallel=True), GPT75, checkpoint=True)["activations"]
+    assert ck_sp == pytest.approx(2 / (34 + r) / t + (1 / t) / 36)

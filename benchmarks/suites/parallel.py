@@ -48,9 +48,19 @@ QUICK_MODELS = ("resnet18", "resnet50", "densenet121", "mobilenet_v2", "vgg16", 
 
 
 def collectives_step() -> dict:
+    """The held-out table, and the measured bus bandwidths (GB/s, messages of 8 MiB and more) the
+    section quotes: median per configuration, 10th and 90th percentiles for those that switch."""
     from perfseer.fit.collectives import load, validate
+    from perfseer.parallel.collectives import volume_factor
 
-    return {"table": validate(load())}
+    df = load()
+    big = df[df["size"] >= 8 * 2**20]
+    rates = {}
+    for (folder, op, n, per), g in big.groupby(["folder", "op", "ranks", "per_node"]):
+        bus = volume_factor(op, int(n)) * g["size"] / (g["ms"] * 1e-3) / 1e9
+        rates[f"{folder} {op} {n // per}x{per}"] = {"median": float(bus.median()), "p10": float(bus.quantile(0.1)),
+                                                    "p90": float(bus.quantile(0.9))}
+    return {"table": validate(df), "bus_gbs": rates}
 
 
 def dataparallel_measured_step() -> dict:
@@ -210,13 +220,15 @@ def activation_tp_step(quick: bool) -> dict:
     logits = logits_bytes(facts, 1, "fp16")  # fp16 logits, their fp32 copy for the loss and its log-softmax
     out = []
     for t in (1, 2, 4, 8):
-        for sp, ck in ((False, False), (True, False), (False, True)):
+        for sp, ck in ((False, False), (True, False), (False, True), (True, True)):
             if t == 1 and sp:
                 continue
             plan = make_plan(t, "tp", sequence_parallel=sp) if t > 1 else make_plan(1, "dp")
             f = factors(plan, facts, checkpoint=ck)
             ours = (acts - logits) * f["activations"] + logits * f["logits"]  # as shard() divides them
             formula = megatron_activation_bytes(seq, 1, h, heads, layers, t, sequence_parallel=sp, recompute=ck)
+            if ck:  # the layer being recomputed holds its activations while its backward runs
+                formula += megatron_activation_bytes(seq, 1, h, heads, 1, t, sequence_parallel=sp)
             out.append({"t": t, "sequence_parallel": sp, "recompute": ck, "perfseer_bytes": ours,
                         "formula_bytes": formula, "formula_logits_bytes": logits / t,
                         "rel_err": ours / (formula + logits / t) - 1})
@@ -275,19 +287,29 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
         lines.append(md_table(["held out", "configuration (nodes x GPUs)", "mean", "median"],
                               [[r["experiment"].replace("held-out ", ""), label(r["config"]),
                                 f(r["mean_abs_pct"]) + " %", f(r["median_abs_pct"]) + " %"] for r in col]))
+        bus = res.get("collectives", {}).get("bus_gbs", {})
+
+        def gbs(key: str, q: str = "median") -> str:
+            return f(bus.get(key, {}).get(q), 1)
+
+        one = bus.get("a100_dgx all_reduce 2x1", {}).get("median")
         lines += ["", "Held out: *sizes*, every third message size and the largest fifth of each configuration "
                   "(the rest fitted); *rank count*, one configuration refitted without (1x4 from 1x2 and 1x8; "
                   "each of 2x2, 2x4, 2x8 from the other cross-node rows); *node type*, a PCIe server's rows "
                   "predicted inside the node from the DGX fit and its spec sheet, across nodes from the other "
                   "PCIe server's fit of the same network.  Across nodes a GPU count without its own fit drives "
-                  "one NIC per GPU (up to the node's NICs) at a lone GPU's per-NIC rate: right for 2x4 "
-                  "(measured 22 GB/s bus bandwidth, 4 x 5.9 GB/s), but the measured 2x8 falls to 17.5 GB/s "
-                  "where 8 NICs would give 47, a limit of the measured cluster that rows with fewer GPUs per "
-                  "node do not show; the 2x2 rows switch between 6 and 10.5 GB/s from one run of sizes to the "
-                  "next.  The A40 pair moved 4 GB/s inside the node, a fourteenth of its 56 GB/s bridge and a "
-                  "sixth of the PCIe rate the A100 server's 4-GPU ring reaches: not the bridge (NCCL's "
-                  "host-memory path, most likely), which no spec sheet predicts; a measured node type answers "
-                  "with its own fitted link.", ""]
+                  "one NIC per GPU (up to the node's NICs) at a lone GPU's per-NIC rate.  Measured all-reduce "
+                  f"bus bandwidth across 2 DGX nodes (median, 8 MiB and more): {gbs('a100_dgx all_reduce 2x1')} "
+                  f"GB/s with 1 GPU per node, {gbs('a100_dgx all_reduce 2x4')} with 4 (4 NICs at the 1-GPU rate: "
+                  f"{f(4 * one, 1) if one else '-'}), {gbs('a100_dgx all_reduce 2x8')} with 8 (8 NICs would give "
+                  f"{f(8 * one, 1) if one else '-'}: a limit of the measured cluster that fewer GPUs per node do "
+                  f"not show); with 2 the rows switch between {gbs('a100_dgx all_reduce 2x2', 'p10')} and "
+                  f"{gbs('a100_dgx all_reduce 2x2', 'p90')} GB/s from one run of sizes to the next.  The A40 pair's "
+                  f"send/recv inside the node ran at {gbs('a40_pairwise_nvlink send_recv 1x2')} GB/s, against "
+                  "56.25 GB/s for its NVLink bridge (the registry's datasheet figure) and "
+                  f"{gbs('a100_pairwise_nvlink all_reduce 1x4')} GB/s for the A100 server's 4-GPU PCIe ring: not "
+                  "the bridge (NCCL's host-memory path, most likely), which no spec sheet predicts; a measured "
+                  "node type answers with its own fitted link.", ""]
     dm = res.get("dataparallel-measured-compute", {}).get("table", [])
     if dm:
         lines += ["**torch.nn.DataParallel**, the several-GPU model alone (measured 1-GPU step + modelled "
@@ -373,13 +395,18 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
                   "{seq} tokens, explicit attention, fp16, batch 1; perfseer's activations (the simulated "
                   "single-GPU peak, divided as `perfseer memory --tp T` divides it) against the formula times "
                   "the layers, plus the logits split over the vocabulary (which the per-layer formula leaves "
-                  "out; perfseer's estimate of them on both sides).  With recomputation perfseer also counts "
-                  "the one layer being recomputed.".format(**sh), ""]
+                  "out; perfseer's estimate of them on both sides); with recomputation, plus one layer's "
+                  "activations by the same formula (the layer being recomputed, which the paper's table leaves "
+                  "out).  The simulated step keeps more per layer than Megatron's fused kernels do (HF's "
+                  "explicit attention: separate scaling, masking, softmax and dropout).".format(**sh), ""]
         lines.append(md_table(["TP", "sequence parallel", "recompute", "perfseer", "formula + logits", "difference"],
                               [[r["t"], "yes" if r["sequence_parallel"] else "no", "yes" if r["recompute"] else "no",
                                 f(r["perfseer_bytes"] / 2**20, 0) + " MiB",
                                 f((r["formula_bytes"] + r["formula_logits_bytes"]) / 2**20, 0) + " MiB",
                                 _pct(r["rel_err"])] for r in at["rows"]]))
+        plain = [r["rel_err"] for r in at["rows"] if not r["recompute"]]
+        lines.append(f"\nWithout recomputation the difference is {_pct(min(plain))} to {_pct(max(plain))} whatever the "
+                     "TP degree: the shares follow the formula; the difference is the single-GPU simulation's.")
         lines.append("")
     bf = res.get("bubble-formula", {}).get("rows", [])
     if bf:

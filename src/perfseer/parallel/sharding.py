@@ -15,8 +15,9 @@ activations          TP: ``(10 + (24 + r)/t)/(34 + r)`` of them (Megatron's per-
                      it keeps them, else 0; the ``24 + r`` inside the split blocks divided;
                      sequence parallel: ``1/t``); 1F1B: the first stage holds ``pp``
                      microbatches of ``1/pp`` of the layers (x1); GPipe: all ``m`` (x
-                     ``m/pp``); checkpointing: each layer's input (``2 s b h`` of ``34 + r``)
-                     plus one layer recomputed (``1/L``); a language model's logits (and
+                     ``m/pp``); checkpointing: each layer's input (``2 s b h`` of ``34 + r``,
+                     whole on every TP rank, ``1/t`` with sequence parallelism) plus one layer
+                     recomputed (``1/L`` of the TP rank's share); a language model's logits (and
                      the loss's fp32 copies) are not a layer's: ``1/t`` (vocab-parallel),
                      kept under checkpointing, GPipe: ``m`` microbatches
 input, transient,    unchanged
@@ -126,7 +127,10 @@ def factors(plan: Plan, facts: ModelFacts, phase: str = "train", checkpoint: boo
         if not facts.layers:
             raise ParallelError(f"activation checkpointing is modelled per transformer layer; {facts.name} has no "
                                 "known layers", "drop --checkpoint, or use an hf: model")
-        a = a_tp * (_ACT_INPUT / (_ACT_TOTAL + r)) * held + a_tp / facts.layers  # layer inputs kept, one recomputed
+        # each layer's input kept (whole on every TP rank, split along the sequence with sequence
+        # parallelism), one layer's activations recomputed at a time
+        kept = (_ACT_INPUT / (_ACT_TOTAL + r)) * (1.0 / plan.tp if plan.sequence_parallel else 1.0)
+        a = kept * held + a_tp / facts.layers
     else:
         a = a_tp * held
     if phase != "train":
