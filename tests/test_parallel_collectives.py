@@ -131,3 +131,21 @@ def test_networks_fitted_apart_and_borrowed_by_transport():
     slow = collective_time_ms("send_recv", 2**30, 2, node="pcie-a40-nvlink-pairs", nodes=2)
     fast = collective_time_ms("send_recv", 2**30, 2, node="dgx-a100", nodes=2)
     assert slow > 2 * fast
+
+
+def test_an_old_fact_file_is_refused_with_the_fix(tmp_path, monkeypatch):
+    import json
+
+    from perfseer.parallel import collectives as col
+
+    old = tmp_path / "collectives.json"
+    old.write_text(json.dumps({"format_version": 1, "paths": {}, "network": {}}))
+    monkeypatch.setattr(col, "FACTS", old)
+    col.constants.cache_clear()
+    try:
+        with pytest.raises(PerfseerError, match="python -m perfseer.fit.collectives"):
+            col.constants()
+    finally:
+        monkeypatch.undo()
+        col.constants.cache_clear()
+    assert col.constants()["format_version"] == col.FORMAT_VERSION

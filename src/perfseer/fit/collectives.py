@@ -293,18 +293,21 @@ def build(data: Path = DEFAULT_DATA) -> tuple[dict, list[dict]]:
     table = validate(df)
     consts = fit(df)
     consts["format"] = "perfseer.collectives"
-    consts["format_version"] = 1
+    consts["format_version"] = col.FORMAT_VERSION
     consts["source"] = SOURCE
     consts["fitted_by"] = "python -m perfseer.fit.collectives (perfseer.fit.collectives)"
-    consts["network_rated"] = {"dgx-a100": f"{get_node('dgx-a100').network}: {get_network('ib-hdr').gbs} GB/s per NIC"}
+    consts["network_rated"] = {net: f"{net}: {get_network(net).gbs} GB/s per NIC ({get_network(net).transport})"
+                               for net in consts["networks"]}
     consts["held_out"] = table
     consts["notes"] = ("efficiency: fraction of the registry's link bandwidth (perfseer.devices.interconnect) "
                        "reached by NCCL; ring: all-reduce bus bandwidth (also used for all-gather, "
                        "reduce-scatter, all-to-all), p2p: send/recv; latency_ms: [a0, a1], a0 + a1 (GPUs per "
-                       "node - 1); sqrt_ms: coefficient of sqrt(ms at full link rate); network: by GPUs per "
-                       "node, efficiency in port bandwidths (NCCL drives several NICs), latency added to the "
-                       "intra-node one, log-linear between measured GPUs per node; "
-                       "nodes: measured node types' own fitted paths")
+                       "node - 1); sqrt_ms: coefficient of sqrt(ms at full link rate); networks: per network, "
+                       "by GPUs per node, efficiency per NIC driven (min(GPUs per node, NICs) NICs), latency "
+                       "added to the intra-node one; an unmeasured GPU count per node uses the fewest measured; "
+                       "an unmeasured network a measured one of the same transport; "
+                       "nodes: measured node types' own fitted paths and network; fitted by least absolute "
+                       "relative error")
     return consts, table
 
 

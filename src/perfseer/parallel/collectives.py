@@ -58,6 +58,8 @@ from perfseer.devices.interconnect import (GpuLinks, NodeType, UnknownInterconne
 from perfseer.errors import PerfseerError
 
 FACTS = Path(__file__).resolve().parent / "data" / "collectives.json"
+#: the fact file's layout this module reads (2: one entry per network, efficiencies per NIC driven)
+FORMAT_VERSION = 2
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
 #: ``--interconnect`` choices: the intra-node path (nvlink, pcie) or the inter-node network
 INTERCONNECTS = ("nvlink", "pcie", "ib-ndr", "ib-hdr", "roce")
@@ -114,7 +116,12 @@ def constants() -> dict:
     if not FACTS.exists():
         raise PerfseerError(f"the fitted collective constants {FACTS} are missing",
                             "reinstall perfseer, or refit them: python -m perfseer.fit.collectives")
-    return json.loads(FACTS.read_text())
+    c = json.loads(FACTS.read_text())
+    if c.get("format_version") != FORMAT_VERSION:
+        raise PerfseerError(f"the fitted collective constants {FACTS} are format {c.get('format_version')!r}, this "
+                            f"perfseer reads format {FORMAT_VERSION}",
+                            "refit them: python -m perfseer.fit.collectives")
+    return c
 
 
 def fabric(ranks: int, *, gpu: str | None = None, node: str | None = None, nodes: int = 1,
