@@ -103,8 +103,8 @@ def test_unmeasured_gpus_per_node_drive_one_nic_each():
 
     nc = {"by_gpus_per_node": {"1": {"efficiency": 0.25, "latency_ms": 0.05, "sqrt_ms": 0.2},
                                "8": {"efficiency": 0.1, "latency_ms": 0.0, "sqrt_ms": 4.0}}}
-    assert network_constants(nc, 8, 8)["efficiency"] == 0.1  # measured: its own
-    assert network_constants(nc, 4, 8) == {"efficiency": 0.25, "latency_ms": 0.05, "sqrt_ms": 0.2}
+    assert network_constants(nc, 8)["efficiency"] == 0.1  # measured: its own
+    assert network_constants(nc, 4) == {"efficiency": 0.25, "latency_ms": 0.05, "sqrt_ms": 0.2}
     # four GPUs per node on a DGX A100 drive four HDR NICs: a 4x wider network than one GPU per node
     import copy
 

@@ -218,7 +218,7 @@ def collective_cost(op: str, nbytes: float, ranks: int, *, gpu: str | None = Non
                               vol / (t_bw / 1e3) / 1e9 if t_bw > 0 else math.inf)
     nc = _family(network_entry(c, fab), family)
     per_gpu = 1 if op == "send_recv" else g
-    nk = network_constants(nc, per_gpu, fab.nics)
+    nk = network_constants(nc, per_gpu)
     rated = min(per_gpu, fab.nics) * fab.network_gbs * 1e9  # the NICs the node's ranks drive at once
     net_bw = nk["efficiency"] * rated
     if op == "all_to_all":  # each node sends (k-1)/k of its g ranks' data over the network
@@ -258,14 +258,14 @@ def network_entry(c: dict, fab: Fabric) -> dict:
                         "refit them: python -m perfseer.fit.collectives")
 
 
-def network_constants(nc: dict, per_node: int, nics: int) -> dict:
+def network_constants(nc: dict, per_node: int) -> dict:
     """The network constants with ``per_node`` ranks on each node.
 
-    A measured number of GPUs per node answers with its own fit.  Any other drives
-    ``min(per_node, nics)`` NICs at once (NCCL gives each GPU its nearest NIC), each as the fewest
-    GPUs per node measured drive theirs (a GPU alone on its NIC: its efficiency, latency and
-    square-root term); the intra-node ring's latency is added by the caller.  Efficiencies are
-    per NIC driven: the bandwidth is ``efficiency x min(per_node, nics) x port bandwidth``.
+    A measured number of GPUs per node answers with its own fit.  Any other answers with the fit
+    of the fewest GPUs per node measured (a GPU alone on its NIC: its efficiency, latency and
+    square-root term): the caller multiplies the efficiency, per NIC driven, by the
+    ``min(per_node, NICs per node)`` NICs NCCL drives at once (each GPU its nearest NIC) and the
+    port bandwidth, and adds the intra-node ring's latency.
     """
     table = sorted((int(k), v) for k, v in nc["by_gpus_per_node"].items())
     for k, v in table:
