@@ -149,3 +149,15 @@ def test_an_old_fact_file_is_refused_with_the_fix(tmp_path, monkeypatch):
         monkeypatch.undo()
         col.constants.cache_clear()
     assert col.constants()["format_version"] == col.FORMAT_VERSION
+
+
+def test_socket_network_bursts_then_sustains():
+    """Across the PCIe servers' socket network a small message goes at the buffers' burst rate and a
+    big one at the lower sustained rate (fitted: buffer_bytes, beyond_x)."""
+    nk = constants()["networks"]["ethernet-25g"]["p2p"]["by_gpus_per_node"]["1"]
+    assert nk["buffer_bytes"] > 0 and nk["beyond_x"] > 0
+    small = collective_cost("send_recv", nk["buffer_bytes"] / 2, 2, node="pcie-4", nodes=2)
+    big = collective_cost("send_recv", 64 * nk["buffer_bytes"], 2, node="pcie-4", nodes=2)
+    assert big.bus_gbs < small.bus_gbs
+    # InfiniBand (RDMA) has no such term
+    assert "buffer_bytes" not in constants()["networks"]["ib-hdr"]["p2p"]["by_gpus_per_node"]["1"]

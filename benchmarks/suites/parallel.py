@@ -60,7 +60,14 @@ def collectives_step() -> dict:
         bus = volume_factor(op, int(n)) * g["size"] / (g["ms"] * 1e-3) / 1e9
         rates[f"{folder} {op} {n // per}x{per}"] = {"median": float(bus.median()), "p10": float(bus.quantile(0.1)),
                                                     "p90": float(bus.quantile(0.9))}
-    return {"table": validate(df), "bus_gbs": rates}
+    from perfseer.fit.collectives import fit
+
+    shipped = fit(df)  # every row, as the shipped constants
+    sockets = {name: v["by_gpus_per_node"]["1"] for name, v in shipped["nodes"].items()
+               if "network" in v for v in [v["network"].get("p2p", {"by_gpus_per_node": {"1": {}}})]}
+    return {"table": validate(df), "bus_gbs": rates,
+            "socket_buffers": {k: {"buffer_bytes": v.get("buffer_bytes"), "efficiency": v.get("efficiency"),
+                                   "beyond_x": v.get("beyond_x")} for k, v in sockets.items()}}
 
 
 def dataparallel_measured_step() -> dict:
@@ -271,6 +278,23 @@ def _pct(v):
     return "-" if v is None else f"{100 * v:.1f} %"
 
 
+def _socket_note(res: dict) -> str:
+    """The PCIe servers' cross-node fit in words: burst rate, buffer, sustained rate (from the step)."""
+    buf = res.get("collectives", {}).get("socket_buffers", {})
+    parts = []
+    for node, v in sorted(buf.items()):
+        if not v.get("buffer_bytes"):
+            continue
+        burst = v["efficiency"] * 3.125  # ethernet-25g's rated GB/s per port
+        sustained = 1.0 / (1.0 / burst + v["beyond_x"] / 3.125)
+        parts.append(f"{node} {burst:.1f} GB/s for the first {v['buffer_bytes'] / 2**20:.1f} MiB, "
+                     f"{sustained:.1f} GB/s beyond")
+    if not parts:
+        return ""
+    return ("  Across the PCIe servers' network (NCCL's socket transport) a message goes at a burst rate "
+            "into the hosts' buffers, then at the sustained rate: " + "; ".join(parts) + " (fitted).")
+
+
 def render(ctx: Context, res: dict[str, dict]) -> str:
     lines = ["## Several GPUs (`python -m benchmarks run parallel`)", ""]
     col = res.get("collectives", {}).get("table", [])
@@ -309,7 +333,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
                   "56.25 GB/s for its NVLink bridge (the registry's datasheet figure) and "
                   f"{gbs('a100_pairwise_nvlink all_reduce 1x4')} GB/s for the A100 server's 4-GPU PCIe ring: not "
                   "the bridge (NCCL's host-memory path, most likely), which no spec sheet predicts; a measured "
-                  "node type answers with its own fitted link.", ""]
+                  "node type answers with its own fitted link." + _socket_note(res), ""]
     dm = res.get("dataparallel-measured-compute", {}).get("table", [])
     if dm:
         lines += ["**torch.nn.DataParallel**, the several-GPU model alone (measured 1-GPU step + modelled "

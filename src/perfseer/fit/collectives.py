@@ -19,7 +19,8 @@ NICs driven), rings (all-reduce) and send/recv apart:
 2. ``networks``: each network from the cross-node rows of the node types measured on it, the
    intra-node latency of stage 1 subtracted: ``ib-hdr`` (HDR 200 Gb/s per NIC, 8 NICs) from the
    DGX A100 rows across 2 nodes (1, 2, 4, 8 GPUs per node); ``ethernet-25g`` (the PCIe servers'
-   unnamed network) from the A100 PCIe and A40 servers' send/recv across 2 nodes;
+   unnamed network) from the A100 PCIe and A40 servers' send/recv across 2 nodes, with a burst
+   rate up to a fitted buffer size and a sustained rate beyond (NCCL's socket transport);
 3. ``pcie``: the A100 PCIe server's all-reduce over 4 GPUs (two NVLink pairs joined by PCIe);
 4. per measured node type, its own paths (A100 PCIe pairs, A40 pairs) and cross-node network.
 
@@ -149,30 +150,64 @@ def fit_path(df: pd.DataFrame) -> dict:
 def fit_network(df: pd.DataFrame, consts: dict) -> dict:
     """``{family: {"by_gpus_per_node": {g: {"efficiency", "latency_ms", "sqrt_ms"}}}}`` of the
     network from cross-node rows (the intra-node latency of ``consts`` subtracted), one fit per
-    number of GPUs per node (send/recv: one GPU on each side)."""
+    number of GPUs per node (send/recv: one GPU on each side).
+
+    Over a socket transport (TCP through host memory) a message's first bytes go at a burst rate
+    into the hosts' buffers and the rest at the sustained rate: the fit adds
+    ``beyond_x * max(0, v - v0)`` (``v0``: ``buffer_bytes`` at the rated bandwidth), ``v0`` chosen
+    on a grid of the rows' own volumes (least absolute relative error)."""
     out = {}
     for family, rows_f in (("ring", df[df["op"] != "send_recv"]), ("p2p", df[df["op"] == "send_recv"])):
         if not len(rows_f):
             continue
         fits = {}
         for per, g in rows_f.groupby("per_node"):
-            rows = []
+            rows, sockets, rated_ms = [], False, None
             for r in g.itertuples():
                 cfg = Config(r.folder, r.op, r.ranks, r.per_node)
                 fab = col.fabric(cfg.ranks, node=cfg.node, nodes=cfg.nodes, consts=consts)
+                sockets = get_network(fab.network).transport == "sockets"
                 intra = 0.0
                 if cfg.per_node > 1 and family == "ring":
                     pc = col._family(col._path_constants(consts, fab.intra_path), family)
                     intra = pc["latency_ms"][0] + pc["latency_ms"][1] * (cfg.per_node - 1)
                 drive = min(cfg.per_node if family == "ring" else 1, fab.nics)  # NICs driven at once
-                v = _volume(r.op, r.ranks, r.size) / (drive * fab.network_gbs * 1e9) * 1e3
+                rated_ms = drive * fab.network_gbs * 1e9 / 1e3  # bytes per ms at the rated bandwidth
+                v = _volume(r.op, r.ranks, r.size) / rated_ms
                 rows.append(([1.0, v, np.sqrt(v)], max(r.ms - intra, 1e-4)))
             a, x, sq = _nnls(rows)
-            fits[str(int(per) if family == "ring" else 1)] = {
-                "efficiency": float(1.0 / x) if x > 0 else 1e3, "latency_ms": float(a), "sqrt_ms": float(sq),
-                "rows": int(len(g))}
+            fit = {"efficiency": float(1.0 / x) if x > 0 else 1e3, "latency_ms": float(a), "sqrt_ms": float(sq),
+                   "rows": int(len(g))}
+            if sockets:
+                fit.update(_buffered(rows, rated_ms) or {})
+            fits[str(int(per) if family == "ring" else 1)] = fit
         out[family] = {"by_gpus_per_node": fits}
     return out
+
+
+def _buffered(rows: list[tuple[list[float], float]], rated_ms: float) -> dict | None:
+    """The burst-then-sustained fit of :func:`fit_network` (``None`` when no buffer size does
+    better than none)."""
+    v = np.array([r[0][1] for r in rows])
+    y = np.array([r[1] for r in rows])
+
+    def score(sol, A):
+        return float(np.mean(np.abs(A @ sol - y) / y))
+
+    A0 = np.array([r[0] for r in rows])
+    base = _nnls(rows)
+    best = (score(base, A0), None, None)
+    for v0 in np.unique(np.quantile(v, np.linspace(0.05, 0.8, 16))):
+        A = np.column_stack([A0, np.maximum(0.0, v - v0)])
+        sol = _nnls([(list(a), t) for a, t in zip(A, y)])
+        e = score(sol, A)
+        if e < best[0] - 1e-4:
+            best = (e, float(v0), sol)
+    if best[1] is None:
+        return None
+    a, x, sq, x2 = best[2]
+    return {"efficiency": float(1.0 / x) if x > 0 else 1e3, "latency_ms": float(a), "sqrt_ms": float(sq),
+            "buffer_bytes": float(best[1] * rated_ms), "beyond_x": float(x2)}
 
 
 def _sel(df, folder=None, op=None, nodes=None, per_node=None, ranks=None):

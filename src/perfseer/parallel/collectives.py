@@ -27,6 +27,8 @@ reaches its bandwidth gradually with the message size), where
 * each network has its own constants (InfiniBand HDR from the DGX A100 rows; the PCIe servers'
   unnamed network, taken as 25 GbE, from theirs); a network without measurements borrows those of
   a measured one with the same NCCL transport (RDMA: InfiniBand, RoCE; sockets: TCP Ethernet);
+  over sockets a message's first ``buffer_bytes`` go at a burst rate into the hosts' buffers and
+  the rest at the sustained rate (``beyond_x`` more time per byte at the rated bandwidth);
 * the latency is ``a0 + a1 (g-1)`` (a ring's steps) per path; rings (all-reduce and the
   others) and send/recv have their own constants.
 
@@ -228,6 +230,8 @@ def collective_cost(op: str, nbytes: float, ranks: int, *, gpu: str | None = Non
         latency += pc["latency_ms"][0] + pc["latency_ms"][1] * (g - 1)
     bw = min(intra_bw, net_bw) if g > 1 else net_bw
     t_bw = 1e3 * vol / bw + nk["sqrt_ms"] * math.sqrt(1e3 * vol / rated)
+    if nk.get("buffer_bytes") is not None:  # a socket transport: beyond the hosts' buffers, the sustained rate
+        t_bw += nk["beyond_x"] * 1e3 * max(0.0, vol - nk["buffer_bytes"]) / rated
     path = fab.network if bw == net_bw else fab.intra_path
     return CollectiveCost(op, float(nbytes), ranks, nodes, float(latency), t_bw, path, vol / (t_bw / 1e3) / 1e9)
 
