@@ -94,3 +94,70 @@ def test_cli_choices_match_the_model():
     from perfseer.parallel.collectives import INTERCONNECTS
 
     assert cli_choices == INTERCONNECTS
+
+
+def test_unmeasured_gpus_per_node_drive_one_nic_each():
+    """Across nodes, a number of GPUs per node without its own fit drives min(g, NICs) NICs at the
+    per-NIC constants of the fewest GPUs per node measured."""
+    from perfseer.parallel.collectives import network_constants
+
+    nc = {"by_gpus_per_node": {"1": {"efficiency": 0.25, "latency_ms": 0.05, "sqrt_ms": 0.2},
+                               "8": {"efficiency": 0.1, "latency_ms": 0.0, "sqrt_ms": 4.0}}}
+    assert network_constants(nc, 8)["efficiency"] == 0.1  # measured: its own
+    assert network_constants(nc, 4) == {"efficiency": 0.25, "latency_ms": 0.05, "sqrt_ms": 0.2}
+    # four GPUs per node on a DGX A100 drive four HDR NICs: a 4x wider network than one GPU per node
+    import copy
+
+    c = copy.deepcopy(constants())
+    table = c["networks"]["ib-hdr"]["ring"]["by_gpus_per_node"]
+    table.pop("4", None)  # as if 4 GPUs per node had not been measured
+    one = table["1"]
+    cost = collective_cost("all_reduce", 2**30, 8, node="dgx-a100", nodes=2, consts=c)
+    assert cost.path == "ib-hdr"
+    assert cost.bus_gbs == pytest.approx(4 * one["efficiency"] * 25.0, rel=0.1)
+
+
+def test_networks_fitted_apart_and_borrowed_by_transport():
+    from perfseer.devices.interconnect import get_network
+    from perfseer.parallel.collectives import network_entry
+
+    c = constants()
+    assert {"ib-hdr", "ethernet-25g"} <= set(c["networks"])
+    assert get_network("roce").transport == get_network("ib-ndr").transport == "rdma"
+    assert get_network("ethernet-25g").transport == "sockets"
+    # an unmeasured RDMA network (NDR) uses the HDR fit's efficiencies on its own port rate
+    assert network_entry(c, fabric(16, node="dgx-h100", nodes=2)) is c["networks"]["ib-hdr"]
+    # the PCIe servers' network is not InfiniBand: a 1 GB send across nodes takes seconds, not ms
+    slow = collective_time_ms("send_recv", 2**30, 2, node="pcie-a40-nvlink-pairs", nodes=2)
+    fast = collective_time_ms("send_recv", 2**30, 2, node="dgx-a100", nodes=2)
+    assert slow > 2 * fast
+
+
+def test_an_old_fact_file_is_refused_with_the_fix(tmp_path, monkeypatch):
+    import json
+
+    from perfseer.parallel import collectives as col
+
+    old = tmp_path / "collectives.json"
+    old.write_text(json.dumps({"format_version": 1, "paths": {}, "network": {}}))
+    monkeypatch.setattr(col, "FACTS", old)
+    col.constants.cache_clear()
+    try:
+        with pytest.raises(PerfseerError, match="python -m perfseer.fit.collectives"):
+            col.constants()
+    finally:
+        monkeypatch.undo()
+        col.constants.cache_clear()
+    assert col.constants()["format_version"] == col.FORMAT_VERSION
+
+
+def test_socket_network_bursts_then_sustains():
+    """Across the PCIe servers' socket network a small message goes at the buffers' burst rate and a
+    big one at the lower sustained rate (fitted: buffer_bytes, beyond_x)."""
+    nk = constants()["networks"]["ethernet-25g"]["p2p"]["by_gpus_per_node"]["1"]
+    assert nk["buffer_bytes"] > 0 and nk["beyond_x"] > 0
+    small = collective_cost("send_recv", nk["buffer_bytes"] / 2, 2, node="pcie-4", nodes=2)
+    big = collective_cost("send_recv", 64 * nk["buffer_bytes"], 2, node="pcie-4", nodes=2)
+    assert big.bus_gbs < small.bus_gbs
+    # InfiniBand (RDMA) has no such term
+    assert "buffer_bytes" not in constants()["networks"]["ib-hdr"]["p2p"]["by_gpus_per_node"]["1"]

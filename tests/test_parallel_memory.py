@@ -56,3 +56,15 @@ def test_cli_memory_several(tiny, capsys):
     assert e["gpus"] == 4 and e["memory_per_gpu_bytes"] == e["total"] and "ZeRO-2 4" in rep["layout"]
     assert main(["memory", ref, "--seq-len", str(SEQ), "--batch", "2", "--gpus", "4", "--parallel", "dp"]) == 2
     assert "smaller than the data-parallel degree" in capsys.readouterr().err
+
+
+def test_zero_under_mixed_precision_uses_deepspeeds_layout(tiny):
+    """ZeRO with amp: 16-bit parameters and gradients, the fp32 master in the optimizer state."""
+    ref, single = tiny
+    b = single.breakdown
+    z2 = memory_parallel(ref, 8, make_plan(4, "zero2"), seq_len=SEQ, precision="amp-fp16", _single=single)
+    assert any("DeepSpeed" in n for n in z2.notes)
+    assert z2.breakdown["weights"] == pytest.approx(b["weights"] / 2, rel=0.01)
+    assert z2.breakdown["optimizer_state"] == pytest.approx((b["optimizer_state"] + b["weights"]) / 4, rel=0.01)
+    ddp = memory_parallel(ref, 8, make_plan(4, "dp"), seq_len=SEQ, precision="amp-fp16", _single=single)
+    assert not any("DeepSpeed" in n for n in ddp.notes)  # PyTorch DDP keeps autocast's layout

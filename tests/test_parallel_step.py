@@ -129,3 +129,13 @@ def test_optimizer_runs_once_on_the_shard():
     assert st.compute_ms == pytest.approx(8 * (40.0 - 8.0) / 4 + 8.0 / 4)
     z = step_time(make_plan(8, "zero1"), GPT2, 64, lambda b: 40.0, gpu="a100-80gb-sxm", optimizer_ms=8.0)
     assert z.compute_ms == pytest.approx(32.0 + 8.0 / 8)
+
+
+def test_zero_under_mixed_precision_moves_16_bit_gradients():
+    """DeepSpeed's 16-bit model reduces 2 bytes a parameter; PyTorch DDP under autocast fp32 ones."""
+    z = step_time(make_plan(8, "zero2"), GPT2, 64, lambda b: 40.0, gpu="a100-80gb-sxm")
+    assert z.comm["dp"]["bytes_per_gpu"] == 2 * GPT2.params
+    ddp = step_time(make_plan(8, "dp"), GPT2, 64, lambda b: 40.0, gpu="a100-80gb-sxm")
+    assert ddp.comm["dp"]["bytes_per_gpu"] == GPT2.param_bytes == 4 * GPT2.params
+    fp32 = step_time(make_plan(8, "zero2"), GPT2.with_(act_bytes=4), 64, lambda b: 40.0, gpu="a100-80gb-sxm")
+    assert fp32.comm["dp"]["bytes_per_gpu"] == 4 * GPT2.params

@@ -181,7 +181,11 @@ def test_a_blend_trains_and_predicts_from_the_command_line(dataset, tmp_path, ca
                               "--batch", "1,16", "--json")
     preds = json.loads(stdout)["predictions"]
     assert code == 0 and all(p["value"] > 0 for p in preds)
-    assert not preds[1]["in_domain"] and any("embedding" in r for r in preds[1]["domain_reasons"])  # embed() works
+    from perfseer.features.extract import extract
+
+    mix = load_predictor(out / "mix.json")  # embed() works (the model-space check reads the embeddings)
+    _, emb = mix.predict_with_embeddings([extract(arch(random.Random(2)), batch=16).to_pyg()])
+    assert emb is not None and emb.shape == (1, mix.domain_embeddings.shape[1])
 
 
 def test_a_blend_goes_through_kfold_stages_and_resumes(dataset, tmp_path):

@@ -6,7 +6,7 @@ import importlib
 
 from benchmarks.runner import BenchError, Suite
 
-NAMES = ("predictors", "families", "spec", "any-gpu", "calibration", "cpu-calibration", "memory", "energy", "speed",
+NAMES = ("predictors", "families", "domain", "spec", "any-gpu", "calibration", "cpu-calibration", "memory", "energy", "speed",
          "serve", "fuzz", "llm", "parallel", "sweep")
 
 

@@ -41,6 +41,9 @@ def kind_of(reason: str) -> tuple[str, object]:
     m = re.match(r"operator types never seen in training: (.+)$", text)
     if m:
         return "ops", tuple(o.strip() for o in m.group(1).split(","))
+    m = re.match(r"step (smaller|larger) than the training steps at batch (\d+)", text)
+    if m:
+        return f"step-{m.group(1)}", int(m.group(2))
     m = re.match(r"model family '?([^' ]+)'? never seen in training", text)
     if m:
         return "family", (m.group(1),)
@@ -84,7 +87,11 @@ def short_note(kind: str, figures: list) -> str:
     if kind == "ops":
         return _names(figures, "operator types unseen in training")
     if kind == "family":
-        return _names(figures, "model family unseen in training")
+        return _names(figures, "model family unseen in training (interval widened)")
+    if kind.startswith("step-"):
+        lo, hi = min(figures), max(figures)
+        at = f"batch {lo}" if lo == hi else f"batch {lo}-{hi}"
+        return f"step {kind[5:]} than the training steps ({at}): extrapolated, interval widened"
     if kind == "input":
         return _cut("input values per sample outside the training range " + ", ".join(dict.fromkeys(figures)))
     if kind == "channels":

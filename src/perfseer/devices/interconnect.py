@@ -57,12 +57,14 @@ class GpuLinks:
 
 @dataclass(frozen=True)
 class Network:
-    """An inter-node network: bandwidth per port (GB/s, one direction) and nominal latency."""
+    """An inter-node network: bandwidth per port (GB/s, one direction), nominal latency and NCCL's
+    transport over it (``rdma``: InfiniBand/RoCE verbs; ``sockets``: TCP through host memory)."""
 
     name: str
     gbps: float
     latency_us: float
     source: str
+    transport: str = "rdma"
 
     @property
     def gbs(self) -> float:
@@ -141,7 +143,8 @@ def get_network(name: str) -> Network:
     if key not in nets:
         raise UnknownInterconnectError(f"unknown network {name!r}", f"use one of {', '.join(nets)}")
     n = nets[key]
-    return Network(name=key, gbps=float(n["gbps"]), latency_us=float(n["latency_us"]), source=n["source"])
+    return Network(name=key, gbps=float(n["gbps"]), latency_us=float(n["latency_us"]), source=n["source"],
+                   transport=n.get("transport", "rdma"))
 
 
 def list_networks() -> list[str]:

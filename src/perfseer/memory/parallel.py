@@ -14,7 +14,7 @@ from perfseer.errors import PerfseerError
 from perfseer.memory.api import _capacity, memory
 from perfseer.parallel.facts import transformer_shape
 from perfseer.parallel.plan import ModelFacts, ParallelError, Plan, check, make_plan
-from perfseer.parallel.sharding import shard
+from perfseer.parallel.sharding import deepspeed_mixed_precision, logits_bytes, shard
 
 
 @dataclass
@@ -53,9 +53,11 @@ class ParallelMemory:
 
 def _facts(model, seq_len) -> ModelFacts:
     shape = transformer_shape(model if isinstance(model, str) else None)
+    eager = isinstance(model, str) and "@eager" in model  # hf:NAME@eager keeps the score matrices
     return ModelFacts(name=str(model), params=0, param_bytes=0, layers=shape.get("layers"),
                       hidden=shape.get("hidden"), heads=shape.get("heads"),
-                      seq_len=(seq_len or 128) if shape else None, vocab=shape.get("vocab"))
+                      seq_len=(seq_len or 128) if shape else None, vocab=shape.get("vocab"),
+                      attention_scores=eager, lm_logits=bool(shape.get("lm_head")))
 
 
 def memory_parallel(model, batch: int, plan: Plan, *, phase: str = "train", optimizer: str = "adamw",
@@ -83,9 +85,16 @@ def memory_parallel(model, batch: int, plan: Plan, *, phase: str = "train", opti
     device_name, capacity, _ = _capacity(device, capacity_gib)
     if capacity is None:
         device_name, capacity = est.device, est.capacity
-    parts = shard(est.breakdown, plan, facts, phase, checkpoint, getattr(est, "category_peaks", None))
-    total = int(sum(parts.values()))
+    breakdown, peaks = est.breakdown, getattr(est, "category_peaks", None)
     notes = []
+    if plan.flavour in ("zero1", "zero2", "zero3") and precision in ("amp-fp16", "amp-bf16") and phase == "train":
+        breakdown = deepspeed_mixed_precision(breakdown)
+        peaks = deepspeed_mixed_precision(peaks) if peaks else peaks
+        notes.append("DeepSpeed mixed precision: 16-bit parameters and gradients, the fp32 master weights in the "
+                     "optimizer state (ZeRO's K = 12 bytes a parameter with Adam)")
+    logits = logits_bytes(facts, mb, precision) if phase == "train" else 0
+    parts = shard(breakdown, plan, facts, phase, checkpoint, peaks, logits=logits)
+    total = int(sum(parts.values()))
     if plan.flavour == "ddp" and plan.dp > 1 and phase == "train":
         notes.append("DDP keeps a bucket copy of the gradients (gradient_as_bucket_view=False, PyTorch's default)")
     if plan.pp > 1:

@@ -18,19 +18,27 @@ reaches its bandwidth gradually with the message size), where
 
 * inside one node the bandwidth is the GPU's NVLink (every rank on an NVSwitch, or the two GPUs
   of an NVLink bridge) or PCIe (anything else), times a fitted efficiency;
-* across ``k`` nodes of ``g`` ranks each, the ring crosses each node's network once per channel:
-  the bandwidth is ``min(intra, efficiency(g) x port bandwidth)``; efficiency (how many NICs NCCL
-  drives, and how well), latency and square-root term are fitted for each measured number of GPUs
-  per node and interpolated between;
+* across ``k`` nodes of ``g`` ranks each, the ring crosses each node's network once per channel
+  and NCCL gives each GPU its nearest NIC: the bandwidth is
+  ``min(intra, efficiency x min(g, NICs per node) x port bandwidth)``.  Efficiency (per NIC
+  driven), latency and square-root term are fitted per network and per measured number of GPUs
+  per node; any other number of GPUs per node drives its NICs as a lone GPU drives its one (the
+  fit with the fewest GPUs per node), the intra-node ring's latency added;
+* each network has its own constants (InfiniBand HDR from the DGX A100 rows; the PCIe servers'
+  unnamed network, taken as 25 GbE, from theirs); a network without measurements borrows those of
+  a measured one with the same NCCL transport (RDMA: InfiniBand, RoCE; sockets: TCP Ethernet);
+  over sockets a message's first ``buffer_bytes`` go at a burst rate into the hosts' buffers and
+  the rest at the sustained rate (``beyond_x`` more time per byte at the rated bandwidth);
 * the latency is ``a0 + a1 (g-1)`` (a ring's steps) per path; rings (all-reduce and the
   others) and send/recv have their own constants.
 
-The efficiencies and latencies are fitted on Vidur's NCCL measurements (A100 DGX all-reduce and
-send/recv inside and across nodes, A100 PCIe servers with NVLink-bridged pairs, A40 pairs) by
-:mod:`perfseer.fit.collectives` and shipped in ``perfseer/parallel/data/collectives.json`` with
-their provenance and held-out errors; this module only reads that file.  All-gather,
-reduce-scatter and all-to-all were not measured: they use the all-reduce's ring efficiency
-(nccl-tests reports the same bus bandwidth for the three on one fabric).
+The constants are fitted on Vidur's NCCL measurements (A100 DGX all-reduce and send/recv inside
+and across nodes, A100 PCIe servers with NVLink-bridged pairs, A40 pairs) by
+:mod:`perfseer.fit.collectives` (least absolute relative error) and shipped in
+``perfseer/parallel/data/collectives.json`` with their provenance and held-out errors; this module
+only reads that file.  All-gather, reduce-scatter and all-to-all were not measured: they use the
+all-reduce's ring efficiency (nccl-tests reports the same bus bandwidth for the three on one
+fabric).
 
 Example::
 
@@ -52,6 +60,8 @@ from perfseer.devices.interconnect import (GpuLinks, NodeType, UnknownInterconne
 from perfseer.errors import PerfseerError
 
 FACTS = Path(__file__).resolve().parent / "data" / "collectives.json"
+#: the fact file's layout this module reads (2: one entry per network, efficiencies per NIC driven)
+FORMAT_VERSION = 2
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
 #: ``--interconnect`` choices: the intra-node path (nvlink, pcie) or the inter-node network
 INTERCONNECTS = ("nvlink", "pcie", "ib-ndr", "ib-hdr", "roce")
@@ -108,7 +118,12 @@ def constants() -> dict:
     if not FACTS.exists():
         raise PerfseerError(f"the fitted collective constants {FACTS} are missing",
                             "reinstall perfseer, or refit them: python -m perfseer.fit.collectives")
-    return json.loads(FACTS.read_text())
+    c = json.loads(FACTS.read_text())
+    if c.get("format_version") != FORMAT_VERSION:
+        raise PerfseerError(f"the fitted collective constants {FACTS} are format {c.get('format_version')!r}, this "
+                            f"perfseer reads format {FORMAT_VERSION}",
+                            "refit them: python -m perfseer.fit.collectives")
+    return c
 
 
 def fabric(ranks: int, *, gpu: str | None = None, node: str | None = None, nodes: int = 1,
@@ -203,18 +218,20 @@ def collective_cost(op: str, nbytes: float, ranks: int, *, gpu: str | None = Non
         t_bw = 1e3 * vol / intra_bw + pc["sqrt_ms"] * math.sqrt(1e3 * vol / (fab.intra_gbs * 1e9))
         return CollectiveCost(op, float(nbytes), ranks, nodes, float(latency), t_bw, fab.intra_path,
                               vol / (t_bw / 1e3) / 1e9 if t_bw > 0 else math.inf)
-    measured = c.get("nodes", {}).get(fab.node.name, {}).get("network")
-    nc = _family(measured if measured is not None and fab.network == fab.node.network else c["network"], family)
+    nc = _family(network_entry(c, fab), family)
     per_gpu = 1 if op == "send_recv" else g
-    nk = network_constants(nc, per_gpu, fab.nics)
-    net_bw = nk["efficiency"] * fab.network_gbs * 1e9
+    nk = network_constants(nc, per_gpu)
+    rated = min(per_gpu, fab.nics) * fab.network_gbs * 1e9  # the NICs the node's ranks drive at once
+    net_bw = nk["efficiency"] * rated
     if op == "all_to_all":  # each node sends (k-1)/k of its g ranks' data over the network
         net_bw = net_bw / g
     latency = nk["latency_ms"]
     if g > 1:
         latency += pc["latency_ms"][0] + pc["latency_ms"][1] * (g - 1)
     bw = min(intra_bw, net_bw) if g > 1 else net_bw
-    t_bw = 1e3 * vol / bw + nk["sqrt_ms"] * math.sqrt(1e3 * vol / (fab.network_gbs * 1e9))
+    t_bw = 1e3 * vol / bw + nk["sqrt_ms"] * math.sqrt(1e3 * vol / rated)
+    if nk.get("buffer_bytes") is not None:  # a socket transport: beyond the hosts' buffers, the sustained rate
+        t_bw += nk["beyond_x"] * 1e3 * max(0.0, vol - nk["buffer_bytes"]) / rated
     path = fab.network if bw == net_bw else fab.intra_path
     return CollectiveCost(op, float(nbytes), ranks, nodes, float(latency), t_bw, path, vol / (t_bw / 1e3) / 1e9)
 
@@ -224,25 +241,41 @@ def _family(entry: dict, family: str) -> dict:
     return entry.get(family) or entry["ring" if family == "p2p" else "p2p"]
 
 
-def network_constants(nc: dict, per_node: int, nics: int) -> dict:
-    """The network constants with ``per_node`` ranks on each node: fitted for the measured numbers
-    of GPUs per node, log-linear in between (nearest outside); efficiency (in port bandwidths: NCCL
-    drives several NICs) at most ``min(per_node, nics)``."""
+def network_entry(c: dict, fab: Fabric) -> dict:
+    """The fitted constants of the network ``fab`` crosses nodes on: the node type's own where that
+    node type was measured on its usual network; else the network's (fitted on every node type
+    measured on it); else those of a measured network with the same NCCL transport
+    (:attr:`perfseer.devices.interconnect.Network.transport`: RDMA or sockets)."""
+    own = c.get("nodes", {}).get(fab.node.name, {}).get("network")
+    if own is not None and fab.network == fab.node.network:
+        return own
+    nets = c.get("networks", {})
+    if fab.network in nets:
+        return nets[fab.network]
+    transport = get_network(fab.network).transport
+    for name in sorted(nets):
+        if get_network(name).transport == transport:
+            return nets[name]
+    if nets:
+        return nets[sorted(nets)[0]]
+    raise PerfseerError("the fitted collective constants hold no network",
+                        "refit them: python -m perfseer.fit.collectives")
+
+
+def network_constants(nc: dict, per_node: int) -> dict:
+    """The network constants with ``per_node`` ranks on each node.
+
+    A measured number of GPUs per node answers with its own fit.  Any other answers with the fit
+    of the fewest GPUs per node measured (a GPU alone on its NIC: its efficiency, latency and
+    square-root term): the caller multiplies the efficiency, per NIC driven, by the
+    ``min(per_node, NICs per node)`` NICs NCCL drives at once (each GPU its nearest NIC) and the
+    port bandwidth, and adds the intra-node ring's latency.
+    """
     table = sorted((int(k), v) for k, v in nc["by_gpus_per_node"].items())
-    x = math.log2(per_node)
-    xs = [math.log2(k) for k, _ in table]
-    if x <= xs[0] or len(table) == 1:
-        out = dict(table[0][1])
-    elif x >= xs[-1]:
-        out = dict(table[-1][1])
-    else:
-        i = next(i for i in range(1, len(xs)) if xs[i] >= x)
-        w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-        lo, hi = table[i - 1][1], table[i][1]
-        out = {k: math.exp((1 - w) * math.log(max(lo[k], 1e-9)) + w * math.log(max(hi[k], 1e-9)))
-               if k == "efficiency" else (1 - w) * lo[k] + w * hi[k] for k in ("efficiency", "latency_ms", "sqrt_ms")}
-    out["efficiency"] = min(out["efficiency"], float(min(per_node, nics)))
-    return out
+    for k, v in table:
+        if k == per_node:
+            return dict(v)
+    return dict(table[0][1])
 
 
 def collective_time_ms(op: str, nbytes: float, ranks: int, *, gpu: str | None = None, node: str | None = None,
@@ -277,4 +310,4 @@ def collective_time_ms(op: str, nbytes: float, ranks: int, *, gpu: str | None = 
 
 
 __all__ = ["OPS", "INTERCONNECTS", "collective_time_ms", "collective_cost", "CollectiveCost", "fabric", "Fabric",
-           "volume_factor", "constants", "UnknownInterconnectError"]
+           "volume_factor", "constants", "network_entry", "network_constants", "UnknownInterconnectError"]

@@ -23,6 +23,10 @@ _HIDDEN_KEYS = ("n_embd", "hidden_size", "d_model", "dim")
 _HEAD_KEYS = ("n_head", "num_attention_heads", "num_heads", "n_heads")
 
 
+#: architectures whose training step ends in logits over the vocabulary
+_LM_HEADS = ("LMHeadModel", "ForCausalLM", "ForMaskedLM")
+
+
 def _first(cfg: dict, keys) -> int | None:
     for k in keys:
         if cfg.get(k):
@@ -31,14 +35,17 @@ def _first(cfg: dict, keys) -> int | None:
 
 
 def transformer_shape(reference: str | None) -> dict:
-    """``{"layers", "hidden", "heads", "vocab"}`` of an ``hf:`` reference (empty for anything else)."""
+    """``{"layers", "hidden", "heads", "vocab", "lm_head"}`` of an ``hf:`` reference (empty for
+    anything else); ``lm_head``: the architecture ends in a language-model head."""
     if not isinstance(reference, str) or not reference.startswith("hf:"):
         return {}
     from perfseer.sources import hf  # deferred: reads the catalogue
 
     cfg = hf.parse_reference(reference[3:]).config
+    heads_ = tuple(cfg.get("architectures") or ())
     out = {"layers": _first(cfg, _LAYER_KEYS), "hidden": _first(cfg, _HIDDEN_KEYS),
-           "heads": _first(cfg, _HEAD_KEYS), "vocab": cfg.get("vocab_size")}
+           "heads": _first(cfg, _HEAD_KEYS), "vocab": cfg.get("vocab_size"),
+           "lm_head": any(a.endswith(_LM_HEADS) for a in heads_)}
     if cfg.get("is_encoder_decoder") or cfg.get("model_type") in ("t5", "bart", "whisper", "mt5"):
         out["layers"] = None  # encoder-decoder: stages are not one stack of equal layers
     return out

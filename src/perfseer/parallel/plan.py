@@ -148,6 +148,8 @@ class ModelFacts:
         act_bytes: bytes of one activation element in the step (2 with 16-bit compute, else 4).
         param_tensors: number of parameter and buffer tensors (DataParallel replicates each);
             modules: number of modules (taken as the graph's operators when not known).
+        attention_scores: the attention keeps its ``a s x s`` score and softmax matrices for the
+            backward pass (explicit, "eager" attention; fused attention does not).
     """
 
     name: str
@@ -162,6 +164,8 @@ class ModelFacts:
     act_bytes: int = 4
     param_tensors: int | None = None
     modules: int | None = None
+    attention_scores: bool = False
+    lm_logits: bool = False
 
     @property
     def is_transformer(self) -> bool:

@@ -17,7 +17,8 @@ For a :class:`~perfseer.parallel.plan.Plan` ``tp x pp x dp`` and a global batch 
   backward, on the critical path;
 * DP: DDP all-reduces the gradients in 25 MB buckets as the backward pass produces them (the
   last microbatch's backward with a pipeline); ZeRO-1/2 reduce-scatter them the same way and
-  all-gather the updated parameters after the optimizer step (exposed); ZeRO-3/FSDP all-gather
+  all-gather the updated parameters after the optimizer step (exposed), in 16 bits under mixed
+  precision (DeepSpeed's 16-bit model; DDP's autocast gradients are fp32); ZeRO-3/FSDP all-gather
   each layer's parameters before its forward and backward (prefetched one layer ahead) and
   reduce-scatter its gradients after; ``dataparallel`` (``torch.nn.DataParallel``) scatters the
   batch, replicates the parameters from GPU 0 every step, gathers the outputs and reduces the
@@ -217,7 +218,12 @@ def step_time(plan: Plan, facts: ModelFacts, global_batch: int, single_ms: Calla
     bubble = (plan.pp - 1) * (t_stage + c_tp + c_pp) if plan.pp > 1 else 0.0
     exposed = m * (c_tp + c_pp)
     # data parallel
-    shard_bytes = (grad_bytes if grad_bytes is not None else facts.param_bytes) / (plan.tp * plan.pp)
+    wire = grad_bytes if grad_bytes is not None else facts.param_bytes
+    if (grad_bytes is None and plan.flavour in ("zero1", "zero2", "zero3") and facts.act_bytes == 2
+            and facts.params and facts.param_bytes > 2 * facts.params):
+        wire = 2 * facts.params  # DeepSpeed mixed precision: 16-bit parameters and gradients on the wire
+        notes.append("DeepSpeed mixed precision: gradients reduced and parameters gathered in 16 bits")
+    shard_bytes = wire / (plan.tp * plan.pp)
     if plan.dp > 1:
         dp_exposed, dp_total = _data_parallel(plan, facts, phase, gpu, where["dp"], shard_bytes, t_stage, m,
                                               b_rep * input_bytes_per_sample, notes)

@@ -415,9 +415,9 @@ class Predictor:
             op_types: per graph, its operator types.
             input_shapes: per graph, one sample's input shape (``"3x224x224"``; ``None``: not checked).
             families: per graph its architecture family (``timm:`` / ``torchvision:`` references;
-                ``None``: not checked); a family the card's domain does not list is out of domain.
-            embeddings: the graphs' encoder embeddings from :meth:`predict_with_embeddings`
-                (``None``: computed here when the domain check needs them).
+                ``None``: not checked); a family the card's domain does not list widens the interval.
+            embeddings: accepted and not used (the embedding distance decides the model space,
+                :meth:`space_reasons`, not the verdict).
             extra_reasons: reasons every graph is out of domain for (an extraction unlike the
                 training graphs', :meth:`extraction_mismatch`).
 
@@ -425,15 +425,12 @@ class Predictor:
             ``(verdicts, checked)``: per graph ``(in_domain, reasons)``
             (:func:`perfseer.trust.domain.verdicts`); per graph and target ``{"value", "interval":
             [lo, hi], "flags"}``: the value clipped to the physical bounds, its 90 % interval
-            (widened by the card's ``ood_factor`` out of domain), and what was clipped.
+            (widened by the card's ``ood_factor`` out of domain, and in domain for the reasons of
+            :func:`perfseer.trust.domain.interval_flags`, which are then among the flags), and what
+            was clipped.
         """
-        from perfseer.runtime.net import embeddings as embed  # deferred: torch
-
         domain = self.card.get("domain")
-        emb = None
-        if self._embedding_checked():
-            emb = embed(self.net, list(graphs)) if embeddings is None else embeddings
-        verdicts = dom.verdicts(domain, graphs, op_types, input_shapes, emb, self.domain_embeddings, families)
+        verdicts = dom.verdicts(domain, graphs, op_types, input_shapes)
         if extra_reasons:
             verdicts = [(False, list(reasons) + list(extra_reasons)) for _, reasons in verdicts]
         inside = np.array([v[0] for v in verdicts], dtype=bool)
@@ -447,10 +444,12 @@ class Predictor:
         for c, t in enumerate(self.targets):
             q = ((cal.get("targets") or {}).get(t.key) or {}).get("q")
             v = np.asarray(values[:, c], dtype=np.float64) if len(graphs) else np.zeros(0)
+            # an unseen family or a step outside the training steps: in domain, the interval widened
+            widen = dom.interval_flags(domain, graphs, families, factor, v, t.key, t.unit)
             if q is None:
                 lo, hi = np.full(len(v), np.nan), np.full(len(v), np.nan)
             else:
-                lo, hi = itv.bounds(v, q, inside, factor)
+                lo, hi = itv.bounds(v, q, inside & np.array([not w for w in widen], dtype=bool), factor)
             spec = self._spec(t.device) if t.metric == "latency_ms" else None
             for i in range(len(graphs)):
                 if spec is not None:
@@ -465,6 +464,8 @@ class Predictor:
                 if q is None:
                     flags.append("no interval: the card has no calibration (too few validation rows, or a card "
                                  "from before calibration: run scripts/calibrate_predictors.py)")
+                else:
+                    flags.extend(widen[i])
                 interval = [l, h] if q is not None else None
                 checked[i][c] = {"value": value, "interval": interval, "flags": flags}
         return verdicts, checked

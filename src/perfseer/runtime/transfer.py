@@ -42,6 +42,7 @@ from perfseer.specmodel.transfer import SPEC_KEYS, Transfer, TransferError, grap
 from perfseer.specmodel.trust import _costs
 from perfseer.trust import bounds as bnd
 from perfseer.trust import intervals as itv
+from perfseer.trust.domain import is_interval_flag
 
 BUNDLED_CARD = Path(__file__).resolve().parents[1] / "predictors" / "spec-transfer.json"
 CARD_FORMAT = "perfseer.spec-transfer"
@@ -124,6 +125,7 @@ class TransferPredictor:
         roof_t = np.array([roofline_ms(g.x, tgt) for g in bound])
         terms = np.stack([graph_terms(g.u) for g in bound])
         per, src_specs, src_reasons, src_space = [], [], [[] for _ in batches], [[] for _ in batches]
+        src_widen: list[list] = [[] for _ in batches]  # a source's step or family flag widens the interval too
         src_refused: list[list[str]] = [[] for _ in batches]
         for dev_str, entry in sources:
             p = self.source_predictor(entry["predictor"])
@@ -140,6 +142,7 @@ class TransferPredictor:
             for i, r in enumerate(rows):
                 src_reasons[i].append((entry["device"], list(r.get("domain_reasons") or [])))
                 src_space[i].append((entry["device"], list(r.get("outside_space") or [])))
+                src_widen[i].append((entry["device"], [t for t in r.get("flags") or [] if is_interval_flag(t)]))
         value = 10 ** self.transfer.combine_sources(np.stack(per), np.stack(src_specs), tgt)
         dev_r = device_reasons(spec, self.card.get("domain") or {})
         q = ((self.card.get("intervals") or {}).get("seernet-source") or {}).get("q")
@@ -147,11 +150,11 @@ class TransferPredictor:
         out = []
         for i, b in enumerate(batches):
             reasons = dev_r + merge_source_reasons(src_reasons[i])
-            flags: list[str] = []
+            flags: list[str] = [] if reasons else merge_source_reasons(src_widen[i])
             lo = hi = float("nan")
             if q is not None:
-                factor = float(self.card.get("ood_factor", 2.0)) if reasons else 1.0
-                a, c = itv.bounds([float(value[i])], q, [not reasons], factor)
+                factor = float(self.card.get("ood_factor", 2.0)) if reasons or flags else 1.0
+                a, c = itv.bounds([float(value[i])], q, [not (reasons or flags)], factor)
                 lo, hi = float(a[0]), float(c[0])
             else:
                 flags.append("no interval: the spec-transfer card has no seernet-source calibration")
@@ -188,9 +191,9 @@ class TransferPredictor:
 
 
 def merge_source_reasons(per_source: list[tuple[str, list[str]]]) -> list[str]:
-    """The sources' out-of-domain reasons, one line per kind of reason: sources that give the same
-    reason (the same words, other numbers; or the same words before a colon) share a line, with the
-    figures of the first of them.
+    """The sources' out-of-domain reasons (or interval flags), one line per kind: sources that give
+    the same reason (the same words, other numbers; or the same words before a colon or semicolon)
+    share a line, with the figures of the first of them.
 
     >>> merge_source_reasons([("a", ["batch 1 outside 6-1024"]), ("b", ["batch 1 outside 4-1024"])])
     ['sources a, b: batch 1 outside 6-1024 (figures of a)']
@@ -199,7 +202,9 @@ def merge_source_reasons(per_source: list[tuple[str, list[str]]]) -> list[str]:
     for device, reasons in per_source:
         for text in reasons:
             # "global features outside the training range: ..." lists features: the part before the colon
-            key = text.split(":")[0] if ":" in text else re.sub(r"[-+]?[\d.,]+(e[-+]?\d+)?x?", "#", text)
+            # (or semicolon: "step smaller than the training steps at batch 1; interval widened ...")
+            head = re.split(r"[:;]", text)[0]
+            key = head if head != text else re.sub(r"[-+]?[\d.,]+(e[-+]?\d+)?x?", "#", text)
             first, devices, texts = groups.setdefault(key, (text, [], set()))
             if device not in devices:
                 devices.append(device)
