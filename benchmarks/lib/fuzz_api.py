@@ -14,8 +14,8 @@ Each mutant goes, in a worker process limited to ``MEMORY_LIMIT`` of address spa
 with ``TIME_LIMIT`` seconds per call, through every entry point of :data:`ENTRY_POINTS` and, with
 the service's, :data:`SERVICE_ENTRY_POINTS`: the worker runs ``perfseer serve``'s application
 in-process (FastAPI's ``TestClient``, the mutants' folder as ``--models-dir``) and sends each mutant
-to ``POST /v1/models`` (an upload), ``POST /v1/predict`` and ``POST /v1/memory`` (by its name in the
-served folder).  The service extracts, re-binds and simulates in its sandbox, whose limits are the
+to ``POST /v1/models`` (an upload), ``POST /v1/predict``, ``POST /v1/memory``, ``POST /v1/compare``
+and ``POST /v1/predict`` on 4 GPUs with ZeRO-2 (by its name in the served folder; :data:`SERVICE_BODIES`).  The service extracts, re-binds and simulates in its sandbox, whose limits are the
 worker's (``MEMORY_LIMIT``, ``TIME_LIMIT`` per job); its own process is the worker, under the same
 address-space limit.  Outcomes per entry point:
 
@@ -67,7 +67,14 @@ MEMORY_CEILING = 1 << 50  # 1 PiB: no device of the registry comes near it
 DEVICE = "a100-40gb"
 SERVICE_START_S = 120.0  # the first service call also builds the app and starts the sandbox's fork server
 ENTRY_POINTS = ("predict", "predict_spec", "memory")
-SERVICE_ENTRY_POINTS = ("serve_upload", "serve_predict", "serve_memory")
+SERVICE_ENTRY_POINTS = ("serve_upload", "serve_predict", "serve_memory", "serve_compare", "serve_predict_gpus")
+#: what each service entry point sends with the mutant (by its name in the served folder)
+SERVICE_BODIES = {"serve_predict": {"devices": [DEVICE], "batch": [1, 8]},
+                  "serve_memory": {"batch": [2], "phase": "infer"},
+                  "serve_compare": {"batch": 8, "devices": [DEVICE]},
+                  "serve_predict_gpus": {"devices": [DEVICE], "batch": [8], "gpus": 4, "parallel": "zero2"}}
+SERVICE_PATHS = {"serve_predict": "/v1/predict", "serve_memory": "/v1/memory", "serve_compare": "/v1/compare",
+                 "serve_predict_gpus": "/v1/predict"}
 FAILURES = ("absurd", "traceback", "memory", "hang", "crash", "read", "leak")
 OUTCOMES = ("refusal", "answer", *FAILURES)
 EXTERNAL_SENTINEL = "perfseer-fuzz-external-MUST-NOT-BE-READ.bin"
@@ -322,10 +329,8 @@ def _call_service(entry: str, path: str) -> dict:
     before = {p.name for p in svc["uploads"].iterdir()}
     if entry == "serve_upload":
         r = client.post("/v1/models", files={"file": (path.name, path.read_bytes(), "application/octet-stream")})
-    elif entry == "serve_predict":
-        r = client.post("/v1/predict", json={"model": path.name, "devices": [DEVICE], "batch": [1, 8]})
     else:
-        r = client.post("/v1/memory", json={"model": path.name, "batch": [2], "phase": "infer"})
+        r = client.post(SERVICE_PATHS[entry], json={"model": path.name, **SERVICE_BODIES[entry]})
     text = r.text
     shown = [h for h in svc["hidden"] if h in text]
     if shown:
@@ -346,8 +351,10 @@ def _call_service(entry: str, path: str) -> dict:
                 return {"outcome": "leak", "detail": f"the refused upload left {sorted(left)[:2]} in the upload folder"}
         return {"outcome": "refusal", "specific": bool(msg.strip()) and not any(g in msg for g in fuzz_corpus.GENERIC),
                 "type": kind, "detail": f"{r.status_code} {msg[:300]}"}
-    if entry == "serve_predict":
+    if entry in ("serve_predict", "serve_predict_gpus"):
         return _classify_rows(body.get("predictions") or [])
+    if entry == "serve_compare":  # the ranked rows: one step time per GPU
+        return _classify_rows([{"metric": "latency_ms", **r} for r in body.get("rows") or []])
     if entry == "serve_memory":
         ests = body.get("estimates") or []
         v = ests[0].get("total") if ests else None

@@ -182,3 +182,47 @@ def test_the_energy_box_adds_power_energy_and_utilisation_columns(server, browse
     rows = [[td.text for td in r.find_elements("tag name", "td")]
             for r in browser.find_elements("css selector", "#table tbody tr")]
     assert rows and all(float(r[heads.index("W")]) > 0 and 0 <= float(r[heads.index("util %")]) <= 100 for r in rows)
+
+
+def test_several_gpus_show_compute_communication_and_bubble_per_row(server, browser):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.get(server + "/")
+    _wait(browser, lambda b: b.find_elements("css selector", "input[name=predictor]"))
+    _fill(browser, "model", "example:resnet18")
+    _fill(browser, "batch", "32,64")
+    _fill(browser, "devices", "a100-40gb")
+    _fill(browser, "gpus", "4")
+    browser.find_element("css selector", "#parallel option[value=zero2]").click()
+    browser.find_element("id", "go").click()
+    _wait(browser, lambda b: b.find_element("id", "result").is_displayed()
+          or b.find_element("id", "error").is_displayed())
+    browser.save_screenshot(str(ARTIFACTS / "predict-several-gpus.png"))
+    assert not browser.find_element("id", "error").is_displayed(), browser.find_element("id", "error").text
+    assert "4 GPUs: ZeRO-2 4" in browser.find_element("id", "result-title").text
+    heads = [th.text for th in browser.find_elements("css selector", "#table thead th")]
+    assert {"per GPU", "step ms", "compute", "comm", "bubble"} <= set(heads)
+    rows = [[td.text for td in r.find_elements("tag name", "td")]
+            for r in browser.find_elements("css selector", "#table tbody tr")]
+    assert [r[0] for r in rows] == ["32", "64"] and [r[heads.index("per GPU")] for r in rows] == ["8", "16"]
+    for r in rows:
+        step, compute, comm = (float(r[heads.index(k)]) for k in ("step ms", "compute", "comm"))
+        assert comm > 0 and float(r[heads.index("bubble")]) == 0
+        assert step == pytest.approx(compute + comm, rel=0.01)  # three significant digits shown
+    assert all(len(r.text) < 200 for r in browser.find_elements("css selector", "#table tbody tr"))  # compact
+    # memory per GPU, simulated (inference: the ONNX example has no backward pass)
+    browser.find_element("css selector", "#phase option[value=infer]").click()
+    browser.find_element("id", "gpus-memory").click()
+    browser.find_element("id", "go").click()
+    _wait(browser, lambda b: "memory / GPU" in [th.text for th in b.find_elements("css selector", "#table thead th")]
+          or b.find_element("id", "error").is_displayed())
+    assert not browser.find_element("id", "error").is_displayed(), browser.find_element("id", "error").text
+    heads = [th.text for th in browser.find_elements("css selector", "#table thead th")]
+    mem = [r.find_elements("tag name", "td")[heads.index("memory / GPU")].text
+           for r in browser.find_elements("css selector", "#table tbody tr")]
+    assert len(mem) == 2 and all(m.endswith("GiB") and float(m.split()[0]) > 0 for m in mem), mem
+    # a layout that cannot run: the service's refusal and its fix on the page
+    _fill(browser, "gpus", "16")
+    browser.find_element("id", "go").click()
+    _wait(browser, lambda b: b.find_element("id", "error").is_displayed())
+    text = browser.find_element("id", "error").text
+    assert "16 GPUs per node" in text and "Fix:" in text and '"nodes" 2' in text

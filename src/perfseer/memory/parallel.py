@@ -160,8 +160,9 @@ def fitting_layouts(model, batch: int, *, device: str, phase: str = "train", opt
 def add_memory_per_gpu(model, rows: list[dict], *, seq_len=None, input_shape=None, precision=None, gpus=1,
                        parallel=None, tp=None, pp=None, dp=None, microbatches=None, schedule="1f1b",
                        sequence_parallel=False, nodes=1, node=None, interconnect=None,
-                       optimizer: str = "adamw") -> None:
-    """Add ``memory_per_gpu_bytes`` to several-GPU ``perfseer predict`` rows (in place)."""
+                       optimizer: str = "adamw", checkpoint: bool = False) -> None:
+    """Add ``memory_per_gpu_bytes`` and ``memory_fits`` to several-GPU ``perfseer predict`` rows (in
+    place); a row whose memory cannot be simulated gets a note instead."""
     plan = make_plan(gpus if gpus != 1 or not (tp or pp or dp) else None, parallel, tp=tp, pp=pp, dp=dp,
                      microbatches=microbatches, schedule=schedule, sequence_parallel=sequence_parallel, nodes=nodes,
                      node=node, interconnect=interconnect)
@@ -172,9 +173,57 @@ def add_memory_per_gpu(model, rows: list[dict], *, seq_len=None, input_shape=Non
         try:
             pm = memory_parallel(model, int(r["batch_size"]), plan, phase=r.get("phase") or "train",
                                  optimizer=optimizer, precision=prec, device=r.get("device"), seq_len=seq_len,
-                                 input_shape=input_shape)
+                                 input_shape=input_shape, checkpoint=checkpoint)
         except PerfseerError as e:
             r.setdefault("notes", []).append(f"memory per GPU not simulated: {e}")
             continue
         r["memory_per_gpu_bytes"] = pm.total
         r["memory_fits"] = pm.fits
+
+
+#: the keyword arguments of :func:`perfseer.predict` that lay a step over several GPUs
+LAYOUT_KEYS = ("gpus", "parallel", "tp", "pp", "dp", "microbatches", "schedule", "sequence_parallel", "nodes", "node",
+               "interconnect")
+
+
+def with_memory(model, rows: list[dict], *, checkpoint: bool = False, **kw) -> list[dict]:
+    """``perfseer.predict(..., memory=True)``: ``rows`` (its answer to ``kw``) with the simulated
+    memory.  Several GPUs: ``memory_per_gpu_bytes`` and ``memory_fits`` on each answered row
+    (``checkpoint``: activation checkpointing); one GPU: a ``memory_sim`` row (MiB) per batch size,
+    GPU and phase, as ``perfseer predict --memory`` adds.  What cannot be simulated is a warning
+    (one GPU) or a note on the row (several)."""
+    import warnings
+
+    layout = {k: kw[k] for k in LAYOUT_KEYS if kw.get(k) is not None}
+    several = (layout.get("gpus", 1) != 1 or layout.get("parallel") is not None or any(layout.get(k) for k in
+                                                                                         ("tp", "pp", "dp")))
+    if several:
+        add_memory_per_gpu(model, rows, seq_len=kw.get("seq_len"), input_shape=kw.get("input_shape"),
+                           precision=kw.get("precision"), checkpoint=checkpoint, **layout)
+        return rows
+    if checkpoint:
+        raise ParallelError("checkpoint with memory is modelled for several GPUs here",
+                            "pass gpus/parallel, or use perfseer.memory(model, ..., checkpoint=True)")
+    from perfseer.memory.api import memory_rows
+
+    extra, notes = memory_rows(model, rows, input_shape=kw.get("input_shape"))
+    for n in notes:
+        warnings.warn(n, stacklevel=3)
+    return rows + extra
+
+
+def memory_of_layout(model, batch: int, *, phase: str, optimizer, precision: str, device, input_shape, capacity_gib,
+                     context_mib, foreach, mig: bool, gpus: int, parallel, tp, pp, dp, microbatches, schedule: str,
+                     sequence_parallel: bool, checkpoint: bool) -> ParallelMemory:
+    """``perfseer.memory(..., gpus=..., parallel=...)``: :func:`memory_parallel` of the layout
+    (``input_shape=(tokens,)`` gives an ``hf:`` model's sequence length)."""
+    if mig or context_mib is not None or foreach is not None:
+        raise ParallelError("mig, context_mib and foreach answer one GPU", "drop them, or drop the several-GPU options")
+    plan = make_plan(gpus if gpus != 1 or not (tp or pp or dp) else None, parallel, tp=tp, pp=pp, dp=dp,
+                     microbatches=microbatches, schedule=schedule, sequence_parallel=sequence_parallel)
+    seq_len = None
+    if isinstance(model, str) and model.startswith("hf:") and input_shape is not None and len(input_shape) == 1:
+        seq_len = int(input_shape[0])
+    return memory_parallel(model, batch, plan, phase=phase, optimizer=optimizer, precision=precision, device=device,
+                           checkpoint=checkpoint, seq_len=seq_len, input_shape=None if seq_len else input_shape,
+                           capacity_gib=capacity_gib)

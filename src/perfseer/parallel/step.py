@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -93,13 +94,13 @@ def overlap(compute: list[float], before: list[float], after: list[float], prefe
     n = len(compute)
     comm_free, t_compute = 0.0, 0.0
     done_before = [0.0] * n
-    pending = []  # (ready time, duration) of reductions
+    pending: deque = deque()  # (ready time, duration) of reductions
     c_end = [0.0] * n
     for i in range(n):
         ready = c_end[i - prefetch] if i - prefetch >= 0 else 0.0
         # reductions queued before this gather goes first
         while pending and pending[0][0] <= max(comm_free, ready):
-            r, d = pending.pop(0)
+            r, d = pending.popleft()
             comm_free = max(comm_free, r) + d
         if before[i] > 0:
             done_before[i] = max(comm_free, ready) + before[i]
@@ -115,10 +116,18 @@ def overlap(compute: list[float], before: list[float], after: list[float], prefe
     return max(t_compute, comm_free)
 
 
+#: most gradient buckets a step is computed with: a larger model's gradients are taken as this many
+#: equal buckets (DDP's 25 MB buckets of a 26 B-parameter fp32 model; the exposed tail then grows by
+#: at most one bucket's all-reduce), so that a huge parameter count costs no more time to answer
+MAX_BUCKETS = 4096
+
+
 def _buckets(total: float, bucket: float) -> list[float]:
     if total <= 0:
         return []
     n = max(1, math.ceil(total / bucket))
+    if n > MAX_BUCKETS:
+        return [total / MAX_BUCKETS] * MAX_BUCKETS
     return [bucket] * (n - 1) + [total - bucket * (n - 1)]
 
 
@@ -246,6 +255,8 @@ def _data_parallel(plan: Plan, facts: ModelFacts, phase: str, gpu, dp_nodes: int
     if plan.flavour in ("ddp", "zero1", "zero2"):
         op = "all_reduce" if plan.flavour == "ddp" else "reduce_scatter"
         sizes = _buckets(grad_bytes, bucket)
+        if not sizes:  # a model without parameters: no gradient to reduce, no parameter to gather
+            return 0.0, 0.0
         comm = [_coll(op, s, n, dp_nodes, plan, gpu) for s in sizes]
         k = len(comm)
         end = overlap([bwd / k] * k, [0.0] * k, comm)  # the last microbatch's backward

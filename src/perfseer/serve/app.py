@@ -9,9 +9,11 @@ Endpoints (OpenAPI docs at ``/docs``, schema at ``/openapi.json``):
 - ``POST /v1/models``: upload an ONNX file (multipart field ``file``); answers its ``upload:SHA256``
   reference and its summary.
 - ``POST /v1/predict``: a model reference, batch sizes, optional input shape / sequence length /
-  symbolic dims, predictors or devices, phase -> the rows ``perfseer predict --json`` prints.
+  symbolic dims, predictors or devices, phase -> the rows ``perfseer predict --json`` prints; with
+  ``gpus``/``parallel``/``tp``/``pp``/``dp`` a step on several GPUs (:mod:`perfseer.serve.several`).
 - ``POST /v1/memory``: simulated peak GPU memory per batch size with its breakdown, the largest
-  batch that fits a device and the smallest MIG slice (what ``perfseer memory --json`` gives).
+  batch that fits a device and the smallest MIG slice (what ``perfseer memory --json`` gives); with
+  the several-GPU fields one GPU's share, with ``layouts`` the layouts that would fit.
 - ``POST /v1/compare``: which GPU: one model's step time (and energy, fit) on every GPU or a list,
   ranked (what ``perfseer compare --json`` gives), extracted through the same sandboxed cache.
 - ``GET /``: the web page.
@@ -52,6 +54,7 @@ from perfseer.devices import UnknownDeviceError, get_device, list_devices
 from perfseer.graph.extract import weight_work_enabled
 from perfseer.runtime.predictor import list_predictors, load_predictor
 from perfseer.runtime.route import answer_units, extraction, plan
+from perfseer.serve import several
 from perfseer.serve.graphs import MAX_REFERENCE, GraphCache, ModelStore
 from perfseer.serve.jobs import bind_job, memory_job
 from perfseer.serve.limits import BodyLimit
@@ -136,6 +139,11 @@ class MemoryRequest(BaseModel):
                                     max_length=MAX_WORD)
     mig: bool = Field(default=False, description="also the smallest MIG slice that fits (largest batch)")
     max_batch: bool = Field(default=False, description="also the largest batch that fits the device")
+
+
+# the several-GPU fields (gpus, parallel, tp, pp, dp...) after each request's own
+PredictRequest = several.with_fields(PredictRequest, several.PredictSeveral)
+MemoryRequest = several.with_fields(MemoryRequest, several.MemorySeveral)
 
 
 class CompareRequest(BaseModel):
@@ -283,6 +291,8 @@ class Service:
                            "pass e.g. [1, 32, 128]")
         if req.max_batch and not req.device:
             raise ApiError(422, "the largest batch needs a device", "pass \"device\": \"a100-40gb\" (GET /v1/devices)")
+        if several.wants(req):  # several GPUs, checkpointing or the layouts that would fit: perfseer.serve.several
+            return several.memory(self, req, self.memory)
         shape = parse_shape(req.input_shape) if req.input_shape else None
         target = self.store.resolve(req.model)
         key = (target, self.store.version(target), tuple(req.batch), req.phase, req.optimizer, req.precision,
@@ -406,6 +416,8 @@ class Service:
         dims = dict(req.dims)
         if req.seq_len is not None and not 1 <= req.seq_len <= 1 << 20:
             raise ApiError(422, f"seq_len must lie in 1..{1 << 20}, got {req.seq_len}", "pass e.g. 128")
+        if several.wants(req):  # a step on several GPUs: perfseer.serve.several
+            return several.predict(self, req, shape, dims)
         notes: list[str] = []
         units = self._units(req, notes)
         # each unit answers from the model extracted the way its predictor's training graphs were

@@ -167,6 +167,8 @@ function details(r) {
   for (const f of r.flags || []) lines.push("flag: " + f);
   if (r.basis) lines.push("basis: " + r.basis);
   if (r.precision) lines.push("precision: " + r.precision);
+  if (r.parallel) lines.push("layout: " + r.parallel);
+  for (const n of r.notes || []) lines.push("note: " + n);
   if (r.memory_note) lines.push(r.memory_note);
   if (r.memory_basis && r.memory_basis !== "not asked") lines.push("memory: " + r.memory_basis);
   for (const n of r.energy_notes || []) lines.push("energy: " + n);
@@ -186,9 +188,45 @@ function energyCells(r) {
   return [num(r.power_w, 0), j === null || j === undefined ? "" : Number(j).toPrecision(3), num(r.util_pct, 0)];
 }
 
+// The layout of the "Several GPUs" controls, or null for one GPU
+function severalLayout() {
+  const num = id => { const v = $(id).value.trim(); return v === "" ? null : Number(v); };
+  const gpus = num("gpus"), tp = num("tp"), pp = num("pp"), nodes = num("nodes");
+  if (!((gpus && gpus > 1) || (tp && tp > 1) || (pp && pp > 1))) return null;
+  const lay = {parallel: $("parallel").value};
+  if (gpus) lay.gpus = gpus;
+  if (tp) lay.tp = tp;
+  if (pp) lay.pp = pp;
+  if (nodes && nodes > 1) lay.nodes = nodes;
+  if ($("node").value.trim()) lay.node = $("node").value.trim();
+  if ($("interconnect").value) lay.interconnect = $("interconnect").value;
+  if ($("gpus-memory").checked || $("mem-on").checked) lay.memory = true;
+  return lay;
+}
+
+const GiB = 1073741824;
+const ms = v => (v === null || v === undefined) ? "" : Number(v).toPrecision(3);
+
+// One compact row per global batch size: the step and its compute / communication / bubble split
+function renderSeveral(rows) {
+  const withMem = rows.some(r => r.memory_per_gpu_bytes);
+  const cols = ["batch", "device", "per GPU", "step ms", "compute", "comm", "bubble"];
+  if (withMem) cols.push("memory / GPU");
+  cols.push("samples / s", "basis", "");
+  const cells = rows.map(r => {
+    const c = [r.batch_size, r.device, r.per_gpu_batch ?? "", fmtRow(r).replace(/ ms$/, ""), ms(r.compute_ms),
+               ms(r.comm_ms), ms(r.bubble_ms)];
+    if (withMem) c.push(r.memory_per_gpu_bytes ? `${(r.memory_per_gpu_bytes / GiB).toFixed(2)} GiB` + (r.memory_fits === false ? " (no fit)" : "") : "-");
+    c.push(r.throughput_per_s ? Number(r.throughput_per_s).toPrecision(4) : "", shortBasis(r.basis).split(";")[0], details(r));
+    return c;
+  });
+  const memAt = cols.indexOf("memory / GPU");
+  fillTable($("table"), cols, cells, (i, j) => (j === memAt && rows[i].memory_fits === false ? "out" : ""));
+}
+
 function render(res) {
   $("result").hidden = false;
-  $("result-title").textContent = res.model;
+  $("result-title").textContent = res.model + (res.layout ? ` · ${res.layout}` : "");
   const s = res.summary;
   $("summary").textContent = `${(s.params / 1e6).toFixed(2)} M parameters · ${(s.macs / 1e9).toFixed(3)} GMACs per sample · ${s.num_nodes} operators` + (res.cached ? " · graph from cache" : "");
   const w = $("warnings"); w.textContent = "";
@@ -213,7 +251,8 @@ function render(res) {
     cells.push(shortBasis(r.basis), details(r));
     return cells;
   });
-  fillTable($("table"), cols, cellRows, (i, j) => (j === domainAt && rows[i].in_domain === false ? "out" : ""));
+  if (res.layout) renderSeveral(rows);
+  else fillTable($("table"), cols, cellRows, (i, j) => (j === domainAt && rows[i].in_domain === false ? "out" : ""));
   const plots = $("plots"); plots.textContent = "";
   const lat = rows.filter(r => r.metric === "latency_ms" && r.value !== null && r.value !== undefined);
   const groups = {};
@@ -252,8 +291,15 @@ async function submit(ev) {
   const chosen = new Set(body.predictors);
   const devs = typedDevices().filter(n => !((deviceItem(n) || {}).predictors || []).some(p => chosen.has(p)));
   const asks = [];
-  if (body.predictors.length || !devs.length) asks.push(body);
-  if (devs.length) asks.push({...body, predictors: [], devices: devs});
+  const layout = severalLayout();
+  if (layout) {  // several GPUs: one typed device answers, the ticked predictors are not used
+    const typed = typedDevices();
+    if (typed.length !== 1) { showError("several GPUs are predicted for one GPU model\nFix: type one GPU in the devices box, e.g. a100-80gb-sxm"); return; }
+    asks.push({...body, ...layout, predictors: [], devices: typed});
+  } else {
+    if (body.predictors.length || !devs.length) asks.push(body);
+    if (devs.length) asks.push({...body, predictors: [], devices: devs});
+  }
   $("go").disabled = true; setStatus("predicting… (a model seen for the first time is exported first)");
   $("memory").hidden = true;
   const t0 = performance.now();
@@ -264,7 +310,7 @@ async function submit(ev) {
     const res = {...answers[0], predictions: answers.flatMap(a => a.predictions),
                  warnings: [...new Set(answers.flatMap(a => a.warnings || []))]};
     render(res);
-    if ($("mem-on").checked) {
+    if ($("mem-on").checked && !layout) {  // several GPUs: the memory per GPU is on the rows
       setStatus("simulating memory…");
       const device = $("mem-device").value;
       const mreq = {model: body.model, batch, phase: body.phase || "train", optimizer: $("mem-opt").value,
