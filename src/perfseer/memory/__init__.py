@@ -16,11 +16,11 @@ import types
 
 
 class _CallableModule(types.ModuleType):
-    """Lets ``perfseer.memory(...)`` call :func:`perfseer.memory.api.memory` while
+    """Lets ``perfseer.memory(...)`` call :func:`perfseer.memory.front.memory` while
     ``perfseer.memory.trace`` etc. stay importable submodules of this package."""
 
     def __call__(self, *args, **kwargs):
-        from perfseer.memory.api import memory  # deferred: loads torch
+        from perfseer.memory.front import memory  # deferred: loads torch
 
         return memory(*args, **kwargs)
 
@@ -29,7 +29,11 @@ sys.modules[__name__].__class__ = _CallableModule
 
 
 def __getattr__(name):  # the public names, imported on first use (torch loads lazily)
-    if name in ("memory", "resolve_model", "MemoryEstimate", "max_batch_for", "mig_advice"):
+    if name == "memory":
+        from perfseer.memory.front import memory  # deferred: loads torch
+
+        return memory
+    if name in ("resolve_model", "MemoryEstimate", "max_batch_for", "mig_advice"):
         from perfseer.memory import api  # deferred: loads torch
 
         return getattr(api, name)

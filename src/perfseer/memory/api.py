@@ -212,9 +212,6 @@ def _time_limit(label: str):
 def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = "adamw", precision: str = "fp32",
            device: str | None = None, input_shape=None, context_mib: float | None = None,
            capacity_gib: float | None = None, foreach: bool | None = None, mig: bool = False,
-           gpus: int = 1, parallel: str | None = None, tp: int | None = None, pp: int | None = None,
-           dp: int | None = None, microbatches: int | None = None, schedule: str = "1f1b",
-           sequence_parallel: bool = False, checkpoint: bool = False,
            _src: ModelSource | None = None) -> MemoryEstimate:
     """Peak GPU memory of one training or inference step, with its breakdown.
 
@@ -236,16 +233,10 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
         foreach: optimizer ``foreach`` implementation (default: on, as PyTorch picks for CUDA).
         mig: also check the MIG profiles (of ``device`` if it has any, else of A100 40/80 GB,
             H100 80/94 GB and H200): ``.mig`` lists each profile and the smallest that fits.
-        gpus, parallel, tp, pp, dp, microbatches, schedule, sequence_parallel: one GPU's share
-            of the step laid over several GPUs, as :func:`perfseer.predict` takes them (``batch``
-            is then the global batch; docs/guide/several-gpus.md).
-        checkpoint: activation checkpointing (full recompute of each transformer layer).
 
     Returns:
-        a :class:`~perfseer.memory.breakdown.MemoryEstimate`; ``.to_dict()`` is its JSON.  With
-        several GPUs or ``checkpoint``: a :class:`~perfseer.memory.parallel.ParallelMemory` (one
-        GPU's ``total`` and ``breakdown``, ``fits``, ``per_gpu_batch``, the one-GPU step it was
-        divided from as ``single``).
+        a :class:`~perfseer.memory.breakdown.MemoryEstimate`; ``.to_dict()`` is its JSON.  (Several
+        GPUs: :func:`perfseer.memory.front.memory`, which ``perfseer.memory(...)`` calls.)
 
     Raises:
         SimulationError: the step cannot run on fake tensors and no fallback applies (training).
@@ -256,14 +247,6 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
     """
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise MemoryConfigError(f"batch size must be a positive integer, got {batch!r}", "pass batch=N with N >= 1")
-    if gpus != 1 or parallel is not None or tp or pp or dp or checkpoint:  # several GPUs: perfseer.memory.parallel
-        from perfseer.memory.parallel import memory_of_layout
-
-        return memory_of_layout(model, batch, phase=phase, optimizer=optimizer, precision=precision, device=device,
-                                input_shape=input_shape, capacity_gib=capacity_gib, context_mib=context_mib,
-                                foreach=foreach, mig=mig, gpus=gpus, parallel=parallel, tp=tp, pp=pp, dp=dp,
-                                microbatches=microbatches, schedule=schedule, sequence_parallel=sequence_parallel,
-                                checkpoint=checkpoint)
     config = _config(phase, optimizer, precision, foreach)
     device_name, capacity, arch = _capacity(device, capacity_gib)
     over = overheads_for(arch, context_mib)
