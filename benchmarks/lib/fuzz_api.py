@@ -534,7 +534,8 @@ class Harness(fuzz_corpus.Harness):
 
 
 def run_cases(mutants: list[tuple[str, bytes]], entries=ENTRY_POINTS, log=None, **harness_kw) -> list[dict]:
-    """One outcome per (mutant, entry point): ``name``, ``seed``, ``entry`` added."""
+    """One outcome per (mutant, entry point): ``name``, ``seed``, ``entry`` added.  ``entries`` may
+    be a function of the mutant's index giving its entry points (one harness for every case)."""
     results = []
     with tempfile.TemporaryDirectory(prefix="perfseer-fuzz-api-") as d, Harness(**harness_kw) as h:
         # the file an external-data initializer names, present (so a read would succeed) and watched
@@ -542,7 +543,7 @@ def run_cases(mutants: list[tuple[str, bytes]], entries=ENTRY_POINTS, log=None, 
         for k, (name, data) in enumerate(mutants):
             path = Path(d) / f"{name[:150]}.onnx"
             path.write_bytes(data)
-            for entry in entries:
+            for entry in (entries(k) if callable(entries) else entries):
                 res = h.call(entry, path)
                 results.append({**res, "name": name, "seed": seed_of(name), "entry": entry})
             path.unlink()

@@ -13,6 +13,10 @@ from benchmarks.lib import fuzz_api
 
 COUNT = 1600  # the benchmark's corpus (benchmarks/configs/fuzz.json)
 SAMPLE = 50  # the 15 unmutated new seeds, then every 45th mutant: 150 requests (~2.5x the time per request of test_fuzz.py)
+#: the entry points added later (compare, ZeRO-2 on 4 GPUs) take the first 25 of the sample (the
+#: benchmark sends the whole corpus to every entry point)
+LATER = ("serve_compare", "serve_predict_gpus")
+LATER_SAMPLE = 25
 
 
 def _sample() -> list[tuple[str, bytes]]:
@@ -25,14 +29,15 @@ def _sample() -> list[tuple[str, bytes]]:
 def test_fuzz_sample_through_the_service_endpoints():
     sample = _sample()
     assert len(sample) == SAMPLE
-    results = fuzz_api.run_cases(sample, entries=fuzz_api.SERVICE_ENTRY_POINTS)
+    first = tuple(e for e in fuzz_api.SERVICE_ENTRY_POINTS if e not in LATER)
+    results = fuzz_api.run_cases(sample, entries=lambda k: first + LATER if k < LATER_SAMPLE else first)
     bad, _expected = fuzz_api.failures(results)
     assert not bad, [(r["outcome"], r["entry"], r["name"], r.get("detail", "")) for r in bad[:10]]
     s = fuzz_api.summarise(results)
     for entry in fuzz_api.SERVICE_ENTRY_POINTS:
-        c = s[entry]
-        assert c["cases"] == SAMPLE and c["refusal"] + c["answer"] == SAMPLE, (entry, c)
-        assert c["answer"] >= 8 and c["refusal"] >= 20, (entry, c)  # both ends exercised
+        c, n = s[entry], (LATER_SAMPLE if entry in LATER else SAMPLE)
+        assert c["cases"] == n and c["refusal"] + c["answer"] == n, (entry, c)
+        assert c["answer"] >= 0.16 * n and c["refusal"] >= 0.4 * n, (entry, c)  # both ends exercised
         assert c["refusals_specific"] >= 0.9 * c["refusal"], (entry, c)
     # the unmutated seeds the library answers are answered by the service too, the others refused
     fresh = {(r["seed"], r["entry"]): r for r in results if "-none-" in r["name"]}
