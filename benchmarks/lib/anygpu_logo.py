@@ -41,8 +41,9 @@ DEFAULT_SETTING = "timm-pt291"  # the framework overhead an answer uses: PyTorch
 def setting_of(r) -> str:
     """The software setting (framework version and timing protocol) of a row: its source, the timm
     benchmark split by PyTorch version."""
-    if r["source"] == "gpu-benchmark":  # two machines: 1080 Ti + Titan V (15 models), Titan Xp + 2080 Ti (32)
-        return "gpu-benchmark-" + ("b" if r["gpu"] in ("titan-xp", "rtx2080ti") else "a")
+    # gpu-benchmark ran on two machines (1080 Ti + Titan V, Titan Xp + 2080 Ti) with one script: one
+    # setting, since a setting left with a single GPU when its partner is held out absorbs that GPU's
+    # own speed (the Titan Xp's slow FP16 made the held-out 2080 Ti's FP16 inference 2.9x too slow)
     if r["source"] != "timm":
         return r["source"]
     if r["gpu"] == "rtx3090":
@@ -51,13 +52,9 @@ def setting_of(r) -> str:
 
 
 def _subset(d, mask_steps: np.ndarray, setting=None):
-    from perfseer.specmodel.anygpu import Design
+    from perfseer.specmodel.anygpu import subset
 
-    keep = mask_steps[d.step]
-    new_index = np.cumsum(mask_steps) - 1
-    return Design(t_c0=d.t_c0[keep], t_m0=d.t_m0[keep], occ=d.occ[keep], code=d.code[keep], backward=d.backward[keep],
-                  scale=d.scale[keep], log_peak=d.log_peak[keep], log_bw=d.log_bw[keep], step=new_index[d.step[keep]], n_steps=int(mask_steps.sum()),
-                  h2d_bytes=d.h2d_bytes[mask_steps], setting=(d.setting if setting is None else setting)[mask_steps])
+    return subset(d, mask_steps, setting)
 
 
 def fit_predict(d, meas, w, settings: np.ndarray, names: list, train: np.ndarray, max_nfev: int):

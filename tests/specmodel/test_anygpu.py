@@ -106,3 +106,53 @@ def test_the_bundled_card_loads_and_routes():
     assert row["value"] > 0 and row["interval"] and row["basis"].startswith(
         {"anygpu": "spec model by the route facts: any-GPU", "blend": "spec model by the route facts: geometric mean",
          "roofline": "spec model by the route facts: roofline", "spec": "spec model ("}[want])
+
+
+def _one_kernel_design(t_c0, t_m0=0.0, dim_n=1e9, dim_k=1e9, code=0, scale=1.0):
+    n = np.size(t_c0)
+    f = lambda v: np.full(n, v, dtype=float) if np.ndim(v) == 0 else np.asarray(v, float)  # noqa: E731
+    return anygpu.Design(t_c0=f(t_c0), t_m0=f(t_m0), occ=np.ones(n), code=np.full(n, code), backward=np.zeros(n, bool),
+                         scale=f(scale), log_peak=np.zeros(n), log_bw=np.zeros(n), step=np.zeros(n, dtype=np.int64),
+                         n_steps=1, dim_n=f(dim_n), dim_k=f(dim_k), h2d_bytes=np.zeros(1),
+                         setting=np.zeros(1, dtype=np.int64))
+
+
+def _plain_theta(**kw):
+    th = {k: 0.0 for k in anygpu.PARAMS}
+    th.update(overlap=3.0, kernel_floor=-20.0, small_n=-20.0, small_k=-20.0, h2d=0.0)
+    th.update(kw)
+    return th
+
+
+def test_launch_cost_is_paid_per_kernel():
+    """Hand-computed: host launch cost h = 100 us per kernel.  Two 1-us kernels, one of them
+    repeated 3 times, and a 1000-us kernel: each kernel takes the smooth maximum (p = 3) of its GPU
+    time and h, so 4 x (1 + 1e6)^(1/3) + (1e9 + 1e6)^(1/3) = 4 x 100.0000333 + 1000.333 = 1400.33 us,
+    plus the step constant 50 us -- not max(1004, 500) = 1004 as a whole-step maximum would give."""
+    d = _one_kernel_design([1.0, 1.0, 1000.0], scale=[1.0, 3.0, 1.0])
+    got = anygpu.step_us(_plain_theta(), np.array([[np.log(100.0), np.log(50.0)]]), d)[0]
+    want = 4 * (1 + 1e6) ** (1 / 3) + (1e9 + 1e6) ** (1 / 3) + 50.0
+    assert want == pytest.approx(1450.33, abs=0.01) and got == pytest.approx(want, rel=1e-9)
+
+
+def test_small_gemm_dimensions_cost_compute():
+    """Hand-computed: a 3x3 stem convolution (K = 3 x 3 x 3 = 27 input values per output, N = 64
+    output channels) with n0 = k0 = 16: its compute time 10 us is stretched by (1 + 16/64)
+    (1 + 16/27) = 1.25 x 1.5926 = 1.9907 -> 19.907 us; a big GEMM (N = K = 4096) barely moves."""
+    th = _plain_theta(small_n=np.log(16.0), small_k=np.log(16.0))
+    d = _one_kernel_design([10.0, 10.0], dim_n=[64.0, 4096.0], dim_k=[27.0, 4096.0], code=2)
+    got = anygpu.kernel_us(th, d)
+    assert got[0] == pytest.approx(10 * 1.25 * (1 + 16 / 27), rel=1e-6) == pytest.approx(19.907, abs=1e-3)
+    assert got[1] == pytest.approx(10 * (1 + 16 / 4096) ** 2, rel=1e-6)
+
+
+def test_small_dimensions_come_from_the_implicit_gemm():
+    """The stem of a ResNet (3 -> 64 channels, 7x7, stride 2, 224 px, batch 12) is an implicit
+    GEMM with M = 12 x 112 x 112, N = 64, K = 3 x 7 x 7 = 147: dim_n = min(M, N) = 64, dim_k = 147;
+    an element-wise kernel has no GEMM shape (its dims are large: no stretch)."""
+    t = kt.conv_rows(12, 3, 64, 7, 224, 224, 2, 3)
+    v = kt.vec_rows(1000.0, 2, 1)
+    tab = pd.concat([t, v], ignore_index=True)
+    tab["pass"], tab["scale"] = "fw", 1.0
+    a = anygpu.kernel_inputs(tab, get_device("rtx3090"), "fp16")
+    assert a["dim_n"][0] == 64 and a["dim_k"][0] == 147 and a["dim_n"][1] >= 1e9

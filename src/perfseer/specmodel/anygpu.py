@@ -7,21 +7,28 @@ its own weight- and input-gradient kernels, the optimizer) each take
 .. math::
 
     t = \\big(t_c^p + t_m^p\\big)^{1/p} + \\ell, \\quad
-    t_c = \\frac{\\text{FLOPs}}{\\text{peak}_{u}} \\, e^{c_{f,u}} \\, \\text{occ}^{-w} \\, (e^{c_b})^{[\\text{backward}]},
+    t_c = \\frac{\\text{FLOPs}}{\\text{peak}_{u}} \\, e^{c_{f,u}} \\, \\text{occ}^{-w} \\, (e^{c_b})^{[\\text{backward}]}
+    \\Big(1 + \\frac{n_0}{\\min(M, N)}\\Big)\\Big(1 + \\frac{k_0}{K}\\Big),
     \\quad t_m = \\frac{\\text{bytes}}{\\text{bandwidth}} \\, e^{m_f}
 
 where ``peak_u`` is the peak of the unit the kernel runs on (tensor or CUDA cores, by the
 per-generation rules of :mod:`perfseer.specmodel.rules`: TF32 convolutions on Ampere+, Pascal's
 FP16 at the FP32 rate...), ``occ`` the occupancy of the last wave of 128x128 output tiles over
-the SMs (implicit GEMM of a convolution, groups included), ``c_{f,u}`` a compute inefficiency per
+the SMs (implicit GEMM of a convolution, groups included), ``n_0`` and ``k_0`` the GEMM sizes at
+which a thin output (few channels per group) or a short reduction (a stem convolution's 3 x k x k
+inputs) halves the rate, ``c_{f,u}`` a compute inefficiency per
 family (GEMM, convolution) and unit, ``m_f`` a memory inefficiency per family (matrix, element-wise,
 row-wise), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
 slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
 bigger GPU is harder to fill from eager PyTorch).
-The step is the smooth maximum of the GPU's time (the kernels' sum) and the host's (a per-kernel
-launch cost of the framework), plus a per-step constant:
+Eager PyTorch launches one kernel at a time: a kernel shorter than the host's launch cost ``h``
+leaves the GPU waiting for the next launch, so each kernel takes the smooth maximum of its GPU
+time and ``h``, and the step is their sum plus a per-step constant:
 
-.. math::  T = \\big(\\textstyle\\sum t^4 + (n \\, h)^4\\big)^{1/4} + s
+.. math::  T = \\textstyle\\sum_i \\big(t_i^3 + h^3\\big)^{1/3} + s
+
+(batch-12 CNNs on a fast GPU are mostly launch-bound; a whole-step maximum of the GPU's and the
+host's sums would let the long kernels hide the short ones' launches).
 
 Every GPU constant is shared by all GPUs (no per-GPU term), so the model answers for a GPU from
 its sheet alone; the host cost per kernel ``h`` and the step constant ``s`` belong to the software
@@ -44,19 +51,21 @@ from perfseer.errors import PerfseerError
 from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
-          "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope")
+          "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k")
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
-        "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0}
+        "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0)}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
+          "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
           "step": (-3.0, 10.0)}
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
+LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
 
 
 class AnyGpuError(PerfseerError):
@@ -77,6 +86,8 @@ class Design:
     log_bw: np.ndarray  # log(bandwidth / 1000 GB/s)
     step: np.ndarray  # step index of each kernel
     n_steps: int
+    dim_n: np.ndarray = field(default_factory=lambda: np.zeros(0))  # min(M, N) of a matrix kernel (per group)
+    dim_k: np.ndarray = field(default_factory=lambda: np.zeros(0))  # its reduction length K
     h2d_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step
     setting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per step: software setting
 
@@ -106,22 +117,26 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
     occ = np.where(code < 4, tiles / (np.ceil(tiles / sms) * sms), 1.0)
     passes = table["pass"].to_numpy() if "pass" in table else np.full(n, "fw")
     scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n)
-    return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & (code < 4),
-            "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000))}
+    K = table["K"].to_numpy(dtype=float)
+    mat = code < 4
+    return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & mat,
+            "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
+            "dim_n": np.where(mat, np.maximum(np.minimum(M, N), 1.0), 1e9),
+            "dim_k": np.where(mat, np.maximum(K, 1.0), 1e9)}
 
 
 def _merge_repeats(d: dict) -> dict:
     """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
     time is unchanged and fitting evaluates fewer rows."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
-                    d["log_peak"], d["log_bw"]], axis=1)
+                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
     inv = inv.reshape(-1)
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
             "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
-            "log_peak": uniq[:, 5], "log_bw": uniq[:, 6]}
+            "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8]}
 
 
 def design(items, settings=None) -> Design:
@@ -134,9 +149,22 @@ def design(items, settings=None) -> Design:
         parts.append(d)
         h2d.append(float(hb or 0.0))
     cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0) for k in
-           ("t_c0", "t_m0", "occ", "code", "backward", "scale", "step", "log_peak", "log_bw")}
+           KERNEL_FIELDS + ("step",)}
     st = np.zeros(len(parts), dtype=np.int64) if settings is None else np.asarray(settings, dtype=np.int64)
     return Design(n_steps=len(parts), h2d_bytes=np.asarray(h2d), setting=st, **cat)
+
+
+KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k")
+
+
+def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> Design:
+    """The steps of ``d`` where the boolean mask ``steps`` is true (renumbered); ``setting``: every
+    step's software setting to use instead of ``d.setting`` (before masking)."""
+    keep = steps[d.step]
+    new_index = np.cumsum(steps) - 1
+    return Design(**{k: getattr(d, k)[keep] for k in KERNEL_FIELDS}, step=new_index[d.step[keep]],
+                  n_steps=int(steps.sum()), h2d_bytes=d.h2d_bytes[steps],
+                  setting=(d.setting if setting is None else np.asarray(setting))[steps])
 
 
 def _theta(params) -> np.ndarray:
@@ -152,6 +180,7 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     cc = np.where(mat, c[np.minimum(d.code, 3)], 0.0)
     tc = d.t_c0 * np.exp(cc + th[12] * d.log_peak) * np.where(mat, d.occ ** (-th[7]), 1.0) \
         * np.where(d.backward, np.exp(th[10]), 1.0)
+    tc = tc * (1.0 + np.exp(th[14]) / d.dim_n) * (1.0 + np.exp(th[15]) / d.dim_k)
     tm = d.t_m0 * np.exp(m[d.code] + th[13] * d.log_bw)
     p = 1.0 + np.exp(th[8])
     hi = np.maximum(np.maximum(tc, tm), 1e-9)
@@ -163,11 +192,11 @@ def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
     """Each step's time, us; ``overhead``: ``[settings, 2]`` (log host us per kernel, log us per step)."""
     th = _theta(theta)
     ov = np.asarray(overhead, float).reshape(-1, 2)[d.setting]
-    k = kernel_us(th, d) * d.scale
-    gpu = np.bincount(d.step, weights=k, minlength=d.n_steps)
-    host = np.bincount(d.step, weights=d.scale, minlength=d.n_steps) * np.exp(ov[:, 0])
-    hi = np.maximum(np.maximum(gpu, host), 1e-9)
-    t = hi * ((gpu / hi) ** 4 + (host / hi) ** 4) ** 0.25
+    k = kernel_us(th, d)
+    h = np.exp(ov[d.step, 0])  # the host's launch cost of each kernel
+    hi = np.maximum(np.maximum(k, h), 1e-9)
+    k = hi * ((k / hi) ** LAUNCH_P + (h / hi) ** LAUNCH_P) ** (1.0 / LAUNCH_P)
+    t = np.bincount(d.step, weights=k * d.scale, minlength=d.n_steps)
     h2d = d.h2d_bytes / (np.exp(th[11]) * 1e3) if len(d.h2d_bytes) else 0.0
     return t + np.exp(ov[:, 1]) + h2d
 
