@@ -308,9 +308,9 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             per = per.split("/")[0]
             return f"{short.get(folder, folder)} {op} {int(n) // int(per)}x{per}"
 
-        lines.append(md_table(["held out", "configuration (nodes x GPUs)", "mean", "median"],
+        lines.append(md_table(["held out", "configuration (nodes x GPUs)", "mean (median) %"],
                               [[r["experiment"].replace("held-out ", ""), label(r["config"]),
-                                f(r["mean_abs_pct"]) + " %", f(r["median_abs_pct"]) + " %"] for r in col]))
+                                f"{f(r['mean_abs_pct'])} ({f(r['median_abs_pct'])})"] for r in col]))
         bus = res.get("collectives", {}).get("bus_gbs", {})
 
         def gbs(key: str, q: str = "median") -> str:
@@ -423,11 +423,21 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
                   "activations by the same formula (the layer being recomputed, which the paper's table leaves "
                   "out).  The simulated step keeps more per layer than Megatron's fused kernels do (HF's "
                   "explicit attention: separate scaling, masking, softmax and dropout).".format(**sh), ""]
-        lines.append(md_table(["TP", "sequence parallel", "recompute", "perfseer", "formula + logits", "difference"],
-                              [[r["t"], "yes" if r["sequence_parallel"] else "no", "yes" if r["recompute"] else "no",
-                                f(r["perfseer_bytes"] / 2**20, 0) + " MiB",
-                                f((r["formula_bytes"] + r["formula_logits_bytes"]) / 2**20, 0) + " MiB",
-                                _pct(r["rel_err"])] for r in at["rows"]]))
+        variants = [(False, False, "plain"), (True, False, "sequence parallel"), (False, True, "recompute"),
+                    (True, True, "sequence parallel + recompute")]
+
+        def cell(t, sp, rc) -> str:
+            r = next((r for r in at["rows"] if r["t"] == t and bool(r["sequence_parallel"]) == sp
+                      and bool(r["recompute"]) == rc), None)
+            if r is None:
+                return "-"
+            return (f"{f(r['perfseer_bytes'] / 2**20, 0)} / {f((r['formula_bytes'] + r['formula_logits_bytes']) / 2**20, 0)}"
+                    f" MiB ({_pct(r['rel_err'])})")
+
+        tps = sorted({r["t"] for r in at["rows"]})
+        lines.append("Each cell: perfseer / formula + logits, MiB (difference).\n")
+        lines.append(md_table(["TP", *[v[2] for v in variants]],
+                              [[t, *[cell(t, sp, rc) for sp, rc, _ in variants]] for t in tps]))
         plain = [r["rel_err"] for r in at["rows"] if not r["recompute"]]
         lines.append(f"\nWithout recomputation the difference is {_pct(min(plain))} to {_pct(max(plain))} whatever the "
                      "TP degree: the shares follow the formula; the difference is the single-GPU simulation's.")
