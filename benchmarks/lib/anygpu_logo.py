@@ -201,6 +201,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-all", default=None, help="also fit on every GPU and write the card here")
     ap.add_argument("--max-nfev", type=int, default=100)
     ap.add_argument("--sources", default=",".join(anygpu_data.SOURCES), help="data sources (default: all)")
+    ap.add_argument("--gpus", default=None, help="hold out only these GPUs (comma-separated; a quick check of a "
+                                                   "model change, the other GPUs' rows left unscored)")
     ap.add_argument("--from-logo", default=None,
                     help="with --fit-all: take the route and intervals from this leave-one-GPU-out JSON (a run of this "
                          "script, e.g. the any-gpu suite's) instead of running the leave-one-GPU-out again")
@@ -259,6 +261,8 @@ def main(argv=None) -> int:
         _, route = route_facts(pd.DataFrame(prev["per_gpu"]))
         return write_card(args, df, d, meas, w, settings, names, route, prev["intervals"], prev["command"], log)
     for g in sorted(df["gpu"].unique()):
+        if args.gpus and g not in args.gpus.split(","):
+            continue
         tr = (df["gpu"] != g).to_numpy()
         t1 = time.process_time()
         params, ov, pred = fit_predict(d, meas, w, settings, names, tr, args.max_nfev)
@@ -271,7 +275,7 @@ def main(argv=None) -> int:
     df["blend_ms"] = np.sqrt(df["anygpu_ms"] * df["spec_ms"])
     # per (GPU, cell) MAPE of each basis
     per = []
-    for (g, cell), part in df.groupby(["gpu", "cell"]):
+    for (g, cell), part in df[df["anygpu_ms"].notna()].groupby(["gpu", "cell"]):
         row = {"gpu": g, "cell": cell, "rows": len(part), "sources": sorted(part["source"].unique()),
                "spec_seen": bool(part["spec_seen"].any())}
         for b in BASES:
@@ -281,7 +285,7 @@ def main(argv=None) -> int:
     per, route = route_facts(per)
     # 90 % quantile of |log(measured / predicted)| per cell and basis, leave-one-GPU-out
     intervals = {}
-    for cell, part in df.groupby("cell"):
+    for cell, part in df[df["anygpu_ms"].notna()].groupby("cell"):
         intervals[cell] = {b: float(np.quantile(np.abs(np.log(part["measured_ms"] / part[f"{b}_ms"])), 0.9))
                            for b in BASES}
     summary = {}

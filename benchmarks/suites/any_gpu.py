@@ -52,22 +52,21 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     if CARD.exists():
         card = json.loads(CARD.read_text())
         same = all(card.get("route", {}).get(c, {}).get("choice") == v["choice"] for c, v in route.items())
-        card_note = (f"The bundled route facts (`src/perfseer/predictors/spec-anygpu.json`, "
+        card_note = (f"The bundled card's route facts ("
                      f"`python -m benchmarks.lib.anygpu_logo --fit-all CARD --from-logo .bench-work/any-gpu/logo.json`) "
                      f"{'agree with' if same else 'DIFFER from'} the last column.")
     return ("## Any GPU: every GPU held out in turn\n\n"
             f"`python -m benchmarks run any-gpu{' --quick' if ctx.quick else ''}` "
-            f"({r['rows']} measured steps on {len(r['gpus'])} GPUs; {r['cpu_s']:.0f} s CPU).  For each GPU, the any-GPU "
-            "model's constants are fitted on the other GPUs only; spec model: the bundled kernel networks, zero-shot "
-            "(`seen`: trained on that GPU's kernels); roofline: sum of max(FLOPs / peak, bytes / bandwidth); blend: "
-            "geometric mean of any-GPU and spec.  Route, nested: per cell the any-GPU model unless another basis is "
-            "20 % better (mean per-GPU MAPE) on at least three *other* GPUs of the held-out GPU's vendor (fewer: all "
-            "cells of the same kind and phase).  MAPE %, best in "
-            "bold; a GPU's rows are the cells it has labels for (sources: `benchmarks/lib/anygpu_data.py`).\n\n"
+            f"({r['rows']} steps on {len(r['gpus'])} GPUs; {r['cpu_s']:.0f} s CPU).  Each GPU's any-GPU "
+            "constants are fitted on the other GPUs; spec model: the kernel networks, zero-shot "
+            "(`seen`: trained on its kernels); roofline: sum of max(FLOPs / peak, bytes / bandwidth); blend: "
+            "their geometric mean.  Route: any-GPU unless another basis is 20 % better on 3+ *other* GPUs "
+            "of the vendor (fewer: kind and phase).  MAPE %, best in "
+            "bold (sources: `benchmarks/lib/anygpu_data.py`).\n\n"
             + md_table(["held-out GPU", "cell", "rows", "any-GPU", "spec model", "roofline", "blend", "route"], t1)
             + "\n\n**Per cell**: mean over held-out GPUs of the per-GPU MAPE % (aims: ≤ 10 % transformers, ≤ 15 % "
-              "CNNs per GPU and phase); the card's choice: the same rule on every NVIDIA GPU the spec model never saw, "
-              "what the spec basis answers the cell with.\n\n"
+              "CNNs per GPU and phase); the card's choice: the rule on every NVIDIA GPU, what the spec basis "
+              "answers with.\n\n"
             + md_table(["cell", "GPUs", "any-GPU", "spec model", "roofline", "blend", "route", "GPUs within the aim",
                         "card's choice"], t2)
             + (f"\n\n{card_note}" if card_note else ""))
