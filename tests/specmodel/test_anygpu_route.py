@@ -2,7 +2,6 @@
 
 import pandas as pd
 import pytest
-
 from benchmarks.lib import anygpu_logo as L
 
 
@@ -38,7 +37,7 @@ def test_other_vendors_do_not_choose_and_few_gpus_pool_over_the_phase():
     # an AMD GPU has one other AMD GPU: fewer than ROUTE_MIN_GPUS even pooled -> any-GPU
     assert out.loc["mi100", "route_choice"] == "anygpu"
     # t4 has no other GPU on its cell: the pool is every transformer inference cell of NVIDIA GPUs
-    choice, scores, on = L.route_choice_on(per[(per["gpu"] != "t4") & ~per["gpu"].str.startswith("mi")], c2)
+    _, scores, on = L.route_choice_on(per[(per["gpu"] != "t4") & ~per["gpu"].str.startswith("mi")], c2)
     assert len(on) == 3 and scores["anygpu"] == pytest.approx(20.0)
 
 
