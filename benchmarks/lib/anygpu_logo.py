@@ -8,8 +8,10 @@ those five GPUs its NeuSight rows are replaced by the committed leave-one-GPU-ou
 ``benchmarks/data/spec/spec_neusight.json``; its other rows there are marked ``spec_seen``).  The
 roofline: the sum over kernels of max(FLOPs / sheet peak, bytes / bandwidth).
 
-**Route**: per cell (model kind, phase, precision) the basis with the lowest mean over GPUs of the
-per-GPU MAPE; for a held-out GPU chosen from the *other* GPUs' leave-one-out scores only.
+**Route** (:func:`route_facts`): per cell (model kind, phase, precision) the any-GPU model unless
+another basis's mean per-GPU MAPE is 20 % lower, over at least three GPUs of the same vendor (else
+over every cell of the same kind and phase); for a held-out GPU chosen from the *other* GPUs'
+leave-one-out scores only (nested), so the route column is what a GPU nobody measured would get.
 ``--fit-all CARD`` fits the constants on every GPU and writes the card with the route choice per
 cell, its validation numbers (the per-cell leave-one-GPU-out MAPE of each basis) and the 90 %
 quantiles of the leave-one-GPU-out log errors (the intervals).
@@ -114,6 +116,60 @@ def cell_of(r) -> str:
     return f"{r['kind']}/{r['phase']}/{r['precision']}"
 
 
+ROUTE_MIN_GPUS = 3  # a choice needs this many other GPUs scored on the cell (else the kind/phase pool, else any-GPU)
+ROUTE_MARGIN = 0.2  # another basis replaces the any-GPU model only when its mean MAPE is this much lower (relative)
+ROUTE_VENDOR = "nvidia"  # the vendor whose GPUs the card's route facts are chosen on (most GPUs users ask about)
+
+
+def _vendor(gpu: str) -> str:
+    from perfseer.devices import get_device
+
+    return get_device(gpu).vendor
+
+
+def route_choice_on(others: pd.DataFrame, cell: str) -> tuple[str, dict, list]:
+    """The basis for ``cell`` chosen on the per-GPU scores ``others`` (rows of GPUs other than the
+    target, same vendor, spec model never trained on them): the lowest mean per-GPU MAPE over the
+    GPUs scored on the cell, or, with fewer than :data:`ROUTE_MIN_GPUS` of them, over every cell of
+    the same model kind and phase; the any-GPU model (the default) unless the best basis beats it by
+    :data:`ROUTE_MARGIN`, or with fewer than :data:`ROUTE_MIN_GPUS` rows either way.
+    Returns (choice, scores, the (GPU, cell) rows the choice was made on)."""
+    kind, phase, _ = cell.split("/")
+    pool = others[others["cell"] == cell]
+    if len(pool) < ROUTE_MIN_GPUS:
+        pool = others[others["cell"].str.startswith(f"{kind}/{phase}/")]
+    if len(pool) < ROUTE_MIN_GPUS:
+        return "anygpu", {b: None for b in BASES}, []
+    scores = {b: float(pool[f"{b}_mape"].mean()) for b in BASES}
+    best = min(scores, key=scores.get)
+    choice = best if scores[best] < scores["anygpu"] * (1 - ROUTE_MARGIN) else "anygpu"
+    return choice, scores, sorted(f"{g} {c}" for g, c in zip(pool["gpu"], pool["cell"]))
+
+
+def route_facts(per: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The route, nested: each held-out GPU's choice per cell made by :func:`route_choice_on` on
+    the *other* GPUs of its vendor only (columns ``route_choice``, ``route_mape``); and the card's
+    route facts per cell, the same rule on every :data:`ROUTE_VENDOR` GPU."""
+    per = per.copy()
+    per["vendor"] = [_vendor(g) for g in per["gpu"]]
+    fair = per[~per["spec_seen"].astype(bool)]
+    choices = [route_choice_on(fair[(fair["gpu"] != r["gpu"]) & (fair["vendor"] == r["vendor"])], r["cell"])[0]
+               for _, r in per.iterrows()]
+    per["route_choice"] = choices
+    per["route_mape"] = [r[f"{c}_mape"] for (_, r), c in zip(per.iterrows(), choices)]
+    route = {}
+    for cell, part in per.groupby("cell"):
+        choice, scores, on = route_choice_on(fair[fair["vendor"] == ROUTE_VENDOR], cell)
+        cell_fair = part[~part["spec_seen"].astype(bool)]
+        route[cell] = {"choice": choice, "chosen_on": on, "rule": {"min_gpus": ROUTE_MIN_GPUS, "margin": ROUTE_MARGIN,
+                                                                   "vendor": ROUTE_VENDOR},
+                       "validation_mape": {b: float(cell_fair[f"{b}_mape"].mean()) if len(cell_fair) else None
+                                           for b in BASES},
+                       "pooled_mape": scores, "validation_gpus": sorted(cell_fair["gpu"]),
+                       "per_gpu": {r["gpu"]: {b: round(r[f"{b}_mape"], 2) for b in BASES} for _, r in part.iterrows()}}
+    return per.drop(columns="vendor"), route
+
+
 def write_card(args, df, d, meas, w, settings, names, route, intervals, logo_command, log) -> int:
     """Fit on every GPU's rows and write the card: the constants, the route facts and intervals
     of the leave-one-GPU-out run ``logo_command``."""
@@ -128,8 +184,9 @@ def write_card(args, df, d, meas, w, settings, names, route, intervals, logo_com
             "command": "python -m benchmarks.lib.anygpu_logo " + " ".join(sys.argv[1:]),
             "route_from": logo_command,
             "about": "perfseer.specmodel.anygpu constants fitted on every GPU's rows (robust least squares); route: "
-                     "per cell (kind/phase/precision) the basis with the lowest mean per-GPU leave-one-GPU-out MAPE "
-                     "over the GPUs the spec model never saw; intervals: 90 % quantile of the cell's leave-one-GPU-out "
+                     "per cell (kind/phase/precision) the any-GPU model unless another basis's mean per-GPU "
+                     "leave-one-GPU-out MAPE over >= 3 NVIDIA GPUs the spec model never saw (else the cells of the "
+                     "same kind and phase) is 20 % lower; intervals: 90 % quantile of the cell's leave-one-GPU-out "
                      "|log(measured / predicted)|"}
     Path(args.fit_all).write_text(json.dumps(card, indent=1) + "\n")
     log(f"wrote {args.fit_all}")
@@ -144,6 +201,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-all", default=None, help="also fit on every GPU and write the card here")
     ap.add_argument("--max-nfev", type=int, default=100)
     ap.add_argument("--sources", default=",".join(anygpu_data.SOURCES), help="data sources (default: all)")
+    ap.add_argument("--gpus", default=None, help="hold out only these GPUs (comma-separated; a quick check of a "
+                                                   "model change, the other GPUs' rows left unscored)")
     ap.add_argument("--from-logo", default=None,
                     help="with --fit-all: take the route and intervals from this leave-one-GPU-out JSON (a run of this "
                          "script, e.g. the any-gpu suite's) instead of running the leave-one-GPU-out again")
@@ -198,8 +257,12 @@ def main(argv=None) -> int:
     fits = {}
     if args.from_logo and args.fit_all:
         prev = json.loads(Path(args.from_logo).read_text())
-        return write_card(args, df, d, meas, w, settings, names, prev["route"], prev["intervals"], prev["command"], log)
+        # the route facts by the current rule, from the run's per-GPU scores (the rule is bookkeeping)
+        _, route = route_facts(pd.DataFrame(prev["per_gpu"]))
+        return write_card(args, df, d, meas, w, settings, names, route, prev["intervals"], prev["command"], log)
     for g in sorted(df["gpu"].unique()):
+        if args.gpus and g not in args.gpus.split(","):
+            continue
         tr = (df["gpu"] != g).to_numpy()
         t1 = time.process_time()
         params, ov, pred = fit_predict(d, meas, w, settings, names, tr, args.max_nfev)
@@ -212,36 +275,17 @@ def main(argv=None) -> int:
     df["blend_ms"] = np.sqrt(df["anygpu_ms"] * df["spec_ms"])
     # per (GPU, cell) MAPE of each basis
     per = []
-    for (g, cell), part in df.groupby(["gpu", "cell"]):
+    for (g, cell), part in df[df["anygpu_ms"].notna()].groupby(["gpu", "cell"]):
         row = {"gpu": g, "cell": cell, "rows": len(part), "sources": sorted(part["source"].unique()),
                "spec_seen": bool(part["spec_seen"].any())}
         for b in BASES:
             row[f"{b}_mape"] = mape(part[f"{b}_ms"], part["measured_ms"])
         per.append(row)
     per = pd.DataFrame(per)
-    # route: per cell, the basis with the lowest mean per-GPU MAPE over the other GPUs
-    route_rows = []
-    for _, r in per.iterrows():
-        others = per[(per["cell"] == r["cell"]) & (per["gpu"] != r["gpu"]) & ~per["spec_seen"]]
-        if len(others):
-            choice = min(BASES, key=lambda b: others[f"{b}_mape"].mean())
-        else:
-            choice = "anygpu"
-        route_rows.append(choice)
-    per["route_choice"] = route_rows
-    per["route_mape"] = [r[f"{c}_mape"] for (_, r), c in zip(per.iterrows(), route_rows)]
-    # route facts on all GPUs (what --fit-all writes)
-    route = {}
-    for cell, part in per.groupby("cell"):
-        fair = part[~part["spec_seen"]]
-        scores = {b: float(fair[f"{b}_mape"].mean()) if len(fair) else None for b in BASES}
-        valid = {b: v for b, v in scores.items() if v is not None and np.isfinite(v)}
-        route[cell] = {"choice": min(valid, key=valid.get) if valid else "anygpu",
-                       "validation_mape": scores, "validation_gpus": sorted(fair["gpu"]),
-                       "per_gpu": {r["gpu"]: {b: round(r[f"{b}_mape"], 2) for b in BASES} for _, r in part.iterrows()}}
+    per, route = route_facts(per)
     # 90 % quantile of |log(measured / predicted)| per cell and basis, leave-one-GPU-out
     intervals = {}
-    for cell, part in df.groupby("cell"):
+    for cell, part in df[df["anygpu_ms"].notna()].groupby("cell"):
         intervals[cell] = {b: float(np.quantile(np.abs(np.log(part["measured_ms"] / part[f"{b}_ms"])), 0.9))
                            for b in BASES}
     summary = {}

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
+
 from benchmarks.lib import anygpu_logo
 from benchmarks.runner import ROOT, Context, Step, Suite, f, md_table, run_main
 
@@ -27,7 +29,8 @@ def steps(ctx: Context) -> list[Step]:
 
 def render(ctx: Context, res: dict[str, dict]) -> str:
     r = res["logo"]
-    per = r["per_gpu"]
+    per_df, route = anygpu_logo.route_facts(pd.DataFrame(r["per_gpu"]))  # the current rule, nested
+    per = per_df.to_dict(orient="records")
     t1 = []
     for row in sorted(per, key=lambda x: (x["gpu"], x["cell"])):
         best = min(BASES, key=lambda b: row[f"{b}_mape"])
@@ -36,9 +39,10 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             cells[1] += " (seen)"
         t1.append([row["gpu"], row["cell"], row["rows"], *cells,
                    f"{row['route_choice']} {f(row['route_mape'])}"])
-    route = r["route"]
+    summary = {c: {"gpus": len(p), **{b: float(p[f"{b}_mape"].mean()) for b in (*BASES, "route")}}
+               for c, p in per_df.groupby("cell")}
     t2 = []
-    for cell, s in sorted(r["summary"].items()):
+    for cell, s in sorted(summary.items()):
         kind = cell.split("/")[0]
         gpus = [x for x in per if x["cell"] == cell]
         within = sum(1 for x in gpus if x["route_mape"] <= AIMS[kind])
@@ -48,20 +52,21 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     if CARD.exists():
         card = json.loads(CARD.read_text())
         same = all(card.get("route", {}).get(c, {}).get("choice") == v["choice"] for c, v in route.items())
-        card_note = (f"The bundled route facts (`src/perfseer/predictors/spec-anygpu.json`, "
+        card_note = (f"The bundled card's route facts ("
                      f"`python -m benchmarks.lib.anygpu_logo --fit-all CARD --from-logo .bench-work/any-gpu/logo.json`) "
                      f"{'agree with' if same else 'DIFFER from'} the last column.")
     return ("## Any GPU: every GPU held out in turn\n\n"
             f"`python -m benchmarks run any-gpu{' --quick' if ctx.quick else ''}` "
-            f"({r['rows']} measured steps on {len(r['gpus'])} GPUs; {r['cpu_s']:.0f} s CPU).  For each GPU, the any-GPU "
-            "model's constants are fitted on the other GPUs only; spec model: the bundled kernel networks, zero-shot "
-            "(`seen`: trained on that GPU's kernels); roofline: sum of max(FLOPs / peak, bytes / bandwidth); blend: "
-            "geometric mean of any-GPU and spec.  Route: per cell the basis best on the *other* GPUs.  MAPE %, best in "
-            "bold; a GPU's rows are the cells it has labels for (sources: `benchmarks/lib/anygpu_data.py`).\n\n"
+            f"({r['rows']} steps on {len(r['gpus'])} GPUs; {r['cpu_s']:.0f} s CPU).  Each GPU's any-GPU "
+            "constants are fitted on the other GPUs; spec model: the kernel networks, zero-shot "
+            "(`seen`: trained on its kernels); roofline: sum of max(FLOPs / peak, bytes / bandwidth); blend: "
+            "their geometric mean.  Route: any-GPU unless another basis is 20 % better on 3+ *other* GPUs "
+            "of the vendor (fewer: kind and phase).  MAPE %, best in "
+            "bold (sources: `benchmarks/lib/anygpu_data.py`).\n\n"
             + md_table(["held-out GPU", "cell", "rows", "any-GPU", "spec model", "roofline", "blend", "route"], t1)
             + "\n\n**Per cell**: mean over held-out GPUs of the per-GPU MAPE % (aims: ≤ 10 % transformers, ≤ 15 % "
-              "CNNs per GPU and phase); the card's choice: the basis with the lowest mean over the GPUs the spec model "
-              "never saw, what the spec basis answers the cell with.\n\n"
+              "CNNs per GPU and phase); the card's choice: the rule on every NVIDIA GPU, what the spec basis "
+              "answers with.\n\n"
             + md_table(["cell", "GPUs", "any-GPU", "spec model", "roofline", "blend", "route", "GPUs within the aim",
                         "card's choice"], t2)
             + (f"\n\n{card_note}" if card_note else ""))

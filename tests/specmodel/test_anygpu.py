@@ -156,3 +156,21 @@ def test_small_dimensions_come_from_the_implicit_gemm():
     tab["pass"], tab["scale"] = "fw", 1.0
     a = anygpu.kernel_inputs(tab, get_device("rtx3090"), "fp16")
     assert a["dim_n"][0] == 64 and a["dim_k"][0] == 147 and a["dim_n"][1] >= 1e9
+
+
+def test_bytes_that_fit_in_l2_read_faster():
+    """Hand-computed: a memory-bound kernel of 10 us at the sheet bandwidth whose bytes are the L2
+    size (fit 1 / (1 + 1) = 0.5) takes 10 e^(l2 x 0.5): 6.065 us at l2 = -1; bytes 100x L2: 9.90 us."""
+    h200 = get_device("h200")
+    l2 = h200.l2_mib * 2**20
+    t = kt.gemm_rows(1, 64, 64, 64).assign(**{"pass": "fw", "scale": 1.0})
+    t = pd.concat([t.assign(bytes=l2, flops=0.0), t.assign(bytes=100 * l2, flops=0.0)], ignore_index=True)
+    t["family"] = "vec"
+    a = anygpu.kernel_inputs(t, h200, "fp32")
+    assert a["l2_fit"] == pytest.approx([0.5, 1 / 101], rel=1e-6)
+    a["t_m0"] = np.array([10.0, 10.0])
+    a["log_bw"] = np.zeros(2)
+    d = anygpu.Design(**{k: a[k] for k in anygpu.KERNEL_FIELDS}, step=np.array([0, 1]), n_steps=2)
+    got = anygpu.kernel_us(_plain_theta(l2=-1.0), d) - np.exp(-20.0)
+    assert got == pytest.approx([10 * np.exp(-0.5), 10 * np.exp(-1 / 101)], rel=1e-6)
+    assert got[0] == pytest.approx(6.065, abs=1e-3) and got[1] == pytest.approx(9.90, abs=5e-3)

@@ -9,7 +9,7 @@ its own weight- and input-gradient kernels, the optimizer) each take
     t = \\big(t_c^p + t_m^p\\big)^{1/p} + \\ell, \\quad
     t_c = \\frac{\\text{FLOPs}}{\\text{peak}_{u}} \\, e^{c_{f,u}} \\, \\text{occ}^{-w} \\, (e^{c_b})^{[\\text{backward}]}
     \\Big(1 + \\frac{n_0}{\\min(M, N)}\\Big)\\Big(1 + \\frac{k_0}{K}\\Big),
-    \\quad t_m = \\frac{\\text{bytes}}{\\text{bandwidth}} \\, e^{m_f}
+    \\quad t_m = \\frac{\\text{bytes}}{\\text{bandwidth}} \\, e^{m_f + \\lambda / (1 + \\text{bytes} / \\text{L2})}
 
 where ``peak_u`` is the peak of the unit the kernel runs on (tensor or CUDA cores, by the
 per-generation rules of :mod:`perfseer.specmodel.rules`: TF32 convolutions on Ampere+, Pascal's
@@ -18,7 +18,8 @@ the SMs (implicit GEMM of a convolution, groups included), ``n_0`` and ``k_0`` t
 which a thin output (few channels per group) or a short reduction (a stem convolution's 3 x k x k
 inputs) halves the rate, ``c_{f,u}`` a compute inefficiency per
 family (GEMM, convolution) and unit, ``m_f`` a memory inefficiency per family (matrix, element-wise,
-row-wise), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
+row-wise), ``\\lambda`` what a kernel whose bytes fit in the L2 cache gains (its input left there by the
+previous kernel), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
 slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
 bigger GPU is harder to fill from eager PyTorch).
 Eager PyTorch launches one kernel at a time: a kernel shorter than the host's launch cost ``h``
@@ -51,16 +52,17 @@ from perfseer.errors import PerfseerError
 from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
-          "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k")
+          "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2")
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
-        "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0)}
+        "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
+        "l2": 0.0}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
-          "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
+          "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
           "step": (-3.0, 10.0)}
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
@@ -90,6 +92,7 @@ class Design:
     dim_k: np.ndarray = field(default_factory=lambda: np.zeros(0))  # its reduction length K
     h2d_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step
     setting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per step: software setting
+    l2_fit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 / (1 + bytes / L2 size)
 
 
 def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
@@ -122,21 +125,23 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
     return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & mat,
             "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
             "dim_n": np.where(mat, np.maximum(np.minimum(M, N), 1.0), 1e9),
-            "dim_k": np.where(mat, np.maximum(K, 1.0), 1e9)}
+            "dim_k": np.where(mat, np.maximum(K, 1.0), 1e9),
+            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0))}
 
 
 def _merge_repeats(d: dict) -> dict:
     """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
     time is unchanged and fitting evaluates fewer rows."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
-                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"]], axis=1)
+                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
     inv = inv.reshape(-1)
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
             "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
-            "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8]}
+            "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8],
+            "l2_fit": uniq[:, 9]}
 
 
 def design(items, settings=None) -> Design:
@@ -154,7 +159,7 @@ def design(items, settings=None) -> Design:
     return Design(n_steps=len(parts), h2d_bytes=np.asarray(h2d), setting=st, **cat)
 
 
-KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k")
+KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k", "l2_fit")
 
 
 def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> Design:
@@ -162,7 +167,8 @@ def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> D
     step's software setting to use instead of ``d.setting`` (before masking)."""
     keep = steps[d.step]
     new_index = np.cumsum(steps) - 1
-    return Design(**{k: getattr(d, k)[keep] for k in KERNEL_FIELDS}, step=new_index[d.step[keep]],
+    cols = {k: getattr(d, k)[keep] if len(getattr(d, k)) else getattr(d, k) for k in KERNEL_FIELDS}
+    return Design(**cols, step=new_index[d.step[keep]],
                   n_steps=int(steps.sum()), h2d_bytes=d.h2d_bytes[steps],
                   setting=(d.setting if setting is None else np.asarray(setting))[steps])
 
@@ -182,6 +188,8 @@ def kernel_us(theta, d: Design) -> np.ndarray:
         * np.where(d.backward, np.exp(th[10]), 1.0)
     tc = tc * (1.0 + np.exp(th[14]) / d.dim_n) * (1.0 + np.exp(th[15]) / d.dim_k)
     tm = d.t_m0 * np.exp(m[d.code] + th[13] * d.log_bw)
+    if len(d.l2_fit):  # a kernel whose bytes fit in L2 reads what the previous kernel left there
+        tm = tm * np.exp(th[16] * d.l2_fit)
     p = 1.0 + np.exp(th[8])
     hi = np.maximum(np.maximum(tc, tm), 1e-9)
     t = hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
