@@ -63,3 +63,15 @@ def test_a_training_model_keeps_its_dropout():
     with torch.no_grad():
         a, b = model(batch), model(batch)
     assert not torch.equal(a, b)  # dropout draws differ: it ran
+
+
+def test_collate_inputs_is_pyg_collation():
+    from perfseer.runtime.net import _model_input, collate_inputs
+
+    gs = graphs()
+    for chunk in (gs[:1], gs, gs[::-1] + gs):
+        fast, pyg = collate_inputs(chunk), Batch.from_data_list([_model_input(g) for g in chunk])
+        for key in ("x", "edge_index", "edge_attr", "u", "op_type", "batch", "ptr"):
+            a, b = getattr(fast, key), getattr(pyg, key)
+            assert a.dtype == b.dtype and torch.equal(a, b), key
+        assert fast.num_graphs == pyg.num_graphs and fast.num_nodes == pyg.num_nodes
