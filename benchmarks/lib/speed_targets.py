@@ -6,7 +6,8 @@
    answered once already (cards loaded): every shipped card (``perfseer predictors``; a
    NAS-Bench-201 cell for the NAS card, ``example:resnet50`` for the others, batch 1, ``force``
    so that a card answers outside its space too) and the spec model (``--device a100-40gb
-   --basis spec``) and the spec transfer; the median of ``--repeats`` calls, wall and CPU time.
+   --basis spec``; its inference step and its training step, ``--phase train``) and the spec
+   transfer; the median of ``--repeats`` calls, wall and CPU time.
    Twice: repeated calls on the same graph (answered from the per-graph caches: the spec model's
    kernel tables and kernel predictions, a card's remembered network answers), and first calls
    on the graph (the caches emptied before each, :func:`forget`: what a new graph costs).
@@ -90,6 +91,8 @@ def warm_cases() -> list[tuple[str, dict, str]]:
         graph = "nb201" if c["name"].startswith("nb201") else "resnet50"
         cases.append((c["name"], {"predictor": c["name"], "force": True}, graph))
     cases.append((f"spec model ({SPEC_DEVICE})", {"device": SPEC_DEVICE, "basis": "spec"}, "resnet50"))
+    cases.append((f"spec model, training step ({SPEC_DEVICE})", {"device": SPEC_DEVICE, "basis": "spec",
+                                                                "phase": "train"}, "resnet50"))
     cases.append((f"spec transfer ({SPEC_DEVICE})", {"device": SPEC_DEVICE, "basis": "transfer"}, "resnet50"))
     return cases
 
