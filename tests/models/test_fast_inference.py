@@ -75,3 +75,22 @@ def test_collate_inputs_is_pyg_collation():
             a, b = getattr(fast, key), getattr(pyg, key)
             assert a.dtype == b.dtype and torch.equal(a, b), key
         assert fast.num_graphs == pyg.num_graphs and fast.num_nodes == pyg.num_nodes
+
+
+def test_blas_threads_lowered_for_a_block_and_restored_with_the_same_distances():
+    import numpy as np
+
+    from perfseer import blas
+    from perfseer.trust import domain
+
+    rng = np.random.default_rng(0)
+    ref, q = rng.normal(size=(300, 32)), rng.normal(size=(11, 32))
+    api = blas._api()
+    before = api[0]() if api else None
+    with blas.limited(1):
+        if api:
+            assert api[0]() == 1
+        one = domain.nearest_distance(ref, q)
+    assert (api[0]() if api else None) == before
+    many = np.sqrt(((q[:, None, :] - ref[None]) ** 2).sum(-1).min(1))
+    np.testing.assert_allclose(one, many, rtol=1e-9)
