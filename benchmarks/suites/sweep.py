@@ -68,6 +68,7 @@ SUITE = Suite(
     name="sweep", kind="accuracy",
     description="zoo models on every device at batch 1-1024, both phases: refusals, fall-backs, monotonicity",
     reads="timm, torchvision and hf: model code (exported once, kept in the graph cache), the bundled cards",
-    time_full="~10-20 h here (109 models; resumable: the spec model's training step takes ~1 s per batch size)",
+    time_full="~6-20 h here (109 models at 1.5-12 min each with the machine at load 8-10 and nice 15, the export "
+              "of an hf: model most of it; resumable per model: stop it and run it again)",
     time_quick="~30 min (3 models, 6 batch sizes)",
     steps=steps, render=render)
