@@ -94,3 +94,17 @@ def test_blas_threads_lowered_for_a_block_and_restored_with_the_same_distances()
     assert (api[0]() if api else None) == before
     many = np.sqrt(((q[:, None, :] - ref[None]) ** 2).sum(-1).min(1))
     np.testing.assert_allclose(one, many, rtol=1e-9)
+
+
+def test_the_kept_in_degree_follows_a_graph_changed_in_place():
+    from torch_geometric.nn import SAGEConv
+
+    torch.manual_seed(2)
+    conv = SAGEConv(4, 4)
+    x = torch.randn(5, 4)
+    ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.equal(sage_inference(conv, x, ei), conv(x, ei))
+        ei[1, 0] = 4  # the same tensor, other edges: the kept degree must not be reused
+        assert torch.equal(sage_inference(conv, x, ei), conv(x, ei))
+        assert torch.equal(sage_inference(conv, x[:4], ei[:, 1:3]), conv(x[:4], ei[:, 1:3]))
