@@ -239,10 +239,13 @@ def _in_degree(edge_index: Tensor, dst: Tensor, n: int, msg: Tensor) -> Tensor:
     """The clamped in-degree PyG's mean divides by, computed once per batch of graphs for all the
     layers of all the members of a card (a blend of nine PMGNS has 27 such layers); kept for the
     last ``edge_index`` only, and recomputed when that tensor was changed in place (its version)."""
+    count = lambda: msg.new_zeros(n).scatter_add_(0, dst, msg.new_ones(msg.size(0))).clamp(min=1)  # noqa: E731
+    if edge_index.is_inference():  # made in inference mode (a collated batch): no version to check
+        return count()
     key = (edge_index._version, n, msg.dtype, msg.device)
     if _DEGREE and _DEGREE[0][0] is edge_index and _DEGREE[0][1] == key:
         return _DEGREE[0][2]
-    count = msg.new_zeros(n).scatter_add_(0, dst, msg.new_ones(msg.size(0))).clamp(min=1)
-    _DEGREE[:] = [(edge_index, key, count)]
-    return count
+    out = count()
+    _DEGREE[:] = [(edge_index, key, out)]
+    return out
 
