@@ -36,19 +36,18 @@ def backward_kernels(fw: pd.DataFrame, fn: str = "") -> pd.DataFrame:
     return backward_table(fw, np.full(len(fw), fn, dtype=object)).drop(columns="src")
 
 
-def backward_table(fw: pd.DataFrame, fns) -> pd.DataFrame:
-    """The gradient kernels of the forward kernels ``fw``, each row of which belongs to the
-    operation named in ``fns`` (one name per row): for each forward kernel in order, its gradient
-    kernels in the order the rules above list them, and a ``src`` column (the position of the
-    forward kernel in ``fw``).  Computed column-wise over the whole table."""
-    n = len(fw)
+def backward_table(fw: pd.DataFrame | dict, fns, frame: bool = True) -> pd.DataFrame | dict:
+    """The gradient kernels of the forward kernels ``fw`` (a kernel table, or its columns as a
+    dict of arrays), each row of which belongs to the operation named in ``fns`` (one name per
+    row): for each forward kernel in order, its gradient kernels in the order the rules above
+    list them, and a ``src`` column (the position of the forward kernel in ``fw``).  Computed
+    column-wise over the whole table; ``frame=False``: the columns as a dict of arrays."""
+    fam = np.asarray(fw["family"], dtype=object)
+    n = len(fam)
     fns = np.asarray(list(fns), dtype=object).reshape(-1)
     if n == 0:
-        out = kt.empty_table()
-        out["src"] = pd.Series(dtype=np.int64)
-        return out
-    fam = fw["family"].to_numpy(dtype=object)
-    c = {k: fw[k].to_numpy(dtype=float) for k in kt.COLUMNS[1:]}
+        return _empty(frame)
+    c = {k: np.asarray(fw[k], dtype=float) for k in kt.COLUMNS[1:]}
     db = c["dtype_bytes"]
     pos = np.arange(n)
     parts = []  # (kernel table, forward position, slot)
@@ -100,9 +99,7 @@ def backward_table(fw: pd.DataFrame, fns) -> pd.DataFrame:
         t["bytes"] *= 1.5
         add(t, sel, 0)
     if not parts:
-        out = kt.empty_table()
-        out["src"] = pd.Series(dtype=np.int64)
-        return out
+        return _empty(frame)
     src = np.concatenate([p[1] for p in parts])
     slot = np.concatenate([p[2] for p in parts])
     cols_out = {}
@@ -110,6 +107,15 @@ def backward_table(fw: pd.DataFrame, fns) -> pd.DataFrame:
         cols_out[k] = np.concatenate([np.asarray(p[0][k], dtype=object if k == "family" else float) for p in parts])
     order = np.lexsort((slot, src))
     keep = order[np.isfinite(cols_out["flops"][order])]
-    out = pd.DataFrame({k: v[keep] for k, v in cols_out.items()})
+    out = {k: v[keep] for k, v in cols_out.items()}
     out["src"] = pos[src[keep]]
-    return out
+    return pd.DataFrame(out) if frame else out
+
+
+def _empty(frame: bool):
+    if frame:
+        out = kt.empty_table()
+        out["src"] = pd.Series(dtype=np.int64)
+        return out
+    return {**{k: np.zeros(0, dtype=object if k == "family" else float) for k in kt.COLUMNS},
+            "src": np.zeros(0, dtype=np.int64)}

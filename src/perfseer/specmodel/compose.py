@@ -189,26 +189,34 @@ def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str =
         return fw
     if phase != "train":
         raise ValueError(f"phase must be 'infer' or 'train', got {phase!r}")
-    parts = [fw]
-    ops = fw["op"].to_numpy(dtype=object)
+    columns = list(fw.columns)
+    parts = [{k: fw[k].to_numpy() for k in columns}]  # the tables' columns as arrays, one DataFrame at the end
+    ops = parts[0]["op"].astype(object)
     uniq, inv = np.unique(ops.astype(str), return_inverse=True) if len(ops) else (np.zeros(0, str), np.zeros(0, int))
     fns = np.asarray(["add" if op in PASS_THROUGH_OPS else op.lower() for op in uniq], dtype=object)[inv]
-    b = backward_table(fw, fns)  # each forward kernel's gradient kernels, in the forward's order
-    if len(b):
-        src = b.pop("src").to_numpy()
-        b["node"], b["op"], b["pass"] = fw["node"].to_numpy()[src], ops[src], "bw"
+    b = backward_table(parts[0], fns, frame=False)  # each forward kernel's gradient kernels, in the forward's order
+    if len(b["src"]):
+        src = b.pop("src")
+        b["node"], b["op"], b["pass"] = parts[0]["node"][src], ops[src], _full(len(src), "bw")
         parts.append(b)
     elems = np.asarray(list(dropout), dtype=float)
     elems = elems[elems > 0]
     if len(elems):
-        d = kt.dropout_rows(elems, dtype_bytes=PRECISION_BYTES[precision])
-        b = backward_kernels(d, "dropout")
+        d = kt.dropout_rows(elems, dtype_bytes=PRECISION_BYTES[precision], frame=False)
+        b = backward_table(d, np.full(len(elems), "dropout", dtype=object), frame=False)
+        b.pop("src")
         for t, p in ((d, "fw"), (b, "bw")):
-            t["node"], t["op"], t["pass"] = DROPOUT_NODE, "Dropout", p
+            n = len(t["flops"])
+            t["node"], t["op"], t["pass"] = np.full(n, DROPOUT_NODE), _full(n, "Dropout"), _full(n, p)
             parts.append(t)
     if params > 0:
         rd, wr = OPTIMIZER_BYTES[optimizer]
-        o = kt.vec_rows(params, rd / 4, 4, dtype_bytes=4.0, read_bytes=params * rd, write_bytes=params * wr)
-        o["node"], o["op"], o["pass"] = -1, f"optimizer:{optimizer}", "opt"
+        o = kt.vec_rows(params, rd / 4, 4, dtype_bytes=4.0, read_bytes=params * rd, write_bytes=params * wr,
+                        frame=False)
+        o["node"], o["op"], o["pass"] = np.full(1, -1), _full(1, f"optimizer:{optimizer}"), _full(1, "opt")
         parts.append(o)
-    return pd.concat(parts, ignore_index=True)
+    return pd.DataFrame({k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in columns})
+
+
+def _full(n: int, text: str) -> np.ndarray:
+    return np.full(n, text, dtype=object)

@@ -82,13 +82,14 @@ def vec_rows(elems, inputs, flops_per_elem, dtype_bytes=4.0, read_bytes=None, wr
 DROPOUT_FLOPS = 2
 
 
-def dropout_rows(elems, dtype_bytes=4.0) -> pd.DataFrame:
+def dropout_rows(elems, dtype_bytes=4.0, frame: bool = True) -> pd.DataFrame:
     """Training-mode dropout's forward kernel over ``elems`` elements: reads the tensor, draws the
     mask and writes the scaled tensor and the one-byte mask (PyTorch's ``native_dropout``).  Its
     backward (:func:`perfseer.specmodel.backward.backward_kernels` with ``fn="dropout"``) is one
     element-wise kernel."""
     elems = np.asarray(elems, float)
-    return vec_rows(elems, 1, DROPOUT_FLOPS, dtype_bytes=dtype_bytes, write_bytes=elems * (dtype_bytes + 1))
+    return vec_rows(elems, 1, DROPOUT_FLOPS, dtype_bytes=dtype_bytes, write_bytes=elems * (dtype_bytes + 1),
+                    frame=frame)
 
 
 def rowwise_rows(family: str, rows, cols, dtype_bytes=4.0, affine=True, frame: bool = True) -> pd.DataFrame:
