@@ -38,7 +38,8 @@ def cmd_run(args) -> int:
         except KeyError as e:
             raise BenchError(f"{suite.name}: step {e} has not finished; nothing to render yet") from None
         if pending:
-            body += (f"\n\n*Not run yet: {', '.join(pending)} (`python -m benchmarks run {suite.name}` "
+            shown = ", ".join(pending[:3]) + (f" and {len(pending) - 3} more" if len(pending) > 3 else "")
+            body += (f"\n\n*Not run yet: {len(pending)} steps ({shown}; `python -m benchmarks run {suite.name}` "
                      "resumes and completes this section).*")
     else:
         results = run_steps(suite, ctx)

@@ -31,14 +31,15 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     r = res["logo"]
     per_df, route = anygpu_logo.route_facts(pd.DataFrame(r["per_gpu"]))  # the current rule, nested
     per = per_df.to_dict(orient="records")
-    t1 = []
-    for row in sorted(per, key=lambda x: (x["gpu"], x["cell"])):
-        best = min(BASES, key=lambda b: row[f"{b}_mape"])
-        cells = [f(row[f"{b}_mape"]) if b != best else f"**{f(row[f'{b}_mape'])}**" for b in BASES]
-        if row["spec_seen"]:
-            cells[1] += " (seen)"
-        t1.append([row["gpu"], row["cell"], row["rows"], *cells,
-                   f"{row['route_choice']} {f(row['route_mape'])}"])
+    cells = sorted({x["cell"] for x in per})
+    by = {(x["gpu"], x["cell"]): x for x in per}
+
+    def pair(x) -> str:
+        mark = "*" if x["route_choice"] != "anygpu" else ""
+        return f"{f(x['route_mape'])}{mark} ({f(x['roofline_mape'])})"
+
+    t1 = [[gpu, *(pair(by[gpu, c]) if (gpu, c) in by else "" for c in cells)]
+          for gpu in sorted({x["gpu"] for x in per})]
     summary = {c: {"gpus": len(p), **{b: float(p[f"{b}_mape"].mean()) for b in (*BASES, "route")}}
                for c, p in per_df.groupby("cell")}
     t2 = []
@@ -61,9 +62,11 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             "constants are fitted on the other GPUs; spec model: the kernel networks, zero-shot "
             "(`seen`: trained on its kernels); roofline: sum of max(FLOPs / peak, bytes / bandwidth); blend: "
             "their geometric mean.  Route: any-GPU unless another basis is 20 % better on 3+ *other* GPUs "
-            "of the vendor (fewer: kind and phase).  MAPE %, best in "
-            "bold (sources: `benchmarks/lib/anygpu_data.py`).\n\n"
-            + md_table(["held-out GPU", "cell", "rows", "any-GPU", "spec model", "roofline", "blend", "route"], t1)
+            "of the vendor (fewer: kind and phase).  Per held-out GPU and cell (kind/phase/precision, the cells it "
+            "has labels for): the route's MAPE % and, in brackets, the roofline's; `*`: the route took another "
+            "basis than the any-GPU model there (sources: `benchmarks/lib/anygpu_data.py`; every basis per GPU in "
+            "`.bench-work/any-gpu/logo.txt` after a run).\n\n"
+            + md_table(["held-out GPU", *cells], t1)
             + "\n\n**Per cell**: mean over held-out GPUs of the per-GPU MAPE % (aims: ≤ 10 % transformers, ≤ 15 % "
               "CNNs per GPU and phase); the card's choice: the rule on every NVIDIA GPU, what the spec basis "
               "answers with.\n\n"

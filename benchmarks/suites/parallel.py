@@ -317,23 +317,17 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             return f(bus.get(key, {}).get(q), 1)
 
         one = bus.get("a100_dgx all_reduce 2x1", {}).get("median")
-        lines += ["", "Held out: *sizes*, every third message size and the largest fifth of each configuration "
-                  "(the rest fitted); *rank count*, one configuration refitted without (1x4 from 1x2 and 1x8; "
-                  "each of 2x2, 2x4, 2x8 from the other cross-node rows); *node type*, a PCIe server's rows "
-                  "predicted inside the node from the DGX fit and its spec sheet, across nodes from the other "
-                  "PCIe server's fit of the same network.  Across nodes a GPU count without its own fit drives "
-                  "one NIC per GPU (up to the node's NICs) at a lone GPU's per-NIC rate.  Measured all-reduce "
-                  f"bus bandwidth across 2 DGX nodes (median, 8 MiB and more): {gbs('a100_dgx all_reduce 2x1')} "
-                  f"GB/s with 1 GPU per node, {gbs('a100_dgx all_reduce 2x4')} with 4 (4 NICs at the 1-GPU rate: "
-                  f"{f(4 * one, 1) if one else '-'}), {gbs('a100_dgx all_reduce 2x8')} with 8 (8 NICs would give "
-                  f"{f(8 * one, 1) if one else '-'}: a limit of the measured cluster that fewer GPUs per node do "
-                  f"not show); with 2 the rows switch between {gbs('a100_dgx all_reduce 2x2', 'p10')} and "
-                  f"{gbs('a100_dgx all_reduce 2x2', 'p90')} GB/s from one run of sizes to the next.  The A40 pair's "
-                  f"send/recv inside the node ran at {gbs('a40_pairwise_nvlink send_recv 1x2')} GB/s, against "
-                  "56.25 GB/s for its NVLink bridge (the registry's datasheet figure) and "
-                  f"{gbs('a100_pairwise_nvlink all_reduce 1x4')} GB/s for the A100 server's 4-GPU PCIe ring: not "
-                  "the bridge (NCCL's host-memory path, most likely), which no spec sheet predicts; a measured "
-                  "node type answers with its own fitted link." + _socket_note(res), ""]
+        lines += ["", "Held out: *sizes*, every third size and the largest fifth of each configuration; *rank "
+                  "count*, one configuration refitted without (1x4 from 1x2 and 1x8; 2x2, 2x4, 2x8 each from the "
+                  "other two); *node type*, a PCIe server from the DGX fit and its spec sheet (across nodes, from "
+                  "the other server's fit).  Measured all-reduce bus bandwidth across 2 DGX nodes (median, >= 8 "
+                  f"MiB): {gbs('a100_dgx all_reduce 2x1')} GB/s with 1 GPU per node, {gbs('a100_dgx all_reduce 2x4')} "
+                  f"with 4, {gbs('a100_dgx all_reduce 2x8')} with 8 (8 NICs at the 1-GPU rate would give "
+                  f"{f(8 * one, 1) if one else '-'}: a limit of that cluster); 2 per node switch between "
+                  f"{gbs('a100_dgx all_reduce 2x2', 'p10')} and {gbs('a100_dgx all_reduce 2x2', 'p90')} GB/s.  "
+                  f"The A40 pair's send/recv ran at {gbs('a40_pairwise_nvlink send_recv 1x2')} GB/s, far below its "
+                  "56.25 GB/s NVLink bridge (NCCL's host-memory path, most likely): no spec sheet predicts it; a "
+                  "measured node type answers with its own fitted link." + _socket_note(res), ""]
     dm = res.get("dataparallel-measured-compute", {}).get("table", [])
     if dm:
         lines += ["**torch.nn.DataParallel**, the several-GPU model alone (measured 1-GPU step + modelled "
@@ -398,14 +392,12 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     zf = res.get("zero-formula", {}).get("rows", [])
     if zf:
         psi = zf[0]["psi"]
-        lines += [f"**Model states against ZeRO** (Rajbhandari et al. 2020, Figure 1: 7.5 B parameters on 64 GPUs, "
-                  f"mixed-precision Adam, K = 12): the GPT of Megatron's 7.5 B row ({psi / 1e9:.2f} B "
-                  "parameters), amp-fp16, AdamW, each state's own peak in the simulated step divided as "
-                  "`perfseer memory --gpus 64 --parallel ...` divides it, against the formula at the same "
-                  "parameter count.  ZeRO stages use DeepSpeed's layout (16-bit parameters and gradients, the "
-                  "fp32 master in the optimizer state); DDP is PyTorch's (fp32 parameters and gradients, the "
-                  "autocast fp16 copies, a bucket copy of the gradients), which the paper's baseline is not; "
-                  "ZeRO-3 keeps two layers gathered (its prefetch), which the formula leaves out.", ""]
+        lines += [f"**Model states against ZeRO** (Rajbhandari et al. 2020, Figure 1: 7.5 B parameters, 64 GPUs, "
+                  f"mixed-precision Adam, K = 12): Megatron's 7.5 B GPT ({psi / 1e9:.2f} B parameters), amp-fp16, "
+                  "AdamW, each state's simulated peak divided as `perfseer memory --gpus 64 --parallel ...` "
+                  "divides it.  ZeRO: DeepSpeed's layout; DDP: PyTorch's (fp32 parameters and gradients, autocast "
+                  "copies, a gradient bucket copy), not the paper's baseline; ZeRO-3 keeps two layers gathered "
+                  "(prefetch), which the formula leaves out.", ""]
         lines.append(md_table(["layout", "paper (7.5 B)", "formula", "perfseer", "difference"],
                               [[r["layout"], f(r["paper_gb"], 1) + " GB", f(r["formula_bytes"] / 1e9, 2) + " GB",
                                 f(r["perfseer_bytes"] / 1e9, 2) + " GB", _pct(r["rel_err"])] for r in zf]))
@@ -416,13 +408,10 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
         lines += ["**Activations per tensor-parallel rank against Korthikanti et al.** (2022, Table 2: per layer "
                   "`s b h (10 + 24/t + 5 a s / (h t))`, sequence parallel `s b h (34 + 5 a s / h) / t`, full "
                   "recomputation `2 s b h`; 16-bit): a GPT with hidden {hidden}, {layers} layers, {heads} heads, "
-                  "{seq} tokens, explicit attention, fp16, batch 1; perfseer's activations (the simulated "
-                  "single-GPU peak, divided as `perfseer memory --tp T` divides it) against the formula times "
-                  "the layers, plus the logits split over the vocabulary (which the per-layer formula leaves "
-                  "out; perfseer's estimate of them on both sides); with recomputation, plus one layer's "
-                  "activations by the same formula (the layer being recomputed, which the paper's table leaves "
-                  "out).  The simulated step keeps more per layer than Megatron's fused kernels do (HF's "
-                  "explicit attention: separate scaling, masking, softmax and dropout).".format(**sh), ""]
+                  "{seq} tokens, explicit attention, fp16, batch 1; perfseer's simulated single-GPU activations "
+                  "divided as `perfseer memory --tp T` divides them, against the formula times the layers plus "
+                  "the logits split over the vocabulary (and, with recomputation, the layer being recomputed).  "
+                  "HF's explicit attention keeps more per layer than Megatron's fused kernels.".format(**sh), ""]
         variants = [(False, False, "plain"), (True, False, "sequence parallel"), (False, True, "recompute"),
                     (True, True, "sequence parallel + recompute")]
 

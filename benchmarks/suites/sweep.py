@@ -43,12 +43,17 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     n_dev = len(batch_sweep.devices())
     cfg = load_config("sweep")
     batches = cfg["quick"]["batches"] if ctx.quick else cfg["batches"]
-    reasons = "".join(f"\n- {n:,} x {k}" for k, n in list(tot["refusal_reasons"].items())[:8])
-    falls = "".join(f"\n- {n:,} x {k}" for k, n in list(tot["fallback_reasons"].items())[:6])
+    def short(text: str, n: int = 150) -> str:
+        return text if len(text) <= n else text[:n - 3].rstrip() + "..."
+
+    reasons = "".join(f"\n- {n:,} x {short(k)}" for k, n in list(tot["refusal_reasons"].items())[:5])
+    falls = "".join(f"\n- {n:,} x {short(k)}" for k, n in list(tot["fallback_reasons"].items())[:4])
     bases = ", ".join(f"{k} {n:,}" for k, n in tot["bases"].items())
     viol = [dict(v, model=r["model"]) for r in results for v in r.get("violations", [])]
     listed = "".join(f"\n- {v['model']} on {v['device']} ({v['phase']}): batch {v['batch'][0]} -> {v['batch'][1]}: "
-                     f"{v['latency_ms'][0]:.4g} -> {v['latency_ms'][1]:.4g} ms ({v['basis'][0]} / {v['basis'][1]})"
+                     f"{v['latency_ms'][0]:.4g} -> {v['latency_ms'][1]:.4g} ms ("
+                     + (short(v['basis'][0], 60) if v['basis'][0] == v['basis'][1]
+                        else f"{short(v['basis'][0], 60)} / {short(v['basis'][1], 60)}") + ")"
                      for v in viol[:20])
     failed = "".join(f"\n- {r['model']}: {r['extract_error']}" for r in results if r.get("extract_error"))
     return ("## Every device at every batch size\n\n"
@@ -68,6 +73,7 @@ SUITE = Suite(
     name="sweep", kind="accuracy",
     description="zoo models on every device at batch 1-1024, both phases: refusals, fall-backs, monotonicity",
     reads="timm, torchvision and hf: model code (exported once, kept in the graph cache), the bundled cards",
-    time_full="~10-20 h here (109 models; resumable: the spec model's training step takes ~1 s per batch size)",
+    time_full="~6-20 h here (109 models at 1.5-12 min each with the machine at load 8-10 and nice 15, the export "
+              "of an hf: model most of it; resumable per model: stop it and run it again)",
     time_quick="~30 min (3 models, 6 batch sizes)",
     steps=steps, render=render)

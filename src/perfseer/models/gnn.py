@@ -15,7 +15,7 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, global_add_pool, globa
 
 from perfseer.errors import PerfseerError
 from perfseer.models.base import (ACTIVATIONS, GraphRegressor, ModelConfig, NodeInput, _check_choice, _check_dropout,
-                                  _check_positive, mlp)
+                                  _check_positive, _hooked, mlp)
 
 POOLS = {"mean": global_mean_pool, "add": global_add_pool, "max": global_max_pool}
 
@@ -70,8 +70,11 @@ class ConvStack(GraphRegressor):
     def forward(self, data) -> Tensor:
         batch, u, num_graphs = self._inputs(data)
         x = self.node_input(data.x, getattr(data, "op_type", None))
+        dropout = self.training or _hooked(self.dropout)  # else the identity: skipped
         for layer in self.convs:
-            x = self.dropout(self.act(self.conv(layer, x, data)))
+            x = self.act(self.conv(layer, x, data))
+            if dropout:
+                x = self.dropout(x)
         h = POOLS[self.config.pool](x, batch, size=num_graphs)
         if self.config.use_global_features:
             h = torch.cat([h, u], dim=-1)

@@ -117,6 +117,14 @@ class PMGNS(ConvStack):
     def make_conv(self, i, in_dim, out_dim):
         return SAGEConv(in_dim, out_dim, aggr=self.config.aggr)
 
+    def conv(self, layer, x: Tensor, data) -> Tensor:
+        """The layer on ``x``; without gradients (prediction) by :func:`sage_inference`, the same
+        values without PyG's message-passing machinery around them (a third of a blend card's
+        prediction of one model)."""
+        if torch.is_grad_enabled() or not plain_sage(layer):
+            return layer(x, data.edge_index)
+        return sage_inference(layer, x, data.edge_index)
+
     def set_target_scaling(self, mean, std) -> None:
         """Called by the trainer with the log-target standardisation (used by the roofline offset)."""
         if self.config.baseline == "roofline":
@@ -196,3 +204,48 @@ class PMGNS(ConvStack):
                                 "train it with perfseer.fit (the trainer calls fit_baseline)")
         off = (self.log_baseline(data) - self.target_mean) / self.target_std
         return out + off.to(out.dtype)
+
+
+def plain_sage(layer) -> bool:
+    """Whether :func:`sage_inference` computes ``layer``: a :class:`~torch_geometric.nn.SAGEConv`
+    with a root weight, no projection, no normalisation, a mean or sum aggregation and no hooks."""
+    return (type(layer) is SAGEConv and layer.root_weight and not layer.project and not layer.normalize
+            and layer.aggr in ("mean", "add", "sum") and layer.lin_r is not None
+            and not layer._propagate_forward_pre_hooks and not layer._propagate_forward_hooks
+            and not layer._message_forward_pre_hooks and not layer._message_forward_hooks
+            and not layer._aggregate_forward_pre_hooks and not layer._aggregate_forward_hooks
+            and not layer._forward_hooks and not layer._forward_pre_hooks and not layer.explain
+            and layer.decomposed_layers == 1)
+
+
+def sage_inference(layer, x: Tensor, edge_index: Tensor) -> Tensor:
+    """``layer(x, edge_index)`` of a :func:`plain_sage` layer with the tensor operations PyG's
+    ``SAGEConv.forward`` performs (gather the sources, ``scatter_add_`` onto the targets, divide
+    by the clamped in-degree for the mean, ``lin_l(aggregate) + lin_r(x)``), so the values are
+    the same bit for bit (tests/models/test_pmgns_fast.py)."""
+    src, dst = edge_index[0], edge_index[1]
+    msg = x.index_select(0, src)
+    n = x.size(0)
+    out = msg.new_zeros((n,) + msg.shape[1:]).scatter_add_(0, dst.view(-1, 1).expand_as(msg), msg)
+    if layer.aggr == "mean":
+        out = out / _in_degree(edge_index, dst, n, msg).view(-1, 1).expand_as(out)
+    return layer.lin_l(out) + layer.lin_r(x)
+
+
+_DEGREE: list = []  # [(edge_index, its version, nodes, dtype, clamped in-degree)]: the last graph's
+
+
+def _in_degree(edge_index: Tensor, dst: Tensor, n: int, msg: Tensor) -> Tensor:
+    """The clamped in-degree PyG's mean divides by, computed once per batch of graphs for all the
+    layers of all the members of a card (a blend of nine PMGNS has 27 such layers); kept for the
+    last ``edge_index`` only, and recomputed when that tensor was changed in place (its version)."""
+    count = lambda: msg.new_zeros(n).scatter_add_(0, dst, msg.new_ones(msg.size(0))).clamp(min=1)  # noqa: E731
+    if edge_index.is_inference():  # made in inference mode (a collated batch): no version to check
+        return count()
+    key = (edge_index._version, n, msg.dtype, msg.device)
+    if _DEGREE and _DEGREE[0][0] is edge_index and _DEGREE[0][1] == key:
+        return _DEGREE[0][2]
+    out = count()
+    _DEGREE[:] = [(edge_index, key, out)]
+    return out
+

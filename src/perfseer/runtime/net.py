@@ -74,7 +74,7 @@ class NeuralPredictor:
                 if scaled:
                     batch = Batch.from_data_list(list(chunk)).to(self.device)
                 else:  # scaled once per chunk: the transform is per element, so the same as per graph
-                    batch = Batch.from_data_list([_model_input(g) for g in chunk]).to(self.device)
+                    batch = collate_inputs(chunk).to(self.device)
                     for field in FIELDS:
                         if getattr(batch, field, None) is not None:
                             setattr(batch, field, self.feature_scaler.transform_field(field, getattr(batch, field)))
@@ -92,7 +92,7 @@ class NeuralPredictor:
 
 @contextlib.contextmanager
 def inference(model: nn.Module):
-    """Run a block with ``model`` in eval mode and without gradients.  A model in training mode
+    """Run a block with ``model`` in eval mode and without gradients (``torch.inference_mode``).  A model in training mode
     (predictions during training) is switched to eval mode and back; one already in eval mode (a
     predictor loaded for prediction, which stays so) is left alone, so that repeated predictions
     do not walk its modules twice a call."""
@@ -100,7 +100,7 @@ def inference(model: nn.Module):
     if was_training:
         model.eval()
     try:
-        with torch.no_grad():
+        with torch.inference_mode():  # no_grad's values, less bookkeeping per operation (5-8 % of a small call)
             yield
     finally:
         if was_training:
@@ -126,6 +126,40 @@ def _model_input(d, y: torch.Tensor | None = None):
     if y is not None:
         out.y = y
     return out
+
+
+_FIELDS = ("x", "edge_index", "edge_attr", "u", "op_type")
+
+
+def collate_inputs(graphs: Sequence):
+    """``Batch.from_data_list([_model_input(g) for g in graphs])``: one batch of what models read.
+    Graphs of the usual fields (``x`` [n, F], ``edge_index`` [2, E], ``edge_attr`` [E, D] or none,
+    ``u`` [1, G], ``op_type`` [n] or none; the same fields in each) are concatenated here directly,
+    with the same tensors PyG's collation makes (``edge_index`` shifted by the nodes before it,
+    ``batch`` and ``ptr``), a fraction of its time; others go through PyG's collation."""
+    from torch_geometric.data import Batch  # deferred: heavy, loaded on first use
+
+    fields = [{k: getattr(g, k, None) for k in _FIELDS} for g in graphs]
+    first = fields[0] if fields else None
+    if (first is None or any(not isinstance(f["x"], torch.Tensor) or f["x"].dim() != 2
+                             or not isinstance(f["edge_index"], torch.Tensor) or f["edge_index"].dim() != 2
+                             or not isinstance(f["u"], torch.Tensor) or f["u"].dim() != 2 or f["u"].shape[0] != 1
+                             or (f["edge_attr"] is None) != (first["edge_attr"] is None)
+                             or (f["op_type"] is None) != (first["op_type"] is None)
+                             or g.num_nodes != f["x"].shape[0] for f, g in zip(fields, graphs))):
+        return Batch.from_data_list([_model_input(g) for g in graphs])
+    counts = [f["x"].shape[0] for f in fields]
+    if len(fields) == 1:
+        edge_index = first["edge_index"]
+    else:
+        offsets = np.cumsum([0] + counts[:-1]).tolist()
+        edge_index = torch.cat([f["edge_index"] + o if o else f["edge_index"] for f, o in zip(fields, offsets)], dim=1)
+    out = {k: (first[k] if len(fields) == 1 else torch.cat([f[k] for f in fields], dim=0))
+           for k in ("x", "edge_attr", "u", "op_type") if first[k] is not None}
+    n = torch.tensor(counts)
+    return Batch(**out, edge_index=edge_index, num_nodes=int(sum(counts)),
+                 batch=torch.repeat_interleave(torch.arange(len(counts)), n),
+                 ptr=torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(n, 0)]))
 
 
 def resolve_device(name: str) -> torch.device:

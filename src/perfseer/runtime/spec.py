@@ -30,6 +30,7 @@ from perfseer.devices import get_device
 from perfseer.errors import PerfseerError
 from perfseer.features.extract import extract
 from perfseer.features.perfgraph import PerfGraph
+from perfseer.runtime.threads import limited
 from perfseer.specmodel import kernels as kt
 from perfseer.specmodel.anygpu import AnyGpuError, AnyGpuModel
 from perfseer.specmodel.anygpu import read_card as read_anygpu_card
@@ -153,7 +154,8 @@ class SpecModel:
         if us is None:
             if len(table):
                 dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
-                us = self.kernels.predict(table.drop(columns=["node", "op", "pass"]), dev)
+                with limited(1):  # one graph's kernels: small products, one thread (runtime.threads)
+                    us = self.kernels.predict(table.drop(columns=["node", "op", "pass"]), dev)
             else:
                 us = np.zeros(0)
             _remember(self._us, ukey, us)

@@ -49,17 +49,21 @@ def threads_for(graphs: int) -> int:
 
 @contextlib.contextmanager
 def limited(graphs: int):
-    """Run a block with torch on at most :func:`threads_for` ``(graphs)`` threads (never more than
-    it had), and give the caller's setting back afterwards."""
+    """Run a block with torch (and numpy's BLAS, :mod:`perfseer.blas`) on at most
+    :func:`threads_for` ``(graphs)`` threads (never more than it had), and give the caller's
+    setting back afterwards."""
     import torch  # deferred: heavy, loaded on first use
+
+    from perfseer import blas
 
     before = torch.get_num_threads()
     want = min(before, threads_for(graphs))
-    if want == before:
-        yield
-        return
-    torch.set_num_threads(want)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    with blas.limited(want):  # numpy's BLAS too (the domain check's distances, a calibrated card's)
+        if want == before:
+            yield
+            return
+        torch.set_num_threads(want)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)

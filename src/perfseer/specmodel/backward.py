@@ -36,24 +36,23 @@ def backward_kernels(fw: pd.DataFrame, fn: str = "") -> pd.DataFrame:
     return backward_table(fw, np.full(len(fw), fn, dtype=object)).drop(columns="src")
 
 
-def backward_table(fw: pd.DataFrame, fns) -> pd.DataFrame:
-    """The gradient kernels of the forward kernels ``fw``, each row of which belongs to the
-    operation named in ``fns`` (one name per row): for each forward kernel in order, its gradient
-    kernels in the order the rules above list them, and a ``src`` column (the position of the
-    forward kernel in ``fw``).  Computed column-wise over the whole table."""
-    n = len(fw)
+def backward_table(fw: pd.DataFrame | dict, fns, frame: bool = True) -> pd.DataFrame | dict:
+    """The gradient kernels of the forward kernels ``fw`` (a kernel table, or its columns as a
+    dict of arrays), each row of which belongs to the operation named in ``fns`` (one name per
+    row): for each forward kernel in order, its gradient kernels in the order the rules above
+    list them, and a ``src`` column (the position of the forward kernel in ``fw``).  Computed
+    column-wise over the whole table; ``frame=False``: the columns as a dict of arrays."""
+    fam = np.asarray(fw["family"], dtype=object)
+    n = len(fam)
     fns = np.asarray(list(fns), dtype=object).reshape(-1)
     if n == 0:
-        out = kt.empty_table()
-        out["src"] = pd.Series(dtype=np.int64)
-        return out
-    fam = fw["family"].to_numpy(dtype=object)
-    c = {k: fw[k].to_numpy(dtype=float) for k in kt.COLUMNS[1:]}
+        return _empty(frame)
+    c = {k: np.asarray(fw[k], dtype=float) for k in kt.COLUMNS[1:]}
     db = c["dtype_bytes"]
     pos = np.arange(n)
     parts = []  # (kernel table, forward position, slot)
 
-    def add(t: pd.DataFrame, sel: np.ndarray, slot: int):
+    def add(t: dict, sel: np.ndarray, slot: int):  # the columns of a kernel table (frame=False: no DataFrame)
         parts.append((t, sel, np.full(len(sel), slot)))
 
     sel = np.flatnonzero(fam == "gemm")
@@ -61,20 +60,22 @@ def backward_table(fw: pd.DataFrame, fns) -> pd.DataFrame:
         B, M, N, K = (c[k][sel] for k in ("B", "M", "N", "K"))
         d = db[sel]
         shared = c["weights"][sel] > 0  # a layer's weight, read once for all B
-        add(kt.gemm_rows(B, M, K, N, dtype_bytes=d, shared_b=shared.astype(float)), sel, 0)
-        add(kt.gemm_rows(np.where(shared, 1.0, B), K, N, np.where(shared, B * M, M), dtype_bytes=d), sel, 1)
+        add(kt.gemm_rows(B, M, K, N, dtype_bytes=d, shared_b=shared.astype(float), frame=False), sel, 0)
+        add(kt.gemm_rows(np.where(shared, 1.0, B), K, N, np.where(shared, B * M, M), dtype_bytes=d, frame=False),
+            sel, 1)
         bias = c["flops"][sel] > 2 * B * M * N * K * 1.0000001  # had a bias
         if bias.any():
             # a column sum: costed as a memory-bound pass over what it reads
             b, m, nn, dd = B[bias], M[bias], N[bias], d[bias]
-            add(kt.vec_rows(b * m * nn, 1, 1, dtype_bytes=dd, read_bytes=b * m * nn * dd, write_bytes=nn * dd),
-                sel[bias], 2)
+            add(kt.vec_rows(b * m * nn, 1, 1, dtype_bytes=dd, read_bytes=b * m * nn * dd, write_bytes=nn * dd,
+                            frame=False), sel[bias], 2)
     sel = np.flatnonzero(fam == "conv")
     if len(sel):
         M, N, K, d = c["M"][sel], c["N"][sel], c["K"][sel], db[sel]
         for slot, (m, nn, k) in enumerate(((M, K, N), (N, K, M))):
-            g = kt.gemm_rows(c["B"][sel], m, nn, k, dtype_bytes=d)
-            g["family"], g["kernel"], g["weights"] = "conv", c["kernel"][sel], 0.0
+            g = kt.gemm_rows(c["B"][sel], m, nn, k, dtype_bytes=d, frame=False)
+            g["family"], g["kernel"] = np.full(len(sel), "conv", dtype=object), c["kernel"][sel].copy()
+            g["weights"] = np.zeros(len(sel))
             add(g, sel, slot)
     skip = np.isin(fns, list(PASS_THROUGH)) | (c["inputs"] == 0)
     sel = np.flatnonzero((fam == "vec") & ~skip)
@@ -82,32 +83,39 @@ def backward_table(fw: pd.DataFrame, fns) -> pd.DataFrame:
         e, d = c["elems"][sel], db[sel]
         ins = np.maximum(c["inputs"][sel], 1.0)
         add(kt.vec_rows(e, ins + 1, np.maximum(c["flops"][sel] / np.maximum(e, 1), 1.0), dtype_bytes=d,
-                        read_bytes=(ins + 1) * e * d, write_bytes=ins * e * d), sel, 0)
+                        read_bytes=(ins + 1) * e * d, write_bytes=ins * e * d, frame=False), sel, 0)
     sel = np.flatnonzero(fam == "ln")
     if len(sel):
         rows, cols, d = c["rows"][sel], c["cols"][sel], db[sel]
-        t = kt.rowwise_rows("ln", rows, cols, dtype_bytes=d)
+        t = kt.rowwise_rows("ln", rows, cols, dtype_bytes=d, frame=False)
         t["bytes"] *= 2.0
         t["flops"] *= 2.0
         add(t, sel, 0)
-        add(kt.vec_rows(rows * cols, 2, 2, dtype_bytes=d, read_bytes=2 * rows * cols * d, write_bytes=2 * cols * d),
-            sel, 1)
+        add(kt.vec_rows(rows * cols, 2, 2, dtype_bytes=d, read_bytes=2 * rows * cols * d, write_bytes=2 * cols * d,
+                        frame=False), sel, 1)
     sel = np.flatnonzero(fam == "softmax")
     if len(sel):
-        t = kt.rowwise_rows("softmax", c["rows"][sel], c["cols"][sel], dtype_bytes=db[sel])
+        t = kt.rowwise_rows("softmax", c["rows"][sel], c["cols"][sel], dtype_bytes=db[sel], frame=False)
         t["bytes"] *= 1.5
         add(t, sel, 0)
     if not parts:
-        out = kt.empty_table()
-        out["src"] = pd.Series(dtype=np.int64)
-        return out
+        return _empty(frame)
     src = np.concatenate([p[1] for p in parts])
     slot = np.concatenate([p[2] for p in parts])
     cols_out = {}
     for k in kt.COLUMNS:
-        cols_out[k] = np.concatenate([p[0][k].to_numpy(dtype=object if k == "family" else float) for p in parts])
+        cols_out[k] = np.concatenate([np.asarray(p[0][k], dtype=object if k == "family" else float) for p in parts])
     order = np.lexsort((slot, src))
     keep = order[np.isfinite(cols_out["flops"][order])]
-    out = pd.DataFrame({k: v[keep] for k, v in cols_out.items()})
+    out = {k: v[keep] for k, v in cols_out.items()}
     out["src"] = pos[src[keep]]
-    return out
+    return pd.DataFrame(out) if frame else out
+
+
+def _empty(frame: bool):
+    if frame:
+        out = kt.empty_table()
+        out["src"] = pd.Series(dtype=np.int64)
+        return out
+    return {**{k: np.zeros(0, dtype=object if k == "family" else float) for k in kt.COLUMNS},
+            "src": np.zeros(0, dtype=np.int64)}

@@ -74,7 +74,7 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
     parts = []
     done = np.isin(ops, list(VIEW_OPS))
 
-    def add(t: pd.DataFrame, idx: np.ndarray):
+    def add(t: dict, idx: np.ndarray):  # a kernel table's columns (frame=False), one DataFrame at the end
         t["node"] = idx
         parts.append(t)
 
@@ -92,7 +92,7 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
         one = one_matrix[sel]
         m, b = np.where(one, b * m, m), np.where(one, 1.0, b)
         add(kt.gemm_rows(b, m, n, k, dtype_bytes=db, bias=has_bias[sel].astype(float),
-                         shared_b=(wb[sel] > 0).astype(float)), sel)
+                         shared_b=(wb[sel] > 0).astype(float), frame=False), sel)
         done[sel] = True
     conv = np.isin(ops, ["Conv", "ConvTranspose"]) & (macs > 0) & ~done
     g = np.maximum(groups, 1.0)
@@ -101,8 +101,9 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
     sel = np.flatnonzero(conv & ~depthwise)
     if len(sel):
         mm = out_el[sel] / cout[sel]
-        t = kt.gemm_rows(g[sel], mm, cout[sel] / g[sel], macs[sel] / (mm * cout[sel]), dtype_bytes=db, shared_b=1.0)
-        t["family"], t["kernel"] = "conv", np.maximum(kh[sel], 1.0)
+        t = kt.gemm_rows(g[sel], mm, cout[sel] / g[sel], macs[sel] / (mm * cout[sel]), dtype_bytes=db, shared_b=1.0,
+                         frame=False)
+        t["family"], t["kernel"] = np.full(len(sel), "conv", dtype=object), np.maximum(kh[sel], 1.0)
         t["bytes"] = (inb[sel] + wb[sel] + outb[sel]) * scale
         t["weights"] = g[sel] * (cout[sel] / g[sel]) * (macs[sel] / (mm * cout[sel]))
         add(t, sel)
@@ -111,15 +112,15 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
     if len(sel):
         length, e, ev, s_ = (np.maximum(v[sel], 1.0) for v in (mm_m, kin, nout, axis))
         bh = macs[sel] / (length * s_ * (e + ev))
-        add(kt.gemm_rows(bh, length, s_, e, dtype_bytes=db), sel)
-        add(kt.rowwise_rows("softmax", bh * length, s_, dtype_bytes=db), sel)
-        add(kt.gemm_rows(bh, length, ev, s_, dtype_bytes=db), sel)
+        add(kt.gemm_rows(bh, length, s_, e, dtype_bytes=db, frame=False), sel)
+        add(kt.rowwise_rows("softmax", bh * length, s_, dtype_bytes=db, frame=False), sel)
+        add(kt.gemm_rows(bh, length, ev, s_, dtype_bytes=db, frame=False), sel)
         done[sel] = True
     for fam, names in (("ln", ["LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"]),
                        ("softmax", ["Softmax", "LogSoftmax"])):
         sel = np.flatnonzero(np.isin(ops, names) & (axis > 0) & ~done)
         if len(sel):
-            add(kt.rowwise_rows(fam, out_el[sel] / axis[sel], axis[sel], dtype_bytes=db), sel)
+            add(kt.rowwise_rows(fam, out_el[sel] / axis[sel], axis[sel], dtype_bytes=db, frame=False), sel)
             done[sel] = True
     sel = np.flatnonzero(~done & (inb + wb + outb > 0))
     if len(sel):
@@ -127,12 +128,14 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
         e = np.maximum(np.maximum(out_el[sel], inb[sel] / 4.0), 1.0)
         n_in = np.maximum(np.round(inb[sel] / (4.0 * e)), 1.0)
         add(kt.vec_rows(e, n_in, flops[sel] / e, dtype_bytes=db, read_bytes=(inb[sel] + wb[sel]) * scale,
-                        write_bytes=outb[sel] * scale), sel)
+                        write_bytes=outb[sel] * scale, frame=False), sel)
     if not parts:
         t = kt.empty_table()
         t["node"], t["op"] = pd.Series(dtype=int), pd.Series(dtype=object)
         return t
-    t = pd.concat(parts, ignore_index=True).sort_values("node", kind="stable").reset_index(drop=True)
+    cols = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+    order = np.argsort(cols["node"], kind="stable")  # the nodes' order, each node's kernels as added
+    t = pd.DataFrame({k: v[order] for k, v in cols.items()})
     t["op"] = ops[t["node"].to_numpy()]
     return t
 
@@ -186,26 +189,34 @@ def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str =
         return fw
     if phase != "train":
         raise ValueError(f"phase must be 'infer' or 'train', got {phase!r}")
-    parts = [fw]
-    ops = fw["op"].to_numpy(dtype=object)
+    columns = list(fw.columns)
+    parts = [{k: fw[k].to_numpy() for k in columns}]  # the tables' columns as arrays, one DataFrame at the end
+    ops = parts[0]["op"].astype(object)
     uniq, inv = np.unique(ops.astype(str), return_inverse=True) if len(ops) else (np.zeros(0, str), np.zeros(0, int))
     fns = np.asarray(["add" if op in PASS_THROUGH_OPS else op.lower() for op in uniq], dtype=object)[inv]
-    b = backward_table(fw, fns)  # each forward kernel's gradient kernels, in the forward's order
-    if len(b):
-        src = b.pop("src").to_numpy()
-        b["node"], b["op"], b["pass"] = fw["node"].to_numpy()[src], ops[src], "bw"
+    b = backward_table(parts[0], fns, frame=False)  # each forward kernel's gradient kernels, in the forward's order
+    if len(b["src"]):
+        src = b.pop("src")
+        b["node"], b["op"], b["pass"] = parts[0]["node"][src], ops[src], _full(len(src), "bw")
         parts.append(b)
     elems = np.asarray(list(dropout), dtype=float)
     elems = elems[elems > 0]
     if len(elems):
-        d = kt.dropout_rows(elems, dtype_bytes=PRECISION_BYTES[precision])
-        b = backward_kernels(d, "dropout")
+        d = kt.dropout_rows(elems, dtype_bytes=PRECISION_BYTES[precision], frame=False)
+        b = backward_table(d, np.full(len(elems), "dropout", dtype=object), frame=False)
+        b.pop("src")
         for t, p in ((d, "fw"), (b, "bw")):
-            t["node"], t["op"], t["pass"] = DROPOUT_NODE, "Dropout", p
+            n = len(t["flops"])
+            t["node"], t["op"], t["pass"] = np.full(n, DROPOUT_NODE), _full(n, "Dropout"), _full(n, p)
             parts.append(t)
     if params > 0:
         rd, wr = OPTIMIZER_BYTES[optimizer]
-        o = kt.vec_rows(params, rd / 4, 4, dtype_bytes=4.0, read_bytes=params * rd, write_bytes=params * wr)
-        o["node"], o["op"], o["pass"] = -1, f"optimizer:{optimizer}", "opt"
+        o = kt.vec_rows(params, rd / 4, 4, dtype_bytes=4.0, read_bytes=params * rd, write_bytes=params * wr,
+                        frame=False)
+        o["node"], o["op"], o["pass"] = np.full(1, -1), _full(1, f"optimizer:{optimizer}"), _full(1, "opt")
         parts.append(o)
-    return pd.concat(parts, ignore_index=True)
+    return pd.DataFrame({k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in columns})
+
+
+def _full(n: int, text: str) -> np.ndarray:
+    return np.full(n, text, dtype=object)

@@ -40,15 +40,16 @@ def empty_table() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object if c == "family" else float) for c in COLUMNS})
 
 
-def gemm_rows(B, M, N, K, dtype_bytes=4.0, bias=0.0, shared_b=0.0) -> pd.DataFrame:
+def gemm_rows(B, M, N, K, dtype_bytes=4.0, bias=0.0, shared_b=0.0, frame: bool = True) -> pd.DataFrame:
     """GEMM kernels: ``B`` products of ``M x K`` by ``K x N``.  ``shared_b``: the right operand
     is one weight matrix read once for all ``B`` (a linear layer); ``bias``: a bias of ``N``
-    added to the output (counted as ``B M N`` FLOPs)."""
+    added to the output (counted as ``B M N`` FLOPs).  ``frame=False``: the columns as a dict
+    of arrays (what a DataFrame of them holds, without building one)."""
     B, M, N, K = (np.asarray(v, dtype=float) for v in (B, M, N, K))
     bias, shared_b = np.broadcast_to(np.asarray(bias, float), B.shape), np.broadcast_to(np.asarray(shared_b, float), B.shape)
     b_elems = np.where(shared_b > 0, K * N, B * K * N)
     elems = B * M * K + b_elems + B * M * N + bias * N
-    return _table("gemm", flops=2 * B * M * N * K + bias * B * M * N, bytes=elems * dtype_bytes,
+    return _table("gemm", frame, flops=2 * B * M * N * K + bias * B * M * N, bytes=elems * dtype_bytes,
                   dtype_bytes=dtype_bytes, B=B, M=M, N=N, K=K, elems=B * M * N, inputs=2.0,
                   weights=np.where(shared_b > 0, K * N + bias * N, 0.0))
 
@@ -65,13 +66,15 @@ def conv_rows(batch, cin, cout, kernel, h_in, w_in, stride, pad, groups=1.0, dty
                   B=groups, M=M, N=N, K=K, kernel=kernel, elems=batch * cout * ho * wo, inputs=2.0, weights=cout * K)
 
 
-def vec_rows(elems, inputs, flops_per_elem, dtype_bytes=4.0, read_bytes=None, write_bytes=None) -> pd.DataFrame:
+def vec_rows(elems, inputs, flops_per_elem, dtype_bytes=4.0, read_bytes=None, write_bytes=None,
+             frame: bool = True) -> pd.DataFrame:
     """Memory-bound kernels of ``elems`` output elements reading ``inputs`` tensors of that size
-    (or ``read_bytes``/``write_bytes`` where they differ: gathers, reductions, copies)."""
+    (or ``read_bytes``/``write_bytes`` where they differ: gathers, reductions, copies); ``frame``
+    as for :func:`gemm_rows`."""
     elems, inputs = np.asarray(elems, float), np.asarray(inputs, float)
     rb = elems * inputs * dtype_bytes if read_bytes is None else np.asarray(read_bytes, float)
     wb = elems * dtype_bytes if write_bytes is None else np.asarray(write_bytes, float)
-    return _table("vec", flops=elems * np.asarray(flops_per_elem, float), bytes=rb + wb, dtype_bytes=dtype_bytes,
+    return _table("vec", frame, flops=elems * np.asarray(flops_per_elem, float), bytes=rb + wb, dtype_bytes=dtype_bytes,
                   elems=elems, inputs=inputs)
 
 
@@ -79,32 +82,33 @@ def vec_rows(elems, inputs, flops_per_elem, dtype_bytes=4.0, read_bytes=None, wr
 DROPOUT_FLOPS = 2
 
 
-def dropout_rows(elems, dtype_bytes=4.0) -> pd.DataFrame:
+def dropout_rows(elems, dtype_bytes=4.0, frame: bool = True) -> pd.DataFrame:
     """Training-mode dropout's forward kernel over ``elems`` elements: reads the tensor, draws the
     mask and writes the scaled tensor and the one-byte mask (PyTorch's ``native_dropout``).  Its
     backward (:func:`perfseer.specmodel.backward.backward_kernels` with ``fn="dropout"``) is one
     element-wise kernel."""
     elems = np.asarray(elems, float)
-    return vec_rows(elems, 1, DROPOUT_FLOPS, dtype_bytes=dtype_bytes, write_bytes=elems * (dtype_bytes + 1))
+    return vec_rows(elems, 1, DROPOUT_FLOPS, dtype_bytes=dtype_bytes, write_bytes=elems * (dtype_bytes + 1),
+                    frame=frame)
 
 
-def rowwise_rows(family: str, rows, cols, dtype_bytes=4.0, affine=True) -> pd.DataFrame:
+def rowwise_rows(family: str, rows, cols, dtype_bytes=4.0, affine=True, frame: bool = True) -> pd.DataFrame:
     """Layer norm (``ln``: 8 FLOPs per element, a weight and bias of ``cols``) or softmax (5 FLOPs
-    per element) over ``rows`` rows of ``cols``."""
+    per element) over ``rows`` rows of ``cols``; ``frame`` as for :func:`gemm_rows`."""
     rows, cols = np.asarray(rows, float), np.asarray(cols, float)
     n = rows * cols
     extra = 2 * cols if (family == "ln" and affine) else 0 * cols
-    return _table(family, flops=(8.0 if family == "ln" else 5.0) * n, bytes=(2 * n + extra) * dtype_bytes,
+    return _table(family, frame, flops=(8.0 if family == "ln" else 5.0) * n, bytes=(2 * n + extra) * dtype_bytes,
                   dtype_bytes=dtype_bytes, rows=rows, cols=cols, elems=n, inputs=1.0, weights=extra / 1.0)
 
 
-def _table(family: str, **cols) -> pd.DataFrame:
+def _table(family: str, frame: bool = True, **cols) -> pd.DataFrame | dict:
     n = max(np.size(v) for v in cols.values())
     out = {"family": np.full(n, family, dtype=object)}
     for c in COLUMNS[1:]:
         v = cols.get(c, 0.0)
         out[c] = np.broadcast_to(np.asarray(v, dtype=float), (n,)).copy()
-    return pd.DataFrame(out)
+    return pd.DataFrame(out) if frame else out
 
 
 def _waves(tiles: np.ndarray, sms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

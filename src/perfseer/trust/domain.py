@@ -162,15 +162,22 @@ def _subset(e: np.ndarray) -> np.ndarray:
 
 def nearest_distance(reference: np.ndarray, queries: np.ndarray, chunk: int = 1024) -> np.ndarray:
     """Euclidean distance from each query row to its nearest ``reference`` row."""
+    from perfseer import blas
+
     ref = np.asarray(reference, dtype=np.float64)
     q = np.asarray(queries, dtype=np.float64)
     rr = (ref * ref).sum(1)
     out = np.empty(len(q))
-    for i in range(0, len(q), chunk):
-        part = q[i:i + chunk]
-        d2 = (part * part).sum(1)[:, None] + rr[None, :] - 2 * part @ ref.T
-        out[i:i + chunk] = np.sqrt(np.maximum(d2.min(1), 0.0))
+    # a few queries (one model's batch sizes): one BLAS thread, which does not wait for busy cores
+    with blas.limited(1 if len(q) < SMALL_QUERIES else 1 << 16):
+        for i in range(0, len(q), chunk):
+            part = q[i:i + chunk]
+            d2 = (part * part).sum(1)[:, None] + rr[None, :] - 2 * part @ ref.T
+            out[i:i + chunk] = np.sqrt(np.maximum(d2.min(1), 0.0))
     return out
+
+
+SMALL_QUERIES = 64  # fewer query rows than this: one BLAS thread (perfseer.runtime.threads.SMALL_CALL_GRAPHS)
 
 
 def _fmt(v: float) -> str:
