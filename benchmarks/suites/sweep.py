@@ -54,7 +54,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
                      f"{v['latency_ms'][0]:.4g} -> {v['latency_ms'][1]:.4g} ms ("
                      + (short(v['basis'][0], 60) if v['basis'][0] == v['basis'][1]
                         else f"{short(v['basis'][0], 60)} / {short(v['basis'][1], 60)}") + ")"
-                     for v in viol[:20])
+                     for v in viol[:8]) + (f"\n- ... and {len(viol) - 8} more (`.bench-work/sweep/`)" if len(viol) > 8 else "")
     failed = "".join(f"\n- {r['model']}: {r['extract_error']}" for r in results if r.get("extract_error"))
     return ("## Every device at every batch size\n\n"
             f"`python -m benchmarks run sweep{' --quick' if ctx.quick else ''}`: {tot['models']} zoo models "
