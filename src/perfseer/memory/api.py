@@ -213,37 +213,15 @@ def memory(model, batch: int = 1, phase: str = "train", optimizer: str | None = 
            device: str | None = None, input_shape=None, context_mib: float | None = None,
            capacity_gib: float | None = None, foreach: bool | None = None, mig: bool = False,
            _src: ModelSource | None = None) -> MemoryEstimate:
-    """Peak GPU memory of one training or inference step, with its breakdown.
-
-    Args:
-        model: ``"timm:NAME"``, ``"torchvision:NAME"``, ``"hf:NAME"`` (``input_shape=(tokens,)``),
-            ``"nb201:..."``, ``"fbnet:..."``, ``"space:..."``, a ``torch.nn.Module`` (with
-            ``input_shape``), or an ONNX model (a path,
-            ``example:NAME`` or ``onnx.ModelProto``: inference only, by liveness analysis).
-        batch: samples per step.
-        phase: ``"train"`` (forward, backward, optimizer step) or ``"infer"``.
-        optimizer: ``"sgd"``, ``"sgd-momentum"``, ``"adam"`` or ``"adamw"`` (train only).
-        precision: ``"fp32"``, ``"amp-fp16"``, ``"amp-bf16"`` (autocast, fp32 weights), ``"fp16"``,
-            ``"bf16"`` (the whole model cast).
-        device: a device registry name (``"a100-40gb"``): sets the capacity, the cuBLAS workspace
-            and ``fits``.
-        input_shape: one sample without the batch (zoo models default to their own).
-        context_mib: CUDA context size (default :data:`~perfseer.memory.overheads.DEFAULT_CONTEXT_MIB`).
-        capacity_gib: device memory, instead of the registry's.
-        foreach: optimizer ``foreach`` implementation (default: on, as PyTorch picks for CUDA).
-        mig: also check the MIG profiles (of ``device`` if it has any, else of A100 40/80 GB,
-            H100 80/94 GB and H200): ``.mig`` lists each profile and the smallest that fits.
+    """Peak GPU memory of one training or inference step on one GPU, with its breakdown: what
+    :func:`perfseer.memory.front.memory` (``perfseer.memory(...)``) answers without the
+    several-GPU arguments; the other arguments are its.
 
     Returns:
-        a :class:`~perfseer.memory.breakdown.MemoryEstimate`; ``.to_dict()`` is its JSON.  (Several
-        GPUs: :func:`perfseer.memory.front.memory`, which ``perfseer.memory(...)`` calls.)
+        a :class:`~perfseer.memory.breakdown.MemoryEstimate`; ``.to_dict()`` is its JSON.
 
     Raises:
         SimulationError: the step cannot run on fake tensors and no fallback applies (training).
-
-    Example:
-        >>> est = perfseer.memory("timm:resnet50", batch=64, phase="train", optimizer="sgd")  # doctest: +SKIP
-        >>> est.total / 2**30  # doctest: +SKIP
     """
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise MemoryConfigError(f"batch size must be a positive integer, got {batch!r}", "pass batch=N with N >= 1")
