@@ -46,15 +46,16 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
     def short(text: str, n: int = 150) -> str:
         return text if len(text) <= n else text[:n - 3].rstrip() + "..."
 
-    reasons = "".join(f"\n- {n:,} x {short(k)}" for k, n in list(tot["refusal_reasons"].items())[:5])
-    falls = "".join(f"\n- {n:,} x {short(k)}" for k, n in list(tot["fallback_reasons"].items())[:4])
-    bases = ", ".join(f"{k} {n:,}" for k, n in tot["bases"].items())
+    reasons = "".join(f"\n- {n:,} x {short(k)}" for k, n in list(tot["refusal_reasons"].items())[:3])
+    falls = "".join(f"\n- {n:,} x {short(k)}" for k, n in list(tot["fallback_reasons"].items())[:3])
+    top = sorted(tot["bases"].items(), key=lambda kv: -kv[1])
+    bases = ", ".join(f"{k} {n:,}" for k, n in top[:4]) + (f" and {len(top) - 4} more" if len(top) > 4 else "")
     viol = [dict(v, model=r["model"]) for r in results for v in r.get("violations", [])]
     listed = "".join(f"\n- {v['model']} on {v['device']} ({v['phase']}): batch {v['batch'][0]} -> {v['batch'][1]}: "
                      f"{v['latency_ms'][0]:.4g} -> {v['latency_ms'][1]:.4g} ms ("
                      + (short(v['basis'][0], 60) if v['basis'][0] == v['basis'][1]
                         else f"{short(v['basis'][0], 60)} / {short(v['basis'][1], 60)}") + ")"
-                     for v in viol[:8]) + (f"\n- ... and {len(viol) - 8} more (`.bench-work/sweep/`)" if len(viol) > 8 else "")
+                     for v in viol[:4]) + (f"\n- ... and {len(viol) - 4} more (`.bench-work/sweep/`)" if len(viol) > 4 else "")
     failed = "".join(f"\n- {r['model']}: {r['extract_error']}" for r in results if r.get("extract_error"))
     return ("## Every device at every batch size\n\n"
             f"`python -m benchmarks run sweep{' --quick' if ctx.quick else ''}`: {tot['models']} zoo models "
