@@ -69,9 +69,12 @@ def browser():
 
 
 def _wait(browser, condition, timeout=180):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, timeout, poll_frequency=0.2).until(condition)
+    # the page re-renders its table while a condition reads it: a stale element means "not yet"
+    return WebDriverWait(browser, timeout, poll_frequency=0.2,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(condition)
 
 
 def _fill(browser, element_id, text):
