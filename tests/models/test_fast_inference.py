@@ -24,6 +24,8 @@ def _both(model, batch):
     ("pmgns", {"aggr": "add"}),
     ("pmgns", {"aggr": "max"}),  # not a plain SAGE: PyG's path either way
     ("seernet", {"dropout": 0.1, "readout": "sum"}),
+    ("seernet", {}),  # the global node's softmax aggregations and the edge mean computed in place
+    ("seernet-multi", {"num_blocks": 2}),
     ("gcn", {"dropout": 0.3}),
     ("blend", {"members": "seernet+pmgns+pmgns"}),
 ])

@@ -176,16 +176,21 @@ class MLP(nn.Sequential):
     def forward(self, x: Tensor) -> Tensor:
         if self.training or torch.is_grad_enabled() or _hooked(self):
             return super().forward(x)
+        fresh = False  # x is a tensor this call made (a Linear's output): its activation may overwrite it
         for m in self:
             kind = type(m)
             if kind is nn.Linear and not _hooked(m):
                 x = F.linear(x, m.weight, m.bias)
-            elif kind is nn.ReLU and not m.inplace and not _hooked(m):
-                x = torch.relu(x)
+                fresh = True
+                continue
+            if kind is nn.ReLU and not m.inplace and not _hooked(m):
+                # in place on a fresh tensor: the same values without allocating another
+                x = torch.relu_(x) if fresh else torch.relu(x)
             elif kind is nn.Dropout and not _hooked(m):
                 continue
             else:
                 x = m(x)
+                fresh = False
         return x
 
 

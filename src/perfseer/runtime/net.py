@@ -14,7 +14,8 @@ from torch import nn
 
 from perfseer.errors import PerfseerError
 from perfseer.runtime.scaling import FIELDS, FeatureScaler, TargetScaler
-from perfseer.runtime.threads import limited
+from perfseer.runtime import heap
+from perfseer.runtime.threads import SMALL_CALL_GRAPHS, limited
 
 
 class NeuralPredictor:
@@ -68,7 +69,9 @@ class NeuralPredictor:
         if len(graphs) == 0:
             return np.zeros((0, len(self.targets))), None
         outs, embs = [], []
-        with inference(self.model), limited(len(graphs)):
+        # many graphs: chunks that allocate and free the same large tensors, kept for reuse (runtime.heap)
+        keep = heap.kept() if len(graphs) >= SMALL_CALL_GRAPHS else contextlib.nullcontext()
+        with inference(self.model), limited(len(graphs)), keep:
             for i in range(0, len(graphs), self.batch_size):
                 chunk = graphs[i:i + self.batch_size]
                 if scaled:
@@ -151,9 +154,11 @@ def collate_inputs(graphs: Sequence):
     counts = [f["x"].shape[0] for f in fields]
     if len(fields) == 1:
         edge_index = first["edge_index"]
-    else:
-        offsets = np.cumsum([0] + counts[:-1]).tolist()
-        edge_index = torch.cat([f["edge_index"] + o if o else f["edge_index"] for f, o in zip(fields, offsets)], dim=1)
+    else:  # one concatenation, then each graph's edges shifted by the nodes before it in one add
+        offsets = torch.tensor(np.cumsum([0] + counts[:-1]))
+        edges = torch.tensor([f["edge_index"].shape[1] for f in fields])
+        edge_index = torch.cat([f["edge_index"] for f in fields], dim=1)
+        edge_index = edge_index + torch.repeat_interleave(offsets, edges)
     out = {k: (first[k] if len(fields) == 1 else torch.cat([f[k] for f in fields], dim=0))
            for k in ("x", "edge_attr", "u", "op_type") if first[k] is not None}
     n = torch.tensor(counts)

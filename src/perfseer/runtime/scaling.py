@@ -109,7 +109,10 @@ class FeatureScaler:
         self._fitted()
         mean = torch.as_tensor(self.mean_[field], dtype=torch.float32, device=values.device)
         std = torch.as_tensor(self.std_[field], dtype=torch.float32, device=values.device)
-        out = (signed_log1p(values.float()) - mean) / std
+        v = values.float()
+        # (sign(v) * log1p(|v|) - mean) / std, each step in place on the one new tensor: the same
+        # operations in the same order (the same values) without a tensor per step
+        out = torch.abs(v).log1p_().mul_(torch.sign(v)).sub_(mean).div_(std)
         for group in self.mask:
             gfield, cols = FEATURE_GROUPS[group]
             if gfield == field:

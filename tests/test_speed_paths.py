@@ -1,0 +1,84 @@
+"""The faster ways of doing the same work give the same values bit for bit: in-place feature
+scaling, the kept heap of a batched prediction (:mod:`perfseer.runtime.heap`), the spec model's
+kernel networks read from arrays instead of DataFrames."""
+
+import numpy as np
+import pytest
+import torch
+
+from perfseer.runtime import heap
+from perfseer.runtime.scaling import FEATURE_GROUPS, FeatureScaler, signed_log1p
+
+
+def _reference(fs: FeatureScaler, field: str, values: torch.Tensor) -> torch.Tensor:
+    mean = torch.as_tensor(fs.mean_[field], dtype=torch.float32)
+    std = torch.as_tensor(fs.std_[field], dtype=torch.float32)
+    out = (signed_log1p(values.float()) - mean) / std
+    for group in fs.mask:
+        gfield, cols = FEATURE_GROUPS[group]
+        if gfield == field:
+            out[..., list(cols)] = 0.0
+    return out
+
+
+@pytest.mark.parametrize("mask", [(), ("node_hp",)])
+def test_in_place_scaling_is_the_formula_bit_for_bit(mask):
+    from perfseer.features import schema
+
+    g = torch.Generator().manual_seed(0)
+    n = len(schema.NODE_FEATURES)
+    x = torch.randn(50, n, generator=g, dtype=torch.float64) * 10 ** torch.randint(0, 9, (50, n), generator=g)
+    x[0] = 0.0
+    x[1, :3] = -x[1, :3].abs()
+    fs = FeatureScaler(mask=mask)
+    fs.mean_ = {"x": np.linspace(-1, 5, n)}
+    fs.std_ = {"x": np.linspace(0.5, 3, n)}
+    for values in (x, x.float()):
+        before = values.clone()
+        assert torch.equal(fs.transform_field("x", values), _reference(fs, "x", values))
+        assert torch.equal(values, before)  # the input is not touched
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, param, value):
+        self.calls.append((param, value))
+        return 1
+
+
+def test_the_heap_pad_is_set_for_the_outermost_block_and_restored(monkeypatch):
+    rec = _Recorder()
+    monkeypatch.setattr(heap, "_MALLOPT", rec)
+    monkeypatch.delenv("PERFSEER_HEAP_PAD", raising=False)
+    with heap.kept():
+        with heap.kept():  # nested (another thread's call): set once
+            pass
+        assert rec.calls == [(heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD), (heap.M_TOP_PAD, heap.PAD_BYTES)]
+    assert rec.calls[-1] == (heap.M_TOP_PAD, heap.DEFAULT_TOP_PAD) and len(rec.calls) == 3
+    with pytest.raises(ValueError):
+        with heap.kept():
+            raise ValueError("restored on errors too")
+    assert rec.calls[-1] == (heap.M_TOP_PAD, heap.DEFAULT_TOP_PAD) and heap._DEPTH == 0
+    monkeypatch.setenv("PERFSEER_HEAP_PAD", "0")
+    with heap.kept():
+        pass
+    assert len(rec.calls) == 6  # untouched
+
+
+def test_a_batched_prediction_is_the_same_with_and_without_the_kept_heap(monkeypatch):
+    import perfseer
+    from perfseer.runtime.predictor import load_predictor
+    from perfseer.sources.nas.nb201 import OPS
+
+    rng = np.random.default_rng(0)
+    archs = ["+".join("|" + "|".join(f"{OPS[rng.integers(len(OPS))]}~{j}" for j in range(i)) + "|" for i in (1, 2, 3))
+             for _ in range(8)]
+    graphs = [perfseer.extract(f"nb201:{a}", batch=256).to_pyg() for a in archs] * 9  # 72: a batched call
+    p = load_predictor("nb201-gpus.infer")
+    monkeypatch.setenv("PERFSEER_HEAP_PAD", "0")
+    plain = p.predict_graphs(graphs)
+    monkeypatch.delenv("PERFSEER_HEAP_PAD")
+    kept = p.predict_graphs(graphs)
+    assert np.array_equal(plain, kept) and np.isfinite(kept).all()
