@@ -82,3 +82,22 @@ def test_a_batched_prediction_is_the_same_with_and_without_the_kept_heap(monkeyp
     monkeypatch.delenv("PERFSEER_HEAP_PAD")
     kept = p.predict_graphs(graphs)
     assert np.array_equal(plain, kept) and np.isfinite(kept).all()
+
+
+def test_the_kernel_networks_give_the_same_from_arrays_as_from_dataframes():
+    import perfseer
+    from perfseer.devices import get_device
+    from perfseer.runtime.spec import load_spec_model
+    from perfseer.specmodel import kernels as kt
+    from perfseer.specmodel.compose import step_kernels
+
+    pg = perfseer.extract("example:resnet18", batch=4)
+    sm = load_spec_model()
+    for device, precision, phase in (("a100-40gb", "fp32", "train"), ("l4", "fp16", "infer"), ("mi210", "fp32", "infer")):
+        table = step_kernels(pg.x, pg.op_types, phase=phase, precision=precision, edge_index=pg.edge_index,
+                             params=float(pg.params)).drop(columns=["node", "op", "pass"])
+        spec = get_device(device)
+        args = ([spec] * len(table), [precision] * len(table), table["family"])
+        frame = sm.kernels.predict(table, kt.device_frame(*args))
+        arrays = sm.kernels.predict(kt.columns(table), kt.device_frame(*args, frame=False))
+        assert np.array_equal(frame, arrays) and np.isfinite(arrays).all() and len(arrays) == len(table)

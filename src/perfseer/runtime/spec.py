@@ -153,9 +153,10 @@ class SpecModel:
         us = self._us.get(ukey)
         if us is None:
             if len(table):
-                dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
+                cols = {k: v for k, v in kt.columns(table).items() if k not in ("node", "op", "pass")}
+                dev = kt.device_frame([spec] * len(table), [precision] * len(table), cols["family"], frame=False)
                 with limited(1):  # one graph's kernels: small products, one thread (runtime.threads)
-                    us = self.kernels.predict(table.drop(columns=["node", "op", "pass"]), dev)
+                    us = self.kernels.predict(cols, dev)
             else:
                 us = np.zeros(0)
             _remember(self._us, ukey, us)

@@ -118,10 +118,25 @@ def _waves(tiles: np.ndarray, sms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.log10(tiles / sms), tiles / (waves * sms)
 
 
+def columns(table) -> dict[str, np.ndarray]:
+    """``{column: array}`` of a DataFrame (or a dict of columns, as is): what :func:`features` and
+    :func:`roofline_us` read, and rows of it are taken by ``{k: v[idx]}`` with numpy, without a
+    DataFrame per slice."""
+    if isinstance(table, pd.DataFrame):
+        return {c: table[c].to_numpy() for c in table.columns}
+    return {c: np.asarray(v) for c, v in table.items()}
+
+
+def _col(table, name: str, dtype=None) -> np.ndarray:
+    """One column of a DataFrame or of a dict of columns, as an array."""
+    return np.asarray(table[name], dtype=dtype)
+
+
 def roofline_us(table: pd.DataFrame, dev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Compute time and memory time of each kernel at the device's peaks, microseconds."""
-    t_flop = table["flops"].to_numpy() / (dev["peak_tflops"].to_numpy() * 1e6)
-    t_mem = table["bytes"].to_numpy() / (dev["bw_gbs"].to_numpy() * 1e3)
+    """Compute time and memory time of each kernel at the device's peaks, microseconds (``table``
+    and ``dev``: DataFrames or dicts of columns)."""
+    t_flop = _col(table, "flops") / (_col(dev, "peak_tflops") * 1e6)
+    t_mem = _col(table, "bytes") / (_col(dev, "bw_gbs") * 1e3)
     return t_flop, t_mem
 
 
@@ -134,8 +149,8 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
 
     Args:
         family: one of :data:`FAMILIES`; every row of ``table`` must be of it.
-        table: kernel rows (:data:`COLUMNS`).
-        dev: per row, the device's ``peak_tflops`` (at the kernel's precision), ``bw_gbs``,
+        table: kernel rows (:data:`COLUMNS`), a DataFrame or a dict of column arrays.
+        dev: (a DataFrame or a dict of column arrays) per row, the device's ``peak_tflops`` (at the kernel's precision), ``bw_gbs``,
             ``sms``, ``l2_mib``, ``clock_mhz``.
         device_features: also the device's own specs (log SMs, bandwidth, peak, L2, clock).
             Off by default: with five training GPUs they let the model recognise a GPU instead
@@ -154,13 +169,13 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
     full = feature_set == "full" or (feature_set == "relative-gemm" and family != "gemm")
     t_flop, t_mem = roofline_us(table, dev)
     t_roof = np.maximum(np.maximum(t_flop, t_mem), 1e-6)
-    sms = dev["sms"].to_numpy(dtype=float)
+    sms = _col(dev, "sms", float)
     lg = lambda v: np.log10(np.maximum(np.asarray(v, dtype=float), 1e-9))
     # No L2 term: the training GPUs' L2 spans 2-40 MiB with one GPU (A100) at the top, and the
     # bytes / L2 feature made held-out predictions worse (A100 held out, seeds 0 / 1: vec kernels
     # 38.3 / 51.3 % with it, 17.3 / 16.0 % without; GEMMs 52.7 / 60.7 % against 23.2 / 23.5 %;
     # benchmarks/spec_kernel_ablation.py at tag research-2026-11).
-    common = [lg(t_flop), lg(t_mem), lg(t_roof), lg(t_flop) - lg(t_mem), table["dtype_bytes"].to_numpy() / 4.0]
+    common = [lg(t_flop), lg(t_mem), lg(t_roof), lg(t_flop) - lg(t_mem), _col(table, "dtype_bytes") / 4.0]
     if device_features in (True, "all"):
         common += [lg(sms), lg(dev["bw_gbs"]), lg(dev["peak_tflops"]), lg(dev["l2_mib"]), lg(dev["clock_mhz"])]
     if device_features in ("power", "all"):
@@ -168,7 +183,7 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
     if device_features == "tdp":  # the board's power limit alone (70-75 W cards cannot hold their boost clock)
         common += [lg(dev["tdp_w"])]
     if family in ("gemm", "conv"):
-        B, M, N, K = (table[c].to_numpy() for c in "BMNK")
+        B, M, N, K = (_col(table, c) for c in "BMNK")
         extra = [lg(B), lg(M), lg(N), lg(K)] if full else []
         for tile in (128.0, 64.0):
             w, occ = _waves(B * np.ceil(M / tile) * np.ceil(N / tile), sms)
@@ -176,19 +191,20 @@ def features(family: str, table: pd.DataFrame, dev: pd.DataFrame,
         # the K loop: FLOPs per output element against the SM's compute/bandwidth balance
         extra += [lg(K / 128.0)]
         if family == "conv":
-            extra += [table["kernel"].to_numpy()]
+            extra += [_col(table, "kernel")]
     elif family == "vec":
-        e = table["elems"].to_numpy()
+        e = _col(table, "elems")
         w, occ = _waves(np.ceil(e / 512.0), sms)  # 128 threads x 4 elements per block
-        extra = ([lg(e)] if full else []) + [table["inputs"].to_numpy(), lg(table["flops"].to_numpy() / np.maximum(e, 1)), w, occ]
+        extra = ([lg(e)] if full else []) + [_col(table, "inputs"), lg(_col(table, "flops") / np.maximum(e, 1)), w, occ]
     else:
-        rows, cols = table["rows"].to_numpy(), table["cols"].to_numpy()
+        rows, cols = _col(table, "rows"), _col(table, "cols")
         w, occ = _waves(rows, sms)
         extra = ([lg(rows), lg(cols)] if full else [lg(cols)]) + [w, occ]
     return np.stack(common + extra, axis=1).astype(np.float32), t_roof
 
 
-def device_frame(specs, precisions, families, matrix_fp32: bool = False, library_rules: bool = False) -> pd.DataFrame:
+def device_frame(specs, precisions, families, matrix_fp32: bool = False, library_rules: bool = False,
+                 frame: bool = True) -> pd.DataFrame | dict:
     """Per-row device columns (:data:`DEVICE_COLUMNS`) from :class:`~perfseer.devices.DeviceSpec`
     objects and precisions (``fp32``, ``fp16``, ``bf16``, ``tf32``).  GEMM and convolution rows
     use the precision's (tensor-core) peak; the others the FP32 vector peak at FP32 and twice it
@@ -203,7 +219,9 @@ def device_frame(specs, precisions, families, matrix_fp32: bool = False, library
     ``matrix_fp32``: FP32 GEMM and convolution rows use the sheet's ``fp32_matrix`` peak where it
     has one (AMD CDNA: rocBLAS runs FP32 GEMMs on the matrix cores, at twice the vector rate), the
     vector peak elsewhere.  Off by default: the bundled model was trained and evaluated without it
-    (no training GPU has an FP32 matrix peak); docs/concepts/spec-model.md measures both on MI100 / MI210."""
+    (no training GPU has an FP32 matrix peak); docs/concepts/spec-model.md measures both on MI100 / MI210.
+
+    ``frame=False``: the columns as a dict of arrays (what the DataFrame holds, without building one)."""
     cache: dict = {}
     rows = []
     for s, p, fam in zip(specs, precisions, families):
@@ -220,4 +238,6 @@ def device_frame(specs, precisions, families, matrix_fp32: bool = False, library
             cache[key] = (peak, s.mem_bandwidth_gbs, s.sms, s.l2_mib or 1.0, s.clock_mhz or 1500.0,
                           (s.tdp_w or 250.0) / s.peak("fp32"), s.tdp_w or 250.0)
         rows.append(cache[key])
+    if not frame:
+        return {c: np.array([r[i] for r in rows]) for i, c in enumerate(DEVICE_COLUMNS)}
     return pd.DataFrame(rows, columns=list(DEVICE_COLUMNS))

@@ -178,19 +178,22 @@ class KernelModel:
         return net, {"epochs": ep, "cpu_seconds": time.process_time() - t0, "best_val": float(np.sqrt(best)) * ys}
 
     def predict(self, table: pd.DataFrame, dev: pd.DataFrame) -> np.ndarray:
-        """Latency of each kernel row, microseconds."""
+        """Latency of each kernel row, microseconds (``table``, ``dev``: DataFrames or dicts of
+        column arrays, :func:`perfseer.specmodel.kernels.columns`)."""
         import torch  # deferred: heavy, loaded on first use
 
         if not self.nets_:
             raise SpecModelError("this KernelModel is not fitted", "call fit() or load a trained one")
-        out = np.zeros(len(table))
-        fam_col = table["family"].to_numpy()
+        tab, devc = kt.columns(table), kt.columns(dev)  # arrays once; each family's rows taken by numpy
+        fam_col = tab["family"]
+        out = np.zeros(len(fam_col))
         for fam in set(fam_col):
             idx = np.flatnonzero(fam_col == fam)
             use = fam if fam in self.nets_ else ("gemm" if fam == "conv" else None)
             if use is None:
                 raise SpecModelError(f"no model for kernel family {fam!r}", "train with data of that family")
-            x, t_roof = kt.features(use, table.iloc[idx], dev.iloc[idx], self.config.device_features,
+            rows_dev = {k: v[idx] for k, v in devc.items()}
+            x, t_roof = kt.features(use, {k: v[idx] for k, v in tab.items()}, rows_dev, self.config.device_features,
                                     self.config.feature_set)
             s = self.scalers_[use]
             if "x_min" in s:  # inputs outside the training range are held at its edge
@@ -200,7 +203,7 @@ class KernelModel:
             logr = z.squeeze(1).numpy().astype(float) * s["y_std"] + s["y_mean"]
             # never beyond what training saw, +-0.5 decades: an MLP extrapolates without bound
             logr = np.clip(logr, s.get("y_min", -1.0) - 0.5, s.get("y_max", 4.0) + 0.5)
-            far = self.beyond_range(use, dev.iloc[idx])
+            far = self.beyond_range(use, rows_dev)
             if far.any() and self.config.ood_weight != 1.0:
                 w = self.config.ood_weight
                 phys = np.log10((t_roof + self.floor_us_.get(use, 0.0)) / t_roof)
@@ -209,16 +212,17 @@ class KernelModel:
         return out
 
     def beyond_range(self, family: str, dev: pd.DataFrame) -> np.ndarray:
-        """Per row: is the device beyond the training devices' range for ``family`` (peak at the
-        row's precision, bandwidth or SMs more than ``ood_tolerance`` times outside it)?  All
-        ``False`` for a model saved before ranges were recorded."""
+        """Per row of ``dev`` (a DataFrame or a dict of columns): is the device beyond the training
+        devices' range for ``family`` (peak at the row's precision, bandwidth or SMs more than
+        ``ood_tolerance`` times outside it)?  All ``False`` for a model saved before ranges were
+        recorded."""
         rng = self.device_range_.get(family)
-        far = np.zeros(len(dev), dtype=bool)
+        far = np.zeros(len(np.asarray(dev[RANGE_COLUMNS[0]])), dtype=bool)
         if not rng:
             return far
         tol = float(self.config.ood_tolerance)
         for c in RANGE_COLUMNS:
-            v = dev[c].to_numpy(dtype=float)
+            v = np.asarray(dev[c], dtype=float)
             lo, hi = rng[c]
             far |= (v < lo / tol) | (v > hi * tol)
         return far
