@@ -162,8 +162,9 @@ def collate_inputs(graphs: Sequence):
     out = {k: (first[k] if len(fields) == 1 else torch.cat([f[k] for f in fields], dim=0))
            for k in ("x", "edge_attr", "u", "op_type") if first[k] is not None}
     n = torch.tensor(counts)
-    return Batch(**out, edge_index=edge_index, num_nodes=int(sum(counts)),
-                 batch=torch.repeat_interleave(torch.arange(len(counts)), n),
+    batch = (torch.zeros(counts[0], dtype=torch.long) if len(counts) == 1  # one graph: all its nodes are graph 0
+             else torch.repeat_interleave(torch.arange(len(counts)), n))
+    return Batch(**out, edge_index=edge_index, num_nodes=int(sum(counts)), batch=batch,
                  ptr=torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(n, 0)]))
 
 
