@@ -101,3 +101,16 @@ def test_the_kernel_networks_give_the_same_from_arrays_as_from_dataframes():
         frame = sm.kernels.predict(table, kt.device_frame(*args))
         arrays = sm.kernels.predict(kt.columns(table), kt.device_frame(*args, frame=False))
         assert np.array_equal(frame, arrays) and np.isfinite(arrays).all() and len(arrays) == len(table)
+
+
+def test_the_same_values_check_reports_every_difference_beyond_its_tolerance():
+    from benchmarks.lib.same_values import differences
+
+    a = {"x": [{"value": "1.0", "basis": "spec"}], "y": "PerfseerError: no", "z": ["2.0"]}
+    assert differences(a, a) == []
+    b = {"x": [{"value": repr(1.0 + 1e-12), "basis": "spec"}], "y": "PerfseerError: no", "z": ["2.0"]}
+    assert differences(a, b) == []  # within 1e-9 relative
+    c = {"x": [{"value": "1.001", "basis": "transfer"}], "y": "PerfseerError: no", "w": ["2.0"]}
+    d = differences(a, c)
+    assert any(p.startswith("/x[0]/value") for p in d) and any(p.startswith("/x[0]/basis") for p in d)
+    assert any("/w" in p for p in d) and any("/z" in p for p in d)
