@@ -57,9 +57,8 @@ def test_the_heap_pad_is_set_for_the_outermost_block_and_restored(monkeypatch):
             pass
         assert rec.calls == [(heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD), (heap.M_TOP_PAD, heap.PAD_BYTES)]
     assert rec.calls[-1] == (heap.M_TOP_PAD, heap.DEFAULT_TOP_PAD) and len(rec.calls) == 3
-    with pytest.raises(ValueError):
-        with heap.kept():
-            raise ValueError("restored on errors too")
+    with pytest.raises(ValueError), heap.kept():
+        raise ValueError("restored on errors too")
     assert rec.calls[-1] == (heap.M_TOP_PAD, heap.DEFAULT_TOP_PAD) and heap._DEPTH == 0
     monkeypatch.setenv("PERFSEER_HEAP_PAD", "0")
     with heap.kept():

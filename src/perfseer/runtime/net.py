@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from perfseer.errors import PerfseerError
-from perfseer.runtime.scaling import FIELDS, FeatureScaler, TargetScaler
 from perfseer.runtime import heap
+from perfseer.runtime.scaling import FIELDS, FeatureScaler, TargetScaler
 from perfseer.runtime.threads import SMALL_CALL_GRAPHS, limited
 
 
