@@ -329,5 +329,5 @@ SUITE = Suite(
     name="domain",
     description="the domain verdict on held-out model families: in- and out-of-domain error, rule chosen on validation families",
     reads="benchmarks/data/families/*.json.gz, datasets/timm and timm_weight_work graphs, configs/domain.json, the shipped timm cards",
-    time_full="~3 min", time_quick="~2 min (100 zoo graphs)",
+    time_full="~4 min", time_quick="~2 min (100 zoo graphs)",
     steps=steps, render=render)
