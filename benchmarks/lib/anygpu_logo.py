@@ -247,7 +247,7 @@ def main(argv=None) -> int:
     df["setting"] = [setting_of(r) for _, r in df.iterrows()]
     names = sorted(df["setting"].unique())
     settings = np.array([names.index(s) for s in df["setting"]])
-    d = anygpu.design([(tables[k], specs[g], KERNEL_PRECISION[p], hb)
+    d = anygpu.design([(tables[k], specs[g], KERNEL_PRECISION[p], hb, p == "amp")  # amp: autocast's casts
                        for k, g, p, hb in zip(df["key"], df["gpu"], df["precision"], df["h2d_bytes"])], settings)
     df["cell"] = [cell_of(r) for _, r in df.iterrows()]
     group = df["gpu"] + "|" + df["source"] + "|" + df["cell"]

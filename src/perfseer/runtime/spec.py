@@ -211,10 +211,10 @@ class SpecModel:
         m = load_anygpu()
         table = r["kernel_table"]
         if choice == "anygpu":
-            ms = m.step_ms(table, spec, precision)["latency_ms"]
+            ms = m.step_ms(table, spec, precision, autocast=cell.endswith("/amp"))["latency_ms"]
             q = m.interval_q(*cell.split("/"))
         elif choice == "blend":  # the geometric mean of the any-GPU model and the kernel networks (uncalibrated)
-            ms = math.sqrt(m.step_ms(table, spec, precision)["latency_ms"] * float(r["kernel_us"].sum()) / 1000)
+            ms = math.sqrt(m.step_ms(table, spec, precision, autocast=cell.endswith("/amp"))["latency_ms"] * float(r["kernel_us"].sum()) / 1000)
             q = ((m.card.get("intervals_by_basis") or {}).get(cell) or {}).get("blend")
         else:
             dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])

@@ -21,15 +21,26 @@ family (GEMM, convolution) and unit, ``m_f`` a memory inefficiency per family (m
 row-wise), ``\\lambda`` what a kernel whose bytes fit in the L2 cache gains (its input left there by the
 previous kernel), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
 slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
-bigger GPU is harder to fill from eager PyTorch).
+bigger GPU is harder to fill from eager PyTorch).  No GEMM or tensor-core convolution runs faster
+than its unit's peak (the compute factor ``e^{c_{f,u}} (peak / 100)^a`` is at least 1 for them;
+a CUDA-core convolution may beat its direct FLOPs: cuDNN's Winograd and FFT algorithms do fewer
+multiplications).
 Eager PyTorch launches one kernel at a time: a kernel shorter than the host's launch cost ``h``
 leaves the GPU waiting for the next launch, so each kernel takes the smooth maximum of its GPU
 time and ``h``, and the step is their sum plus a per-step constant:
 
-.. math::  T = \\textstyle\\sum_i \\big(t_i^3 + h^3\\big)^{1/3} + s
+.. math::  T = \\textstyle\\sum_i \\big(t_i^3 + (h + h_t^{[\\text{bw, opt}]})^3\\big)^{1/3} + s + s_t^{[\\text{train}]}
 
 (batch-12 CNNs on a fast GPU are mostly launch-bound; a whole-step maximum of the GPU's and the
-host's sums would let the long kernels hide the short ones' launches).
+host's sums would let the long kernels hide the short ones' launches).  A training step's
+backward and optimizer kernels cost the host ``h_t`` more each (autograd's engine and the extra
+launches a library's backward makes per gradient: ``h`` alone is the forward's), and the step
+``s_t`` more (the loss, starting the backward pass, the optimizer's and the gradient scaler's host
+work where present); both are shared by
+every setting, so a GPU whose setting has no training step (the default one) answers a training
+step with them.  Under autocast (AMP) the step has autocast's casts
+(:func:`perfseer.specmodel.compose.with_autocast`: a cast of each weight, its gradient's cast
+back, layer norms in FP32 between two casts).
 
 Every GPU constant is shared by all GPUs (no per-GPU term), so the model answers for a GPU from
 its sheet alone; the host cost per kernel ``h`` and the step constant ``s`` belong to the software
@@ -52,19 +63,20 @@ from perfseer.errors import PerfseerError
 from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
-          "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2")
+          "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
+          "host_train", "step_train")
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
-        "l2": 0.0}
+        "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0)}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
-          "step": (-3.0, 10.0)}
+          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0)}
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
@@ -93,6 +105,7 @@ class Design:
     h2d_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per step
     setting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per step: software setting
     l2_fit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 / (1 + bytes / L2 size)
+    pass_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # 0 forward, 1 backward, 2 optimizer
 
 
 def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
@@ -122,7 +135,9 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
     scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n)
     K = table["K"].to_numpy(dtype=float)
     mat = code < 4
+    pass_code = np.where(passes == "bw", 1, np.where(passes == "opt", 2, 0)).astype(np.int64)
     return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & mat,
+            "pass_code": pass_code,
             "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
             "dim_n": np.where(mat, np.maximum(np.minimum(M, N), 1.0), 1e9),
             "dim_k": np.where(mat, np.maximum(K, 1.0), 1e9),
@@ -133,7 +148,7 @@ def _merge_repeats(d: dict) -> dict:
     """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
     time is unchanged and fitting evaluates fewer rows."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
-                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"]], axis=1)
+                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float)], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
@@ -141,14 +156,21 @@ def _merge_repeats(d: dict) -> dict:
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
             "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
             "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8],
-            "l2_fit": uniq[:, 9]}
+            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64)}
 
 
 def design(items, settings=None) -> Design:
-    """A :class:`Design` from ``(table, spec, precision, h2d_bytes)`` items, one per step
-    (``settings``: each step's software-setting index, default 0)."""
+    """A :class:`Design` from ``(table, spec, precision, h2d_bytes[, autocast])`` items, one per
+    step (``settings``: each step's software-setting index, default 0; ``autocast``: the step ran
+    under ``torch.autocast``, its 16-bit ``table`` gets autocast's casts,
+    :func:`perfseer.specmodel.compose.with_autocast`)."""
+    from perfseer.specmodel.compose import with_autocast
+
     parts, h2d = [], []
-    for i, (table, spec, precision, hb) in enumerate(items):
+    for i, item in enumerate(items):
+        table, spec, precision, hb = item[:4]
+        if len(item) > 4 and item[4] and precision in ("fp16", "bf16"):
+            table = with_autocast(table)
         d = _merge_repeats(kernel_inputs(table, spec, precision))
         d["step"] = np.full(len(d["t_c0"]), i, dtype=np.int64)
         parts.append(d)
@@ -159,7 +181,8 @@ def design(items, settings=None) -> Design:
     return Design(n_steps=len(parts), h2d_bytes=np.asarray(h2d), setting=st, **cat)
 
 
-KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k", "l2_fit")
+KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k", "l2_fit",
+                 "pass_code")
 
 
 def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> Design:
@@ -184,7 +207,11 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     m = np.array([th[4], th[4], th[4], th[4], th[5], th[6]])
     mat = d.code < 4
     cc = np.where(mat, c[np.minimum(d.code, 3)], 0.0)
-    tc = d.t_c0 * np.exp(cc + th[12] * d.log_peak) * np.where(mat, d.occ ** (-th[7]), 1.0) \
+    eff = np.exp(cc + th[12] * d.log_peak)
+    # no GEMM or tensor-core convolution beats its unit's peak (CUDA-core convolutions may: Winograd and
+    # FFT algorithms do fewer multiplications than the direct convolution's FLOPs)
+    eff = np.where(d.code != 3, np.maximum(eff, 1.0), eff)
+    tc = d.t_c0 * eff * np.where(mat, d.occ ** (-th[7]), 1.0) \
         * np.where(d.backward, np.exp(th[10]), 1.0)
     tc = tc * (1.0 + np.exp(th[14]) / d.dim_n) * (1.0 + np.exp(th[15]) / d.dim_k)
     tm = d.t_m0 * np.exp(m[d.code] + th[13] * d.log_bw)
@@ -202,11 +229,16 @@ def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
     ov = np.asarray(overhead, float).reshape(-1, 2)[d.setting]
     k = kernel_us(th, d)
     h = np.exp(ov[d.step, 0])  # the host's launch cost of each kernel
+    train = np.zeros(d.n_steps)
+    if len(d.pass_code):
+        late = d.pass_code > 0
+        train = np.bincount(d.step, weights=late.astype(float), minlength=d.n_steps) > 0  # a training step
+        h = h + np.where(late, np.exp(th[17]), 0.0)  # autograd's and the optimizer's host work per kernel
     hi = np.maximum(np.maximum(k, h), 1e-9)
     k = hi * ((k / hi) ** LAUNCH_P + (h / hi) ** LAUNCH_P) ** (1.0 / LAUNCH_P)
     t = np.bincount(d.step, weights=k * d.scale, minlength=d.n_steps)
     h2d = d.h2d_bytes / (np.exp(th[11]) * 1e3) if len(d.h2d_bytes) else 0.0
-    return t + np.exp(ov[:, 1]) + h2d
+    return t + np.exp(ov[:, 1]) + h2d + np.exp(th[18]) * train
 
 
 def fit(d: Design, measured_ms: np.ndarray, weights: np.ndarray | None = None, n_settings: int = 1,
@@ -248,15 +280,18 @@ class AnyGpuModel:
         self.overhead = np.array([[ov[k] for k in OVERHEAD]])
         self.name = card.get("name", "anygpu")
 
-    def step_ms(self, table: pd.DataFrame, spec, precision: str, h2d_bytes: float = 0.0) -> dict:
+    def step_ms(self, table: pd.DataFrame, spec, precision: str, h2d_bytes: float = 0.0,
+                autocast: bool = False) -> dict:
         """``{"latency_ms", "kernel_us", "gpu_ms", "host_ms"}`` of one step's kernel table, with the
-        framework overhead of the card's default software setting."""
-        d = design([(table, spec, precision, h2d_bytes)])
+        framework overhead of the card's default software setting; ``autocast``: the 16-bit
+        ``table`` runs under ``torch.autocast`` (its casts added, :func:`design`)."""
+        d = design([(table, spec, precision, h2d_bytes, autocast)])
         th = _theta(self.params)
         k = kernel_us(th, d)
+        late = d.scale[d.pass_code > 0].sum()
         return {"latency_ms": float(step_us(th, self.overhead, d)[0]) / 1000, "kernel_us": k,
                 "gpu_ms": float((k * d.scale).sum()) / 1000,
-                "host_ms": float(d.scale.sum() * np.exp(self.overhead[0, 0])) / 1000}
+                "host_ms": float(d.scale.sum() * np.exp(self.overhead[0, 0]) + late * np.exp(th[17])) / 1000}
 
     def interval_q(self, kind: str, phase: str, precision: str) -> float | None:
         """The 90 % quantile of |log(measured / predicted)| of the leave-one-GPU-out runs of the cell,

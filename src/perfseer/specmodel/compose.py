@@ -220,3 +220,55 @@ def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str =
 
 def _full(n: int, text: str) -> np.ndarray:
     return np.full(n, text, dtype=object)
+
+
+
+def with_autocast(table: pd.DataFrame) -> pd.DataFrame:
+    """The kernels of a step run under PyTorch's autocast, from its kernels ``table`` composed at
+    16 bits (``fp16``/``bf16``; its ``pass`` and ``scale`` columns kept where it has them): the
+    table with its layer norms at FP32 and the casts autocast adds, appended.
+
+    Under ``torch.autocast`` the parameters stay FP32: every forward GEMM / convolution with a
+    weight first casts that weight to 16 bits (one element-wise kernel reading 4 bytes and
+    writing 2 per weight, redone each step), and a training step casts the 16-bit gradient back
+    to the FP32 parameter's (2 bytes read, 4 written).  Layer norm is on autocast's FP32 list:
+    its 16-bit input is cast up, the norm runs in FP32 (twice its 16-bit bytes, its backward
+    too) and the next 16-bit operator casts the output back down (two kernels of 6 bytes per
+    element); a training step has the two casts' gradients as well."""
+    fam = table["family"].to_numpy()
+    passes = table["pass"].to_numpy() if "pass" in table else np.full(len(table), "fw", dtype=object)
+    scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(len(table))
+    train = bool((passes == "bw").any())
+    w = table["weights"].to_numpy(dtype=float)
+    parts = []
+
+    def add(t: dict, p: str, sc: np.ndarray):
+        t["pass"], t["scale"] = np.full(len(sc), p, dtype=object), sc
+        parts.append(t)
+
+    mat = np.isin(fam, ["gemm", "conv"]) & (passes == "fw") & (w > 0)
+    if mat.any():
+        e = w[mat]
+        add(kt.vec_rows(e, 1, 1, dtype_bytes=2.0, read_bytes=4 * e, write_bytes=2 * e, frame=False), "fw", scale[mat])
+        if train:
+            add(kt.vec_rows(e, 1, 1, dtype_bytes=4.0, read_bytes=2 * e, write_bytes=4 * e, frame=False), "bw",
+                scale[mat])
+    ln = fam == "ln"
+    out = table.copy()
+    if ln.any():
+        out.loc[ln, "bytes"] = out.loc[ln, "bytes"].to_numpy(dtype=float) * 2.0
+        e = table["elems"].to_numpy(dtype=float)[ln]
+        for p in ("fw", "bw"):
+            sel = passes[ln] == p
+            if sel.any():
+                ee = e[sel]
+                for _ in range(2):
+                    add(kt.vec_rows(ee, 1, 1, dtype_bytes=2.0, read_bytes=3 * ee, write_bytes=3 * ee, frame=False), p,
+                        scale[ln][sel])
+    if not parts:
+        return out
+    extra = pd.DataFrame({k: np.concatenate([np.asarray(q[k]) for q in parts]) for k in parts[0]})
+    for c in out.columns:
+        if c not in extra:
+            extra[c] = 0.0 if c not in ("node", "op") else (-3 if c == "node" else "Cast")
+    return pd.concat([out, extra[list(out.columns)]], ignore_index=True)

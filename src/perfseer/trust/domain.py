@@ -28,12 +28,12 @@ families, scored on its test families): a graph is out when it has an **operator
 training graph had, **input channels** or an **input size** outside the training inputs, or a
 **precision** the training graphs did not have (:data:`OUT_CHECKS`).  On the test families the rows
 this marks out erred 1.90x (RTX 3090 card) and 1.49x (i9 card) the pooled held-out error, the rows
-it keeps in 0.96x and 0.98x (``docs/results.md``).  The other candidates (a nearest-neighbour
-distance in standardized log global features of one sample, as a substitute for the network's
-embedding, which needs each fold's network) singled out no worse-predicted rows on the validation
-families; the global-feature ranges and the batch range, which depend on the batch, did worse
-there; the family check marks every held-out family out by definition.  None of them decides the
-verdict.
+it keeps in 0.96x and 0.98x (``docs/results.md``).  Adding the disagreement of a blend's members,
+chosen per fold on validation families, reached 1.81x and 1.71x; it is not used, because on the
+shipped cards it grows off the measured batch sizes for the training models too (timm measured
+each model at the largest batch that fit).  Distances in global features or operator mix, and a
+learned model of the error, did no better on the validation families; the family check marks
+every held-out family out by definition.  None of them decides the verdict.
 
 What a graph's verdict cannot see is judged per row by :func:`interval_flags`: a **model family**
 absent from training, and a **step** outside the training steps (a predicted value outside the
