@@ -88,8 +88,9 @@ def test_zoo_models_that_fell_with_the_batch_no_longer_do(model, device, phase):
 
 
 def test_the_rtx3090_training_card_is_the_envelope_of_its_own_answers():
-    """The card itself still falls (it was measured at one batch size per model); what a user reads
-    is, at each batch size, the largest of its answers at that batch size and below."""
+    """The card's network still falls (it was measured at one batch size per model); what a user
+    reads (perfseer.predict, the card's predict) is, at each batch size, the largest of its answers at
+    that batch size and below."""
     import perfseer
     from perfseer.runtime.predictor import cached_predictor
     from perfseer.runtime.route import cached_extract
@@ -104,6 +105,8 @@ def test_the_rtx3090_training_card_is_the_envelope_of_its_own_answers():
     assert any(raw[b] < raw[a] for a, b in zip(batch_sweep.BATCHES, batch_sweep.BATCHES[1:]))  # the cause
     for b in batch_sweep.BATCHES:
         assert shown[b] == pytest.approx(max(raw[a] for a in batch_sweep.BATCHES if a <= b))
+    own = card.predict(pg, batch=[256, 1, 128])  # the card's own predict: the same, in the order asked
+    assert [(r["batch_size"], r["value"]) for r in own] == [(b, pytest.approx(shown[b])) for b in (256, 1, 128)]
 
 
 def test_the_service_answers_what_perfseer_predict_does_between_powers_of_two(tmp_path):
