@@ -63,7 +63,8 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             f"{len(cfg['phases'])} phases x batch {', '.join(map(str, batches))}, "
             "one `perfseer.predict` call per model, device and phase. Rows are latency rows; a refused call counts "
             "once per batch size. A violation is a latency that decreases from one batch size to the next "
-            f"(the same as a throughput growing faster than the batch). {timing_note(res)}\n\n"
+            "(the same as a throughput growing faster than the batch); every basis answers through the batch "
+            f"envelope (`perfseer.runtime.monotone`). {timing_note(res)}\n\n"
             + md_table(["models", "count", "not extracted", "rows", "answered", "fell back", "refused", "violations"], rows)
             + f"\n\nAnswered by: {bases}.\n\nRefusals by kind (numbers as N):{reasons or ' none'}\n\n"
             f"Fall-backs by the reason the first basis was passed over:{falls or ' none'}\n\n"

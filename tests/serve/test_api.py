@@ -217,6 +217,7 @@ def test_a_repeated_request_is_answered_from_the_row_cache(client):
 def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypatch):
     from perfseer.features.perfgraph import PerfGraph
     from perfseer.models.seernet import SeerNetTrunk
+    from perfseer.runtime.monotone import ladder
     from perfseer.runtime.predictor import Predictor, card_weight_work, load_predictor
 
     binds, forwards, trunks = [], [], []
@@ -237,12 +238,15 @@ def test_misses_bind_each_batch_once_and_run_each_network_once(client, monkeypat
     # nothing is re-bound in the server process
     settings = {card_weight_work(load_predictor(n).card) for n in names}
     assert binds == []
-    assert [a for name, a in jobs if name == "bind_job"] == [([9, 10, 11],)] * len(settings)
-    assert sorted(forwards) == sorted((n, 3) for n in names)  # one call per predictor, all its devices and phases
+    # with the powers of two the batch envelope reads (perfseer.runtime.monotone): 2, 4, 8, 16
+    asked = [b for b in ladder([9, 10, 11]) if b != 1]
+    assert [a for name, a in jobs if name == "bind_job"] == [(asked,)] * len(settings)
+    n = len(asked) + 1
+    assert sorted(forwards) == sorted((p, n) for p in names)  # one call per predictor, all its devices and phases
     # and one pass through each network's trunk for the predictions and the domain embeddings together
     # (a blend card, the RTX 3090's, has one trunk per SeerNet member)
     per_card = [sum(isinstance(m, SeerNetTrunk) for m in load_predictor(n).net.model.modules()) for n in names]
-    assert min(per_card) >= 1 and trunks == [3] * sum(per_card)
+    assert min(per_card) >= 1 and trunks == [n] * sum(per_card)
     # every predictor answers, or refuses with the reason: the cards of 32x32 inputs (NAS-Bench-201
     # cells, the EPYC's) do not answer for a 224x224 ImageNet model, which is outside their model space
     answered = {x["predictor"] for x in r["predictions"]}

@@ -312,7 +312,8 @@ class Predictor:
         Returns:
             One dict per (batch size, target): ``model``, ``batch_size``, ``metric``, ``unit``,
             ``device``, ``phase``, ``value``, ``basis`` (what the value comes from); plus ``unseen_ops`` (operator types no training graph
-            had; a warning names them too).
+            had; a warning names them too).  A latency never decreases with the batch
+            (:mod:`perfseer.runtime.monotone`; :meth:`predict_bound` gives the network's own answers).
         """
         from perfseer.data.splits import model_family  # deferred: torch, onnx or pandas
         from perfseer.features.extract import extract  # deferred: torch, onnx or pandas
@@ -327,7 +328,13 @@ class Predictor:
         name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
 
         family = model_family(model) if isinstance(model, str) else None
-        return self.predict_bound(pg, batches, device=device, phase=phase, name=name, family=family, _stacklevel=3)
+        # never faster at a larger batch: the envelope over the powers of two (perfseer.runtime.monotone)
+        from perfseer.runtime.monotone import envelope, ladder
+
+        rows = self.predict_bound(pg, ladder(batches), device=device, phase=phase, name=name, family=family,
+                                  _stacklevel=3)
+        kept = envelope(rows, batches, usable=lambda r: not r.get("outside_space"))
+        return [r for b in batches for r in kept if r["batch_size"] == int(b)]
 
     def predict_bound(self, pg, batches: Sequence[int], graphs: Sequence | None = None, device: str | None = None,
                       phase: str | None = None, name: str | None = None, family: str | None = None,

@@ -45,6 +45,7 @@ from perfseer.features.extract import extract, extract_skeleton
 from perfseer.features.perfgraph import PerfGraph
 from perfseer.graph.detection import DETECTION_DIM
 from perfseer.graph.extract import weight_work_enabled
+from perfseer.runtime import monotone
 from perfseer.runtime import transfer as xp
 from perfseer.runtime.answer import Options, answers_at
 from perfseer.runtime.predictor import Predictor, UnseenOperatorWarning, setting_precision
@@ -378,8 +379,8 @@ def _answer_group(group, units: list[Unit], pg, bs: list[int], family, load, at,
         return _answer_device(group, pg, bs, family, load, at, many)
     p = load(group[1])  # every device and phase of the predictor in one forward pass
     u0 = units[0]
-    rows = p.answer(pg, bs, Options(None, None, u0.precision, force=u0.force), graphs=[at(b) for b in bs],
-                    family=family)
+    rows = monotone.answer(p, pg, bs, Options(None, None, u0.precision, force=u0.force), at=at, family=family,
+                           usable=lambda row: refusal(row, u0.force) is None)  # never faster at a larger batch
     for row in rows:
         row["predictor"] = p.name
     return _screened(rows, u0.force, f"predictor {p.name}", pg)
@@ -402,8 +403,8 @@ def _screened(rows: list[dict], force: bool, who: str, pg) -> list[dict]:
 
 def _rows_of(r: Resolved, pg, bs: list[int], family, at) -> list[dict]:
     """One basis's rows for a device unit at ``bs``."""
-    rows = r.answerer.answer(pg, bs, r.options, graphs=[at(b) for b in bs] if isinstance(r.answerer, Predictor)
-                             else None, family=family)
+    rows = monotone.answer(r.answerer, pg, bs, r.options, at=at if isinstance(r.answerer, Predictor) else None,
+                           family=family, usable=lambda row: refusal(row, r.options.force) is None)
     if r.measured is not None:
         rows = [row for row in rows if row["metric"] == "latency_ms"]
     return rows

@@ -52,6 +52,7 @@ from perfseer import __version__
 from perfseer.data.splits import model_family
 from perfseer.devices import UnknownDeviceError, get_device, list_devices
 from perfseer.graph.extract import weight_work_enabled
+from perfseer.runtime.monotone import ladder
 from perfseer.runtime.predictor import list_predictors, load_predictor
 from perfseer.runtime.route import answer_units, extraction, plan
 from perfseer.serve import several
@@ -509,7 +510,8 @@ class Service:
         a failing unit's error as its note); each is put in the cache."""
 
         pg = entry.pg
-        new = sorted({int(b) for b, _ in missing if int(b) != pg.batch_size})
+        # the batch sizes asked and the powers of two their answers are made monotone from (runtime.monotone)
+        new = [b for b in ladder([int(b) for b, _ in missing]) if b != pg.batch_size]
         if pg.num_nodes * len(new) > self.config.max_bind_nodes:
             raise ApiError(422, f"re-binding this {pg.num_nodes:,}-node graph to {len(new)} new batch sizes is over "
                                 f"this server's budget of {self.config.max_bind_nodes:,} node bindings per request",
