@@ -243,8 +243,9 @@ def _in_degree(edge_index: Tensor, dst: Tensor, n: int, msg: Tensor) -> Tensor:
     if edge_index.is_inference():  # made in inference mode (a collated batch): no version to check
         return count()
     key = (edge_index._version, n, msg.dtype, msg.device)
-    if _DEGREE and _DEGREE[0][0] is edge_index and _DEGREE[0][1] == key:
-        return _DEGREE[0][2]
+    last = _DEGREE[0] if _DEGREE else None  # read once: another thread may replace the entry meanwhile
+    if last is not None and last[0] is edge_index and last[1] == key:
+        return last[2]
     out = count()
     _DEGREE[:] = [(edge_index, key, out)]
     return out

@@ -210,11 +210,13 @@ class SpecModel:
         """A row answered by the any-GPU operator model or the roofline (the route's choice for ``cell``)."""
         m = load_anygpu()
         table = r["kernel_table"]
+        autocast = cell.endswith("/amp")  # an AMP cell: autocast's casts in the step
         if choice == "anygpu":
-            ms = m.step_ms(table, spec, precision, autocast=cell.endswith("/amp"))["latency_ms"]
+            ms = m.step_ms(table, spec, precision, autocast=autocast)["latency_ms"]
             q = m.interval_q(*cell.split("/"))
         elif choice == "blend":  # the geometric mean of the any-GPU model and the kernel networks (uncalibrated)
-            ms = math.sqrt(m.step_ms(table, spec, precision, autocast=cell.endswith("/amp"))["latency_ms"] * float(r["kernel_us"].sum()) / 1000)
+            ms = math.sqrt(m.step_ms(table, spec, precision, autocast=autocast)["latency_ms"]
+                           * float(r["kernel_us"].sum()) / 1000)
             q = ((m.card.get("intervals_by_basis") or {}).get(cell) or {}).get("blend")
         else:
             dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
