@@ -88,3 +88,38 @@ def test_cli_energy_columns(capsys):
                  "--precision", "fp32", "--no-memory", "--energy", "--rank-by", "energy"]) == 0
     out = capsys.readouterr().out
     assert "J/sample" in out and "most efficient first" in out
+
+
+def test_basis_labels_are_short_and_generic():
+    from perfseer.comparison import describe_basis
+
+    any_gpu = ("spec model by the route facts: any-GPU operator model (spec-anygpu: 19 constants shared by 18 GPUs; "
+               "h200 from its spec sheet, fp16, measured in its data; chosen for cnn/train/amp on leave-one-GPU-out: "
+               "anygpu 21.0 %)")
+    label, note, seen = describe_basis(any_gpu, "h200")
+    assert (label, seen) == ("any-GPU model", True)
+    assert "h200" not in note and "each GPU from its spec sheet" in note and "measured in its data" not in note
+    other = any_gpu.replace("h200", "l4").replace("measured in its data", "no measurement of it")
+    label2, note2, seen2 = describe_basis(other, "l4")
+    assert (label2, note2, seen2) == (label, note, False)  # one footnote serves both rows
+    assert describe_basis("measured-device predictor rtx3090-amp-nchw-pt112.train", "rtx3090")[::2] == ("measured", True)
+    t = describe_basis("transfer from rtx3090 + rtx4090 via specs (spec-transfer: their measured-device SeerNets, AMP "
+                       "NCHW eager, carried to l4 by its spec sheet, geometric mean; no measurement of l4)", "l4")
+    assert t[0] == "spec transfer" and t[2] is False and "l4" not in t[1]
+    assert describe_basis("spec model (spec-kernels; t4 from its spec sheet, fp32, its FP32 kernels in the training "
+                          "data)", "t4")[::2] == ("kernel nets", True)
+
+
+def test_at_batch_rebinds_once_and_matches_with_batch():
+    import numpy as np
+
+    import perfseer
+
+    pg = perfseer.extract("example:resnet18")
+    a = pg.at_batch(8)
+    assert a is pg.at_batch(8) and pg.at_batch(pg.batch_size) is pg  # kept, not re-bound again
+    fresh = pg.with_batch(8)
+    assert fresh is not a and np.array_equal(fresh.x, a.x) and np.array_equal(fresh.u, a.u)
+    for b in range(2, 40):
+        pg.at_batch(b)
+    assert len(pg._rebound) <= 16 and pg.at_batch(39).batch_size == 39

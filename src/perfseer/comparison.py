@@ -16,6 +16,7 @@ A GPU the step does not fit in is listed, with its time, but marked and ranked a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from perfseer.devices import get_device, list_devices
@@ -27,6 +28,37 @@ _MEMORY_PRECISION = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "amp-fp16", "am
 
 
 _ENERGY_KEYS = ("power_w", "energy_j", "energy_j_per_sample", "util_pct", "power_limit_w", "energy_notes")
+
+
+# (words the basis text starts with or contains, the short label a table shows)
+_LABELS = (("measured-device predictor", "measured"), ("calibrated from", "calibrated"),
+           ("transfer from", "spec transfer"), ("geometric mean of the any-GPU", "any-GPU x kernel nets"),
+           ("any-GPU operator model", "any-GPU model"), ("roofline", "roofline"), ("spec model (", "kernel nets"))
+# what a basis text says when the device's own measurements are (True) or are not (False) in its data
+_SEEN = ((", measured in its data", True), (", its FP32 kernels in the training data", True),
+         (", no measurement of it", False))
+
+
+def describe_basis(basis: str, device: str) -> tuple[str, str, bool | None]:
+    """A row's basis as ``(label, note, seen)``: a short label for a table column, the basis text
+    with this device's particulars taken out (one footnote serves every GPU with that label), and
+    whether the device's own measurements are in the basis's data (``None``: the text does not say).
+    """
+    text = str(basis or "")
+    label = next((lab for key, lab in _LABELS if key in text), text.split(" (")[0] or "-")
+    seen = None
+    for words, flag in _SEEN:
+        if words in text:
+            seen, text = flag, text.replace(words, "")
+    if label == "measured" or label == "calibrated":
+        seen = True
+    elif label == "spec transfer":
+        seen = False
+    dev = re.escape(device)
+    text = re.sub(rf"\b{dev} from its spec sheet", "each GPU from its spec sheet", text)
+    text = re.sub(rf"carried to {dev} by its spec sheet", "carried to each GPU by its spec sheet", text)
+    text = re.sub(rf"; no measurement of {dev}\b", "", text)
+    return label, text, seen
 
 
 class CompareError(PerfseerError):
@@ -89,7 +121,8 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
     Returns:
         One dict per GPU, fastest (or, with ``rank_by="energy"``, most efficient) first (GPUs the
         step does not fit in after the others, refused rows last): ``rank``, ``device``, ``display_name``, ``value`` (ms per step), ``interval``,
-        ``throughput_per_s`` (samples/s), ``basis``, ``precision``, ``in_domain``,
+        ``throughput_per_s`` (samples/s), ``basis``, ``basis_label`` (its short name),
+        ``seen`` (the GPU's own measurements are in the basis's data), ``precision``, ``in_domain``,
         ``memory_gib`` (the step's), ``device_memory_gib``, ``fits`` (``None`` when not
         estimated), ``memory_basis``, and ``reason`` for a refused row.
 
@@ -136,6 +169,7 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
             if not row["fits"]:
                 row["memory_note"] = (f"does not fit: the step needs {mem_bytes / 2**30:.1f} GiB, "
                                       f"{s.name} has {s.memory_gib:g} GiB")
+        row["basis_label"], _, row["seen"] = describe_basis(row["basis"], s.name)
         out.append(row)
     key = "energy_j_per_sample" if rank_by == "energy" else "value"
     out.sort(key=lambda r: (r.get(key) is None, r["fits"] is False, r.get(key) if r.get(key) is not None else 0.0))

@@ -161,10 +161,11 @@ def test_which_gpu_ranks_the_typed_gpus_by_energy_per_sample(server, browser):
     browser.save_screenshot(str(ARTIFACTS / "compare-energy.png"))
     assert not browser.find_element("id", "cmp-error").is_displayed(), browser.find_element("id", "cmp-error").text
     heads = [th.text for th in browser.find_elements("css selector", "#cmp-table thead th")]
-    assert {"GPU", "ms / step", "samples / s", "W", "J / sample", "fits", "basis"} <= set(heads)
+    assert {"GPU", "ms / step", "samples / s", "W", "J / sample", "fits", "basis", "seen"} <= set(heads)
     rows = [[td.text for td in r.find_elements("tag name", "td")]
             for r in browser.find_elements("css selector", "#cmp-table tbody tr")]
     assert [r[0] for r in rows] == ["1", "2", "3"]
+    assert all(len(r[heads.index("basis")]) <= 24 and r[heads.index("seen")] in ("yes", "no", "-") for r in rows)
     per_sample = [float(r[heads.index("J / sample")]) for r in rows]
     assert per_sample == sorted(per_sample) and per_sample[0] > 0
     assert all(float(r[heads.index("ms / step")]) > 0 for r in rows)

@@ -71,16 +71,18 @@ def print_table(rows: list[dict], args, bars: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from perfseer.comparison import describe_basis
+
     prec = next((r["precision"] for r in rows if r.get("precision")), "?")
     energy = getattr(args, "energy", False)
     order = "most efficient first" if getattr(args, "rank_by", "time") == "energy" else "fastest first"
     t = Table(title=f"{args.model}, batch {args.batch}, {args.phase}, {prec} ({order})", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False)
     cols = ("#", "GPU", "ms/step", "90 % interval", "samples/s") + (("W", "J/sample") if energy else ()) + (
-        "memory GiB", "basis")
+        "memory GiB", "basis", "seen")
     for c in cols:
         t.add_column(c, justify="right" if c in ("#", "ms/step", "samples/s", "W", "J/sample") else "left",
-                     no_wrap=c != "basis")
+                     no_wrap=True)
     if bars:
         t.add_column("")
     notes: dict[str, str] = {}
@@ -89,23 +91,24 @@ def print_table(rows: list[dict], args, bars: bool = False) -> None:
         iv = r.get("interval")
         mem = "-" if r["fits"] is None else (f"{r['memory_gib']:.1f} of {r['device_memory_gib']:g}" if r["fits"]
                                               else f"NO FIT: {r['memory_gib']:.1f} of {r['device_memory_gib']:g}")
-        basis = r.get("reason") or r.get("basis", "")
-        short = basis.split(" (")[0]
-        if short not in notes:
-            notes[short] = basis
+        label, note, seen = describe_basis(r.get("reason") if r["value"] is None else r.get("basis", ""), r["device"])
+        if r["value"] is None:
+            label = "refused"
+        notes.setdefault(label, note)
         cells = [str(r["rank"]), r["device"], _f(r["value"]), f"{_f(iv[0])}-{_f(iv[1])}" if iv else "-",
                  _f(r["throughput_per_s"], 4)]
         if energy:
             cells += [_f(r.get("power_w")), _f(r.get("energy_j_per_sample"))]
-        cells += [mem, short]
+        cells += [mem, label, {True: "yes", False: "no"}.get(seen, "-")]
         if bars:
             cells.append("█" * max(1, round(30 * r["value"] / slowest)) if r["value"] else "")
         t.add_row(*cells)
     con = Console(width=max(Console().width, 132))
     con.print(t)
-    for short, full in notes.items():
-        if full != short:
-            con.print(f"[dim]{short}: {full}[/dim]")
+    for label, note in notes.items():
+        if note and note != label:
+            con.print(f"[dim]{label}: {note}[/dim]")
+    con.print("[dim]seen: the GPU's own measurements are in the basis's data (no: from its spec sheet alone)[/dim]")
     mem_basis = next((r["memory_basis"] for r in rows if r.get("memory_basis")), None)
     if mem_basis:
         con.print(f"[dim]memory: the step's peak device memory ({mem_basis}), against each GPU's memory[/dim]")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
-from dataclasses import dataclass
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -16,6 +17,8 @@ from perfseer.features.pyg import to_data
 from perfseer.graph.ir import Graph, Tensor
 
 _N_HP = len(schema.HYPERPARAMETERS)
+KEPT_BATCHES = 16  # re-bound graphs kept per PerfGraph (PerfGraph.at_batch): the envelope's powers of two to 2**15
+_REBOUND_LOCK = threading.Lock()  # guards every PerfGraph's kept graphs (service threads share graphs)
 _COST_AT = {name: _N_HP + i for i, name in enumerate(schema.COST_FEATURES)}
 
 
@@ -59,6 +62,7 @@ class PerfGraph:
     op_types: tuple[str, ...]
     covered: np.ndarray
     edge_tensors: tuple[str, ...]
+    _rebound: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False, compare=False)
 
     # -- summary figures ------------------------------------------------------------------------
     @property
@@ -168,6 +172,30 @@ class PerfGraph:
     def with_batch(self, batch: int) -> "PerfGraph":
         """The PerfGraph at another batch size, without re-exporting or re-reading the model."""
         return build_perfgraph(self.graph.with_batch(batch))
+
+    def at_batch(self, batch: int) -> "PerfGraph":
+        """This graph at ``batch`` (itself at its own batch size), re-bound once and kept.
+
+        The runtime asks the same graph at the same batch sizes for every device of a comparison
+        and for every power of two of the batch envelope (:mod:`perfseer.runtime.monotone`); the
+        last :data:`KEPT_BATCHES` re-bound graphs are kept on this one, so a 60-GPU comparison
+        re-binds each batch size once.  The kept graphs are shared: treat them as read-only, like
+        every PerfGraph.  :meth:`with_batch` always computes a fresh one.
+        """
+        batch = int(batch)
+        if batch == self.batch_size:
+            return self
+        with _REBOUND_LOCK:
+            hit = self._rebound.get(batch)
+            if hit is not None:
+                self._rebound.move_to_end(batch)
+                return hit
+        hit = self.with_batch(batch)  # outside the lock: two threads may both compute it, one is kept
+        with _REBOUND_LOCK:
+            self._rebound[batch] = hit
+            while len(self._rebound) > KEPT_BATCHES:
+                self._rebound.popitem(last=False)
+        return hit
 
     def to_pyg(self, live: bool = False):
         """This graph as a PyTorch Geometric ``Data`` (see :mod:`perfseer.features.pyg`); ``live``:

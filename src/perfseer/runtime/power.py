@@ -30,7 +30,7 @@ def _kernels_activity(pg, spec, batch: int, phase: str, precision: str, cache: d
 
     key = (spec.name, batch, phase, precision)
     if key not in cache:
-        g = pg if batch == pg.batch_size else pg.with_batch(int(batch))
+        g = pg.at_batch(int(batch))
         r = load_spec_model().graph_latency(g.x, g.op_types, spec, phase=phase, precision=precision,
                                             params=float(g.params), edge_index=g.edge_index,
                                             dropout=g.dropout_elements, calibrate=False)

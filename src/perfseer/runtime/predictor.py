@@ -350,7 +350,7 @@ class Predictor:
         """
         cols = self.columns(device, phase)
         if graphs is None:
-            graphs = [(pg if b == pg.batch_size else pg.with_batch(int(b))).to_pyg() for b in batches]
+            graphs = [pg.at_batch(int(b)).to_pyg() for b in batches]
         elif len(graphs) != len(batches):
             raise PredictorError(f"{len(graphs)} graphs for {len(batches)} batch sizes", "pass one graph per batch size")
         if getattr(self.net, "reads_liveness", False) and any(getattr(g, "live", None) is None for g in graphs):

@@ -333,7 +333,7 @@ def answer_units(pg, wanted: Sequence[tuple[int, Unit]], family: str | None = No
         if graph_at is not None:
             return graph_at(b)
         if b not in bound:
-            bound[b] = (pg if b == pg.batch_size else pg.with_batch(int(b))).to_pyg()
+            bound[b] = pg.at_batch(int(b)).to_pyg()
         return bound[b]
 
     asked = set(wanted)

@@ -190,7 +190,7 @@ class SpecModel:
         name = str(model) if not isinstance(model, PerfGraph) else pg.graph.name
         out = []
         for b in batches:
-            g = pg if b == pg.batch_size else pg.with_batch(int(b))
+            g = pg.at_batch(int(b))
             r = self.graph_latency(g.x, g.op_types, spec, phase=phase, precision=precision, params=float(g.params),
                                    optimizer=optimizer, edge_index=g.edge_index, dropout=g.dropout_elements)
             cell = route_cell(r["kernel_table"], phase, cell_precision or _cell_precision(precision))

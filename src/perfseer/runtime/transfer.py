@@ -120,7 +120,7 @@ class TransferPredictor:
             raise TransferError("the spec-transfer card has no source other than the target",
                                 "use the target's measured predictor (--basis measured)")
         tgt = spec_vector(spec)
-        bound = [pg if b == pg.batch_size else pg.with_batch(int(b)) for b in batches]
+        bound = [pg.at_batch(int(b)) for b in batches]
         graphs = [g.to_pyg() for g in bound]
         roof_t = np.array([roofline_ms(g.x, tgt) for g in bound])
         terms = np.stack([graph_terms(g.u) for g in bound])

@@ -545,6 +545,7 @@ def _rebound(pg, bound: dict):
         return hit if hit is not None else pg.with_batch(batch)
 
     object.__setattr__(view, "with_batch", with_batch)  # frozen dataclass: set on the copy only
+    object.__setattr__(view, "_rebound", type(pg._rebound)())  # its own kept graphs (PerfGraph.at_batch), dropped with it
     return view
 
 

@@ -9,7 +9,7 @@
     const energy = rows.some(r => r.power_w !== undefined && r.power_w !== null);
     const cols = ["rank", "GPU", "ms / step", "90 % interval", "samples / s"];
     if (energy) cols.push("W", "J / sample", "util %");
-    cols.push("fits", "basis", "");
+    cols.push("fits", "basis", "seen", "");
     const cells = rows.map(r => {
       const refused = r.value === null || r.value === undefined;
       const c = [r.rank, r.display_name || r.device,
@@ -17,7 +17,8 @@
                  Array.isArray(r.interval) ? `${Number(r.interval[0]).toPrecision(3)}–${Number(r.interval[1]).toPrecision(3)}` : "",
                  r.throughput_per_s ? Number(r.throughput_per_s).toPrecision(4) : ""];
       if (energy) c.push(...energyCells(r));
-      c.push(r.fits === null || r.fits === undefined ? "-" : (r.fits ? "yes" : "NO"), shortBasis(r.basis), details(r));
+      c.push(r.fits === null || r.fits === undefined ? "-" : (r.fits ? "yes" : "NO"),
+             r.basis_label || shortBasis(r.basis), r.seen === true ? "yes" : (r.seen === false ? "no" : "-"), details(r));
       return c;
     });
     const fitsAt = cols.indexOf("fits");
