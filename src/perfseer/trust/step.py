@@ -1,0 +1,111 @@
+"""The step domain of a measured training card: the batch at which its labels were taken.
+
+The RTX 3090 training card (``rtx3090-amp-nchw-pt112.train``) learned from the timm benchmark,
+which measures each model at **one** batch size: the first of 512, 384, 256, 192, 128, ... whose
+step fits in the GPU's memory (95 % of its 652 rows at 16-512 samples).  The card therefore knows
+each architecture at that batch and barely responds to the batch otherwise (ResNet-34: 247 ms at
+batch 16, 270 ms at 64; measured at 512: 313 ms).  A query step is inside the card's step domain
+when its batch, relative to the batch the benchmark would have run the model at, lies in the range
+the card's own training and validation rows span:
+
+    ratio = batch / min(top, largest batch that fits)
+
+``top`` is the largest batch of the card's rows (512), and the largest batch that fits comes
+from a memory estimate read off the graph's global features, so that it costs nothing at
+prediction time: ``fixed + per_param * params + per_act * activation bytes`` where the
+activation bytes are the sum of the graph's edge tensors (``num_edges x edge_bytes_mean``, fp32,
+proportional to the batch).  Its three constants are fitted to perfseer's memory simulator
+(:mod:`perfseer.memory`) at the card's precision and optimizer on a sample of the card's models
+(:mod:`perfseer.fit.stepdomain`), and the ratio's range is the 0.5 %-99.5 % quantiles of the
+fitted and validation rows, padded (``card["domain"]["step"]``).
+
+:func:`step_reasons` says why a graph is outside it; the routing (:mod:`perfseer.runtime.route`)
+then answers with the next basis anchored on the card (:mod:`perfseer.runtime.anchor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from perfseer.features import schema
+
+STEP_VERSION = 1
+QUANTILES = (0.005, 0.995)  # the ratio's robust range over the card's rows ...
+PAD = 0.05  # ... padded by this share of its width (in log2) on each side
+_N = list(schema.GLOBAL_FEATURES)
+
+
+def _u(g) -> np.ndarray:
+    u = g.u.detach().cpu().numpy() if hasattr(g.u, "detach") else np.asarray(g.u)
+    return u.reshape(-1).astype(np.float64)
+
+
+def memory_terms(g) -> tuple[float, float, float]:
+    """``(batch, parameters, activation bytes)`` of a PyG graph (raw global features): the
+    activation bytes are the sum of its edge tensors at its batch (``num_edges x edge_bytes_mean``)."""
+    u = _u(g)
+    return (float(u[_N.index("batch_size")]), float(u[_N.index("params")]),
+            float(u[_N.index("num_edges")] * u[_N.index("edge_bytes_mean")]))
+
+
+def estimated_bytes(g, memory: dict, batch: float | None = None) -> float:
+    """The step's peak memory (bytes) at ``batch`` (default: the graph's own) by the fitted estimate."""
+    b, p, act = memory_terms(g)
+    per_sample = act / max(b, 1.0)
+    return memory["fixed"] + memory["per_param"] * p + memory["per_act"] * per_sample * (b if batch is None else batch)
+
+
+def largest_batch(g, memory: dict) -> float:
+    """The largest batch (real-valued) whose estimated step fits ``memory["capacity"]`` bytes."""
+    b, p, act = memory_terms(g)
+    per_sample = memory["per_act"] * act / max(b, 1.0)
+    room = memory["capacity"] - memory["fixed"] - memory["per_param"] * p
+    return max(room, 0.0) / per_sample if per_sample > 0 else float("inf")
+
+
+def ratio(g, step: dict) -> float:
+    """``batch / min(top, largest batch that fits)`` of graph ``g`` under a card's step domain."""
+    b = memory_terms(g)[0]
+    return b / max(min(float(step["top"]), largest_batch(g, step["memory"])), 1e-9)
+
+
+def build_step(graphs: Sequence, memory: dict, top: int, source: str = "") -> dict:
+    """A card's ``domain["step"]`` from its fitted and validation graphs and the fitted ``memory``
+    estimate (``{"fixed", "per_param", "per_act", "capacity"}``, bytes)."""
+    r = np.log2(np.array([ratio(g, {"top": top, "memory": memory}) for g in graphs]))
+    lo, hi = np.quantile(r, QUANTILES[0]), np.quantile(r, QUANTILES[1])
+    pad = PAD * (hi - lo)
+    rng = [float(lo - pad), float(hi + pad)]
+    inside = float(np.mean((r >= rng[0]) & (r <= rng[1])))
+    return {"version": STEP_VERSION, "quantity": "log2(batch / min(top, largest batch that fits))",
+            "top": int(top), "memory": memory, "range": rng, "quantiles": list(QUANTILES), "pad": PAD,
+            "rows": len(graphs), "inside": inside, "source": source}
+
+
+def step_reasons(step: dict | None, graphs: Sequence) -> list[list[str]]:
+    """Per graph, why its step lies outside a card's step domain (empty: inside, or no step domain)."""
+    out: list[list[str]] = [[] for _ in graphs]
+    if not step:
+        return out
+    lo, hi = step["range"]
+    top = int(step["top"])
+    for i, g in enumerate(graphs):
+        b = round(memory_terms(g)[0])
+        fit = largest_batch(g, step["memory"])
+        bench = min(top, fit)
+        r = float(np.log2(b / max(bench, 1e-9)))
+        if lo <= r <= hi:
+            continue
+        first, last = max(1, int(np.ceil(bench * 2 ** lo))), int(np.floor(bench * 2 ** hi))
+        where = f"about {fit:,.0f}, the largest that fits" if fit < top else f"{top}, the largest measured"
+        out[i].append(f"the card's measurements took each model at one batch (for this model {where}), so it "
+                      f"answers batches {first}-{last} only")
+    return out
+
+
+def in_range(step: dict, r: float) -> bool:
+    """Whether a ratio (not in log2) lies in the step domain."""
+    lo, hi = step["range"]
+    return lo <= float(np.log2(r)) <= hi
