@@ -9,7 +9,10 @@ kernel spec model), with the measured time at ``b*`` standing for the card:
 
     anchored error = |t(b*) x p(b) / p(b*) - t(b)| / t(b),   plain error = |p(b) - t(b)| / t(b)
 
-over every ordered pair ``(b*, b)``, ``b* != b``.  A card's own error at ``b*`` adds to the
+over every ordered pair ``(b*, b)``, ``b* != b``; NAS-Bench-201's 32x32 cells (inference at batch 1, 32
+and 256; outside the timm cards' model space, where the routing passes a card over anyway) apart.  The
+timm benchmark's rows are left out: it measured one batch per model and resolution, and a model's rows
+at two batch sizes there are two resolutions.  A card's own error at ``b*`` adds to the
 anchored one (the RTX 3090 training card: 6.1 % k-fold MAPE at its measured batch), so the table
 also gives the plain error of the RTX 3090's own training rows (held out in the leave-one-GPU-out).
 
@@ -36,7 +39,7 @@ def base_model(r) -> str:
 
 def pairs(pred: pd.DataFrame) -> pd.DataFrame:
     """One row per ordered pair ``(b*, b)`` of one GPU, model, phase and precision."""
-    d = pred.copy()
+    d = pred[pred["source"] != "timm"].copy()  # timm: one batch per (model, resolution); its rows carry no shape
     d["base"] = [base_model(r) for _, r in d.iterrows()]
     d["phase"] = d["cell"].str.split("/").str[1]
     out = []
@@ -61,7 +64,9 @@ def summary(logo: dict) -> dict:
     pred = pred[pred["anygpu_ms"].notna() & pred["spec_ms"].notna() & (pred["measured_ms"] > 0)]
     p = pairs(pred)
     groups = {}
-    for name, part in (("train", p[p["phase"] == "train"]), ("infer", p[p["phase"] == "infer"]), ("all", p)):
+    cells = p["source"] == "nb201"  # NAS-Bench-201's 32x32 cells: outside the timm cards' model space
+    for name, part in (("train", p[p["phase"] == "train"]), ("infer", p[(p["phase"] == "infer") & ~cells]),
+                       ("infer-nb201", p[(p["phase"] == "infer") & cells]), ("all", p)):
         if not len(part):
             continue
         g = {"pairs": len(part), "gpus": sorted(part["gpu"].unique()), "steps": int(part.groupby(
