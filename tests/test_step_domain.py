@@ -91,3 +91,21 @@ def test_across_bases_the_latency_never_falls():
              "interval": None, "flags": []} for b, v in ((16, 30.0), (64, 20.0), (256, 90.0))]
     out = monotone.across(rows)
     assert [r["value"] for r in out] == [30.0, 30.0, 90.0] and "batch 16" in out[1]["flags"][-1]
+
+
+def test_the_memory_estimate_is_fitted_to_simulated_models():
+    """perfseer.fit.stepdomain: per_act from the simulator's bytes per sample, fixed and per_param
+    from a line through its fixed bytes; the 2-fold check scores the largest batch on held-out models."""
+    from perfseer.fit.stepdomain import fit_memory, holdout_error
+
+    graphs, sims = {}, []
+    for i in range(8):
+        p, a = 1e7 * (i + 1), 5e7 * (8 - i)
+        graphs[f"m{i}", "3x224x224"] = _graph(8, p, a)
+        sims.append({"model": f"m{i}", "input_shape": "3x224x224", "per_sample": 0.3 * a, "fixed": 1.3e9 + 12.0 * p})
+    mem = fit_memory(sims, graphs, 24 * 2**30)
+    assert mem["per_act"] == pytest.approx(0.3) and mem["per_param"] == pytest.approx(12.0)
+    assert mem["fixed"] == pytest.approx(1.3e9)
+    assert holdout_error(sims, graphs, 24 * 2**30)["median_abs_log2"] == pytest.approx(0.0, abs=1e-9)
+    step = st.build_step([_graph(b, 1e7, 5e7) for b in (128, 256, 512) * 10], mem, 512)
+    assert step["inside"] == 1.0 and step["range"][0] < -0.9 and step["range"][1] > -0.1

@@ -15,7 +15,9 @@ model extracted one way (:func:`extraction`) and answers through the
 **Honest answers.**  A measured card answers a device by default only for models inside its model
 space (:func:`perfseer.trust.domain.space_reasons`); for the others, and for a value that hit a
 sanity bound (:data:`SANITY_FLAGS`), the routing falls through to the next basis (the transfer, the
-spec model), whose row names the basis it fell back from and why (``fallback_from``).  A value that
+spec model), whose row names the basis it fell back from and why (``fallback_from``); so does a
+training card's row outside its step domain (:mod:`perfseer.trust.step`), answered then by the card
+scaled by the spec model's batch ratio (:mod:`perfseer.runtime.anchor`).  A value that
 hit a sanity bound is never shown: its row has ``"value": None`` and a ``reason``.  Asked for
 explicitly (``--predictor``, ``--basis measured``), a card refuses a model outside its space unless
 forced (``force=True``, ``--force``).  Several devices in one request share one precision: the one
@@ -596,7 +598,8 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
         ``device``, ``phase``, ``value``, ``interval``, ``in_domain``, ``domain_reasons``, ``flags``,
         ``basis``, ``precision`` and, for latency, ``throughput_per_s``.  A refused row has
         ``"value": None`` and a ``reason``; a row answered by a fall-back basis has
-        ``fallback_from`` (``{"basis", "reason"}``) and ``passed_over`` (every basis passed over).
+        ``fallback_from`` (``{"basis", "reason"}``) and ``passed_over`` (every basis passed over);
+        one answered outside a training card's step domain, ``anchor_batch`` and ``anchor_scale``.
 
     Raises:
         PerfseerError: a model that cannot be read, a device or predictor that does not exist or
