@@ -40,6 +40,9 @@ def test_the_largest_batch_that_fits_and_the_ratio_by_hand():
     assert st.step_reasons(None, [small]) == [[]]
     assert anchor.anchor_batch(small, step) == 512  # the batch the measurements would have taken
     assert anchor.anchor_batch(_graph(512, 25e6, 2e6), step) == 512
+    assert anchor.anchor_batch(_graph(16, 25e6, 200e6), step) == 192  # the ladder at or below 244, the largest that fits
+    assert [anchor.rung(x) for x in (1, 1.9, 3, 5.9, 6, 7, 12.5, 200, 384, 511, 600)] == [1, 1, 2, 4, 6, 6, 12, 192, 384,
+                                                                                        384, 512]
 
 
 def test_the_shipped_card_knows_its_own_rows_and_not_small_steps():

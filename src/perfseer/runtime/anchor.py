@@ -37,16 +37,26 @@ def adopted(card) -> bool:
     return ADOPTED == "anchored" and bool(((getattr(card, "card", None) or {}).get("domain") or {}).get("step"))
 
 
+def rung(x: float) -> int:
+    """The largest batch of the timm benchmark's ladder (1, 2, 4, 6, 8, 12, 16, 24, ..., 384, 512:
+    powers of two and 1.5x them) not above ``x`` (at least 1)."""
+    if x < 2:
+        return 1
+    p = 1 << (int(x).bit_length() - 1)
+    return p * 3 // 2 if p >= 4 and p * 3 // 2 <= x else p
+
+
 def anchor_batch(g, step: dict) -> int:
     """``g``'s own batch when it is inside the step domain, else the batch the card's measurements
-    would have taken the model at (``min(top, largest batch that fits)``, ratio 1): the card is
-    least biased there.  (The batch nearest ``g``'s inside the domain was the first choice, but the
-    card is nearly flat across its domain: ResNet-34, measured 313 ms at 512, is 266 ms at 179.)"""
+    would have taken the model at: the ladder's batch at or below ``min(top, largest batch that
+    fits)`` (:func:`rung`), where the card is least biased.  (The batch nearest ``g``'s inside the
+    domain was the first choice, but the card is nearly flat across its domain: ResNet-34, measured
+    313 ms at 512, is 266 ms at 179.)"""
     b = st.memory_terms(g)[0]
     r = st.ratio(g, step)
     if st.in_range(step, r):
         return round(b)
-    return max(1, round(b / r))
+    return rung(b / r)
 
 
 class Anchored:

@@ -529,7 +529,8 @@ def _domain_summary(domain: dict | None) -> dict | None:
     emb = domain.get("embedding") or {}
     return {"graphs": domain.get("graphs"), "op_types": len(domain.get("op_types", [])),
             "batch_sizes": domain.get("batch_sizes"), "inputs": domain.get("inputs"),
-            "precision": domain.get("precision"), "embedding_threshold": emb.get("threshold")}
+            "precision": domain.get("precision"), "embedding_threshold": emb.get("threshold"),
+            **({"step": [2 ** x for x in domain["step"]["range"]]} if domain.get("step") else {})}
 
 
 def _input_shape(pg) -> tuple[int, ...] | None:
