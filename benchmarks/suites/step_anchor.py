@@ -69,7 +69,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             f"`python -m benchmarks run step-anchor` (after `any-gpu`). Steps measured at 2+ batch sizes on one GPU "
             "(NeuSight, NAS-Bench-201), predicted with that GPU held out (any-GPU model; kernel spec model zero-shot): MAPE of "
             "*anchored* t(b\\*) x p(b)/p(b\\*) (measured t(b\\*) standing for the card) against *plain* p(b), over every "
-            f"ordered pair; anchored wins on {len(won)} of {len(r['per_gpu'])} (GPU, phase) groups. A card's error at b\* "
+            f"ordered pair; anchored wins on {len(won)} of {len(r['per_gpu'])} (GPU, phase) groups. A card's error at b\\* "
             "adds to *anchored*. The route anchors (`perfseer.runtime.anchor`): as good on the training pairs, better on "
             "the transformers, worse only on NAS-Bench-201 cells, outside the card's model space.\n\n"
             + md_table(["phase", "steps", "pairs", "GPUs", "any-GPU plain %", "anchored %", "kernel spec plain %",
@@ -77,7 +77,8 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             + f"\n\nThe RTX 3090's own training rows, held out: any-GPU {f(r['rtx3090_train']['anygpu_plain_mape'])} % "
             "MAPE at the measured batch, against the card's 6.1 % k-fold. Shipped card `" + CARD + "`: "
             f"{100 * st['inside']:.1f} % of its {st['rows']} rows inside its step domain "
-            f"({2 ** st['range'][0]:.2g}-{2 ** st['range'][1]:.2g}x min({st['top']}, largest batch that fits)); the memory "
+            f"(by headroom band: " + ", ".join(f"{2 ** b['range'][0]:.2g}-{2 ** b['range'][1]:.2g}x" for b in st["bands"])
+            + f" min({st['top']}, largest batch that fits)); the memory "
             f"estimate's largest batch vs the simulator's, 2-fold over {ho['models']} models: median "
             f"{2 ** ho['median_abs_log2']:.2f}x off. The RTX 3090, train, amp-fp16, ms: card (`--basis measured`) / "
             "route / spec model (`--basis spec`):\n\n"

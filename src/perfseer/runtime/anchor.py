@@ -54,7 +54,7 @@ def anchor_batch(g, step: dict) -> int:
     313 ms at 512, is 266 ms at 179.)"""
     b = st.memory_terms(g)[0]
     r = st.ratio(g, step)
-    if st.in_range(step, r):
+    if st.in_range(step, r, st.headroom(g, step)):
         return round(b)
     return rung(b / r)
 

@@ -26,6 +26,7 @@ then answers with the next basis anchored on the card (:mod:`perfseer.runtime.an
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -90,17 +91,50 @@ def ratio(g, step: dict) -> float:
     return b / max(min(float(step["top"]), largest_batch(g, step["memory"])), 1e-9)
 
 
-def build_step(graphs: Sequence, memory: dict, top: int, source: str = "") -> dict:
-    """A card's ``domain["step"]`` from its fitted and validation graphs and the fitted ``memory``
-    estimate (``{"fixed", "per_param", "per_act", "capacity"}``, bytes)."""
-    r = np.log2(np.array([ratio(g, {"top": top, "memory": memory}) for g in graphs]))
+#: Headroom bands (largest batch that fits / ``top``) with a range each: how far a row's batch lies
+#: from ``top`` depends on whether memory limited it.  On the RTX 3090 training card every row whose
+#: estimate fits 1.5x ``top`` (the ladder's next batch, 768) was measured at 512 (83 rows); rows below
+#: 1x spread over 0.1-1.9x (the estimate's error).
+BANDS = (1.0, 1.5)
+MIN_BAND_ROWS = 20  # a band with fewer rows takes the range of all rows
+
+
+def headroom(g, step: dict) -> float:
+    """``largest batch that fits / top`` of graph ``g``."""
+    return largest_batch(g, step["memory"]) / float(step["top"])
+
+
+def band_range(step: dict, h: float) -> list[float]:
+    """The log2 ratio range of the band holding headroom ``h`` (the whole range without bands)."""
+    for band in step.get("bands") or []:
+        lo, hi = band["headroom"]
+        if h >= lo and (hi is None or h < hi):
+            return band["range"]
+    return step["range"]
+
+
+def _range(r: np.ndarray) -> list[float]:
     lo, hi = np.quantile(r, QUANTILES[0]), np.quantile(r, QUANTILES[1])
     pad = PAD * (hi - lo)
-    rng = [float(lo - pad), float(hi + pad)]
-    inside = float(np.mean((r >= rng[0]) & (r <= rng[1])))
-    return {"version": STEP_VERSION, "quantity": "log2(batch / min(top, largest batch that fits))",
-            "top": int(top), "memory": memory, "range": rng, "quantiles": list(QUANTILES), "pad": PAD,
-            "rows": len(graphs), "inside": inside, "source": source}
+    return [float(lo - pad), float(hi + pad)]
+
+
+def build_step(graphs: Sequence, memory: dict, top: int, source: str = "", bands: Sequence[float] = BANDS) -> dict:
+    """A card's ``domain["step"]`` from its fitted and validation graphs and the fitted ``memory``
+    estimate (``{"fixed", "per_param", "per_act", "capacity"}``, bytes): the robust range of the
+    log2 ratio over all rows, and over the rows of each headroom band (:data:`BANDS`)."""
+    probe = {"top": int(top), "memory": memory}
+    r = np.log2(np.array([ratio(g, probe) for g in graphs]))
+    h = np.array([headroom(g, probe) for g in graphs])
+    step = dict(probe, version=STEP_VERSION, quantity="log2(batch / min(top, largest batch that fits))",
+                range=_range(r), quantiles=list(QUANTILES), pad=PAD, rows=len(graphs), source=source, bands=[])
+    edges = [0.0, *bands, None]
+    for lo, hi in pairwise(edges):
+        m = (h >= lo) & (h < hi if hi is not None else True)
+        step["bands"].append({"headroom": [lo, hi], "rows": int(m.sum()),
+                              "range": _range(r[m]) if m.sum() >= MIN_BAND_ROWS else step["range"]})
+    step["inside"] = float(np.mean([in_range(step, 2 ** x, hh) for x, hh in zip(r, h)]))
+    return step
 
 
 def step_reasons(step: dict | None, graphs: Sequence) -> list[list[str]]:
@@ -108,23 +142,24 @@ def step_reasons(step: dict | None, graphs: Sequence) -> list[list[str]]:
     out: list[list[str]] = [[] for _ in graphs]
     if not step:
         return out
-    lo, hi = step["range"]
     top = int(step["top"])
     for i, g in enumerate(graphs):
         b = round(memory_terms(g)[0])
         fit = largest_batch(g, step["memory"])
         bench = min(top, fit)
-        r = float(np.log2(b / max(bench, 1e-9)))
-        if lo <= r <= hi:
+        if in_range(step, b / max(bench, 1e-9), fit / top):
             continue
-        first, last = max(1, int(np.ceil(bench * 2 ** lo))), int(np.floor(bench * 2 ** hi))
+        lo, hi = band_range(step, fit / top)
+        first, last = max(1, int(np.ceil(bench * 2 ** lo - 1e-6))), int(np.floor(bench * 2 ** hi + 1e-6))
         where = f"about {fit:,.0f}, the largest that fits" if fit < top else f"{top}, the largest measured"
+        span = f"batch {first} only" if first == last else f"batches {first}-{last} only"
         out[i].append(f"the card's measurements took each model at one batch (for this model {where}), so it "
-                      f"answers batches {first}-{last} only")
+                      f"answers {span}")
     return out
 
 
-def in_range(step: dict, r: float) -> bool:
-    """Whether a ratio (not in log2) lies in the step domain."""
-    lo, hi = step["range"]
-    return lo <= float(np.log2(r)) <= hi
+def in_range(step: dict, r: float, h: float | None = None) -> bool:
+    """Whether a ratio (not in log2) lies in the step domain (of the band of headroom ``h``)."""
+    lo, hi = step["range"] if h is None else band_range(step, h)
+    x = float(np.log2(r))
+    return lo - 1e-9 <= x <= hi + 1e-9
