@@ -73,9 +73,9 @@ def test_outside_the_step_domain_the_route_answers_anchored_on_the_card():
     assert json.dumps(low)  # a JSON row: basis, fallback_from with its reason
 
 
-def test_force_and_basis_measured_let_the_card_answer_flagged():
-    for kw in ({"force": True}, {"basis": "measured"}):
-        (row,) = _predict("example:resnet50", device="rtx3090", phase="train", batch=16, **kw)
+def test_force_basis_measured_and_the_card_by_name_answer_with_the_card_flagged():
+    for kw in ({"device": "rtx3090", "force": True}, {"device": "rtx3090", "basis": "measured"}, {"predictor": CARD}):
+        (row,) = _predict("example:resnet50", phase="train", batch=16, **kw)
         assert row["basis"] == "measured-device predictor " + CARD and not row.get("fallback_from")
         assert any(f.startswith("outside the card's step domain") for f in row["flags"])
 
