@@ -40,13 +40,18 @@ def main(argv=None) -> int:
         import json
         import os
 
+        from perfseer.errors import PerfseerError
         from perfseer.fit.stepdomain import calibrate_step
 
         for card in cards:
             c = json.loads(card.read_text())
             if c.get("phases") != ["train"] or not c.get("training", {}).get("dataset"):
                 continue
-            c["domain"]["step"] = s = calibrate_step(c)
+            try:
+                c["domain"]["step"] = s = calibrate_step(c)
+            except PerfseerError as e:
+                print(f"{card}: no step domain: {e.problem}", flush=True)
+                continue
             tmp = card.with_name(card.name + ".tmp")
             tmp.write_text(json.dumps(c, indent=1) + "\n")
             os.replace(tmp, card)

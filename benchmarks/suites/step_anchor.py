@@ -45,12 +45,40 @@ def _card(ctx: Context) -> dict:
     return {"step": step, "probes": probes}
 
 
+ZOO = ("timm:resnet50", "torchvision:resnet34", "timm:efficientnet_b0", "timm:vit_base_patch16_224",
+       "timm:convnext_tiny", "torchvision:densenet121")
+TIMM_CARDS = (("rtx3090-amp-nchw-pt240.infer", "rtx3090"), ("rtx4090-amp-nchw-pt291.infer", "rtx4090"),
+              ("rtx5090-amp-nchw-pt291.infer", "rtx5090"), (CARD, "rtx3090"))
+
+
+def _elasticity(ctx: Context) -> dict:
+    """How each timm card's answer grows from batch 16 to 256 (log t(256)/t(16) / log 16; 1: linear),
+    beside the spec model's on the same GPU and phase: does the card follow the batch?"""
+    import math
+    import warnings
+
+    import perfseer
+
+    out = []
+    for card, dev in TIMM_CARDS:
+        phase = "train" if card.endswith(".train") else "infer"
+        for m in ZOO:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                c = perfseer.predict(m, predictor=card, batch=[16, 256])
+                s = perfseer.predict(m, device=dev, basis="spec", precision="amp-fp16", phase=phase, batch=[16, 256])
+            out.append({"card": card, "model": m, "card_e": math.log(c[1]["value"] / c[0]["value"], 16),
+                        "spec_e": math.log(s[1]["value"] / s[0]["value"], 16)})
+    return {"rows": out}
+
+
 def steps(ctx: Context) -> list[Step]:
-    return [Step("ratio", lambda: _ratio(ctx)), Step("card", lambda: _card(ctx))]
+    return [Step("ratio", lambda: _ratio(ctx)), Step("card", lambda: _card(ctx)),
+            Step("elasticity", lambda: _elasticity(ctx))]
 
 
 def render(ctx: Context, res: dict[str, dict]) -> str:
-    r, c = res["ratio"], res["card"]
+    r, c, e = res["ratio"], res["card"], res["elasticity"]
     g = r["groups"]
     table = []
     for name, label in (("train", "train"), ("infer", "infer (NeuSight transformers)"),
@@ -82,7 +110,15 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             f"estimate's largest batch vs the simulator's, 2-fold over {ho['models']} models: median "
             f"{2 ** ho['median_abs_log2']:.2f}x off. The RTX 3090, train, amp-fp16, ms: card (`--basis measured`) / "
             "route / spec model (`--basis spec`):\n\n"
-            + md_table(["model"] + [f"batch {b}" for b in BATCHES], ptab))
+            + md_table(["model"] + [f"batch {b}" for b in BATCHES], ptab)
+            + "\n\nWhich timm cards need a step domain: growth of the answer from batch 16 to 256 (log t(256)/t(16) "
+            f"/ log 16), card / spec model, range over {len(ZOO)} zoo CNNs and ViTs: "
+            + "; ".join(f"`{c}` {_span(e, c, 'card_e')} / {_span(e, c, 'spec_e')}" for c, _ in TIMM_CARDS) + ".")
+
+
+def _span(res: dict, card: str, key: str) -> str:
+    v = [r[key] for r in res["rows"] if r["card"] == card]
+    return f"{min(v):.2f}-{max(v):.2f}"
 
 
 SUITE = Suite(

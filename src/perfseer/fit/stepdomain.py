@@ -113,6 +113,12 @@ def calibrate_step(card: dict, n: int = SAMPLE, optimizer: str = "sgd-momentum",
     sel = selection_for(card)
     graphs = list(sel.train) + list(sel.val)
     lab = sel.labels
+    rows = lab.iloc[[int(g.row) for g in graphs]]
+    per_model = rows.groupby(["model", "input_shape"])["batch_size"].nunique()
+    if per_model.max() > 1:  # labels taken at several batch sizes per model: the card has seen the batch vary
+        raise PerfseerError(f"{card.get('name')} was measured at several batch sizes per model "
+                            f"({int((per_model > 1).sum())} of {len(per_model)} models)",
+                            "a step domain is for cards measured at one batch per model")
     graph_of = {(str(lab.iloc[int(g.row)]["model"]), str(lab.iloc[int(g.row)]["input_shape"])): g for g in graphs}
     dev = get_device(card["targets"][0]["device"].split("/")[0])
     capacity = float(dev.memory_gib) * 2**30
