@@ -31,8 +31,33 @@ def main(argv=None) -> int:
                          "several devices before this was read)")
     ap.add_argument("--factor-only", action="store_true",
                     help="only set --ood-factor / --ood-source on cards already calibrated (no data is read)")
+    ap.add_argument("--step-domain", action="store_true",
+                    help="only add the step domain of a measured training card (perfseer.fit.stepdomain: the memory "
+                         "simulator on a sample of its models; batch relative to the batch its labels were taken at)")
     args = ap.parse_args(argv)
     cards = [Path(c) for c in args.cards] or sorted(BUNDLED.glob("*.json"))
+    if args.step_domain:  # only card["domain"]["step"]: the card's weights and other fields are unchanged
+        import json
+        import os
+
+        from perfseer.errors import PerfseerError
+        from perfseer.fit.stepdomain import calibrate_step
+
+        for card in cards:
+            c = json.loads(card.read_text())
+            if c.get("phases") != ["train"] or not c.get("training", {}).get("dataset"):
+                continue
+            try:
+                c["domain"]["step"] = s = calibrate_step(c)
+            except PerfseerError as e:
+                print(f"{card}: no step domain: {e.problem}", flush=True)
+                continue
+            tmp = card.with_name(card.name + ".tmp")
+            tmp.write_text(json.dumps(c, indent=1) + "\n")
+            os.replace(tmp, card)
+            print(f"{card}: step domain {2 ** s['range'][0]:.3g}-{2 ** s['range'][1]:.3g}x the benchmark batch, "
+                  f"{100 * s['inside']:.1f} % of {s['rows']} rows inside; memory fit {s['memory']['fit']}")
+        return 0
     if args.inputs_only:  # cards whose domain lacks the input sizes: read them from the dataset's labels
         import json
         import os

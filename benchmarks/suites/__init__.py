@@ -7,7 +7,8 @@ import importlib
 from benchmarks.runner import BenchError, Suite
 
 NAMES = ("predictors", "families", "domain", "spec", "any-gpu", "calibration", "cpu-calibration", "memory", "energy", "speed",
-         "serve", "fuzz", "llm", "parallel", "sweep")
+         "serve", "fuzz", "llm", "parallel", "sweep",
+         "step-anchor")
 
 
 def get_suite(name: str) -> Suite:

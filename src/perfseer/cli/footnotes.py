@@ -59,7 +59,9 @@ def kind_of(reason: str) -> tuple[str, object]:
         return "calibration", (m.group(1),)
     m = re.match(r"fell back from ([^:]+): (.*)$", text)
     if m:
-        why = "the model is outside its model space" if "model space" in m.group(2) else _cut(m.group(2), 60)
+        why = ("the model is outside its model space" if "model space" in m.group(2) else
+               "outside its step domain" if "step domain" in m.group(2)
+               else _cut(m.group(2), 60))
         return f"fell back from {m.group(1)}", why
     # any other reason: its first clause (a flag such as "calibrated:loglinear:k=12": whole), numbers
     # folded so rows of one kind share it

@@ -303,6 +303,8 @@ def _predictor_block(it: dict) -> str:
     lines.append("  data    " + escape("; ".join(data) if data else "not recorded") + ("" if d else " (no domain check)"))
     if shape:
         lines.append("  inputs  " + "; ".join(shape))
+    if d.get("step"):  # a training card measured at one batch per model (perfseer.trust.step)
+        lines.append(f"  steps   batch {d['step'][0]:.2g}-{d['step'][1]:.2g}x the one each model was measured at")
     test, prev, kf = sc.get("test") or {}, sc.get("previous_test") or {}, sc.get("kfold") or {}
     lomo = sc.get("calibration_leave_one_model_out") or {}
     intervals = it.get("intervals") or {}

@@ -130,3 +130,23 @@ def answer(answerer, pg, batches: Sequence[int], options, at: Callable | None = 
     graphs = [at(b) for b in full] if at is not None else None
     rows = answerer.answer(pg, full, options, graphs=graphs, family=family)
     return envelope(rows, bs, usable)
+
+
+def across(rows: list[dict]) -> list[dict]:
+    """``rows`` (one device's, at increasing batch sizes, possibly from several bases: a measured
+    card inside its step domain, another basis outside it) with each latency no smaller than the
+    largest at a smaller batch of the same device, phase and precision (raised, and flagged)."""
+    best: dict[tuple, dict] = {}
+    out = []
+    for r in rows:
+        key = (r.get("device"), r.get("phase"), r.get("precision"))
+        if r.get("metric") != METRIC or r.get("value") is None:
+            out.append(r)
+            continue
+        top = best.get(key)
+        if top is not None and int(top["batch_size"]) < int(r["batch_size"]) and float(top["value"]) > float(r["value"]):
+            r = _moved(r, top, float(top["value"]))
+        if top is None or float(r["value"]) >= float(top["value"]):
+            best[key] = r
+        out.append(r)
+    return out

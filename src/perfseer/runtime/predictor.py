@@ -51,6 +51,7 @@ from perfseer.runtime.answer import answers_at
 from perfseer.trust import bounds as bnd
 from perfseer.trust import domain as dom
 from perfseer.trust import intervals as itv
+from perfseer.trust import step as st
 from perfseer.trust.bounds import device_spec
 
 if TYPE_CHECKING:
@@ -368,11 +369,15 @@ class Predictor:
                                         [family] * len(graphs), embeddings=emb,
                                         extra_reasons=[mismatch] if mismatch else ())
         space = self.space_reasons([shape] * len(graphs), emb)
+        stepped = bool((self.card.get("domain") or {}).get("step"))  # a training card's batch (trust.step)
+        step = st.step_reasons((self.card.get("domain") or {}).get("step"), graphs)
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": checked[i][c]["value"],
                  "interval": checked[i][c]["interval"], "in_domain": verdicts[i][0],
-                 "domain_reasons": verdicts[i][1], "flags": checked[i][c]["flags"], "unseen_ops": unseen,
+                 "domain_reasons": verdicts[i][1], "flags": checked[i][c]["flags"] + [
+                     f"outside the card's step domain: {x}" for x in step[i]], "unseen_ops": unseen,
                  "precision": row_precision(self.targets[c].device), "outside_space": space[i],
+                 **({"outside_step": step[i]} if stepped else {}),
                  "basis": self.card.get("basis") or f"measured-device predictor {self.name}"}
                 for i, b in enumerate(batches) for c in cols]
         annotate = getattr(self.net, "annotate", None)  # calibrated cards: interval and domain per row
@@ -524,7 +529,8 @@ def _domain_summary(domain: dict | None) -> dict | None:
     emb = domain.get("embedding") or {}
     return {"graphs": domain.get("graphs"), "op_types": len(domain.get("op_types", [])),
             "batch_sizes": domain.get("batch_sizes"), "inputs": domain.get("inputs"),
-            "precision": domain.get("precision"), "embedding_threshold": emb.get("threshold")}
+            "precision": domain.get("precision"), "embedding_threshold": emb.get("threshold"),
+            **({"step": [2 ** x for x in domain["step"]["range"]]} if domain.get("step") else {})}
 
 
 def _input_shape(pg) -> tuple[int, ...] | None:

@@ -15,7 +15,9 @@ model extracted one way (:func:`extraction`) and answers through the
 **Honest answers.**  A measured card answers a device by default only for models inside its model
 space (:func:`perfseer.trust.domain.space_reasons`); for the others, and for a value that hit a
 sanity bound (:data:`SANITY_FLAGS`), the routing falls through to the next basis (the transfer, the
-spec model), whose row names the basis it fell back from and why (``fallback_from``).  A value that
+spec model), whose row names the basis it fell back from and why (``fallback_from``); so does a
+training card's row outside its step domain (:mod:`perfseer.trust.step`), answered then by the card
+scaled by the spec model's batch ratio (:mod:`perfseer.runtime.anchor`).  A value that
 hit a sanity bound is never shown: its row has ``"value": None`` and a ``reason``.  Asked for
 explicitly (``--predictor``, ``--basis measured``), a card refuses a model outside its space unless
 forced (``force=True``, ``--force``).  Several devices in one request share one precision: the one
@@ -45,7 +47,7 @@ from perfseer.features.extract import extract, extract_skeleton
 from perfseer.features.perfgraph import PerfGraph
 from perfseer.graph.detection import DETECTION_DIM
 from perfseer.graph.extract import weight_work_enabled
-from perfseer.runtime import monotone
+from perfseer.runtime import anchor, monotone
 from perfseer.runtime import transfer as xp
 from perfseer.runtime.answer import Options, answers_at
 from perfseer.runtime.predictor import Predictor, UnseenOperatorWarning, setting_precision
@@ -261,6 +263,9 @@ def fallbacks(unit: Unit, first: Resolved) -> list[Resolved]:
         unit = dataclasses.replace(unit, precision=setting_precision(first.measured))
     spec = get_device(unit.device)
     out = [_unmeasured(unit, spec)] if first.measured is not None else []
+    if out and anchor.adopted(first.answerer):  # outside a training card's step domain: anchored on it
+        out.insert(0, Resolved(anchor.Anchored(first.answerer, first.measured, out[0].answerer, out[0].options),
+                               Options(first.measured, unit.phase, None), first.weight_work))
     if isinstance((out[-1] if out else first).answerer, xp.TransferPredictor):
         out.append(Resolved(load_spec_model(), Options(spec.name, unit.phase, unit.precision or "fp32"), None))
     return out
@@ -401,10 +406,11 @@ def _screened(rows: list[dict], force: bool, who: str, pg) -> list[dict]:
     return out
 
 
-def _rows_of(r: Resolved, pg, bs: list[int], family, at) -> list[dict]:
+def _rows_of(r: Resolved, pg, bs: list[int], family, at, unit: Unit | None = None) -> list[dict]:
     """One basis's rows for a device unit at ``bs``."""
-    rows = monotone.answer(r.answerer, pg, bs, r.options, at=at if isinstance(r.answerer, Predictor) else None,
-                           family=family, usable=lambda row: refusal(row, r.options.force) is None)
+    reads = isinstance(r.answerer, (Predictor, anchor.Anchored))
+    rows = monotone.answer(r.answerer, pg, bs, r.options, at=at if reads else None, family=family,
+                           usable=lambda row: (refusal(row, r.options.force) or _off_step(row, unit)) is None)
     if r.measured is not None:
         rows = [row for row in rows if row["metric"] == "latency_ms"]
     return rows
@@ -428,7 +434,7 @@ def _answer_device(unit: Unit, pg, bs: list[int], family, load, at, many: bool) 
         if not pending:
             break
         try:
-            rows = _rows_of(r, pg, pending, family, at)
+            rows = _rows_of(r, pg, pending, family, at, unit)
         except PerfseerError as e:
             error = error or e
             continue
@@ -438,7 +444,7 @@ def _answer_device(unit: Unit, pg, bs: list[int], family, load, at, many: bool) 
             b = row["batch_size"]
             if b in prior:
                 row["fallback_from"], row["passed_over"] = prior[b][0], list(prior[b])
-            why = refusal(row, unit.force)
+            why = refusal(row, unit.force) or _off_step(row, unit)
             if why is None and insane is not None:  # one basis for the call: the next answers every batch size
                 why = (f"{_who(row)} hit a sanity bound at batch {insane} of this call, so its answers at the other "
                        "batch sizes are not used either (one basis answers a device across the batch sizes)", "space")
@@ -464,7 +470,15 @@ def _answer_device(unit: Unit, pg, bs: list[int], family, load, at, many: bool) 
             if error is not None and not many:
                 raise error
             shown[b].append(_no_answer(unit, pg, b, error))
-    return [row for b in bs for row in shown[b]]
+    return monotone.across([row for b in bs for row in shown[b]])
+
+
+def _off_step(row: dict, unit: Unit | None) -> tuple[str, str] | None:
+    """``(why, "space")`` where a measured training card's row lies outside its step domain
+    (:mod:`perfseer.trust.step`) and the routing may pass it over (``auto``, not forced)."""
+    if unit is None or unit.kind != "device" or unit.basis != "auto" or unit.force or not row.get("outside_step"):
+        return None
+    return f"the step is outside the step domain of {_who(row)}: " + "; ".join(row["outside_step"]), "space"
 
 
 def _sanity_hit(rows: list[dict], force: bool) -> int | None:
@@ -584,7 +598,8 @@ def predict(model, *, device: str | Sequence[str] | None = None, predictor: str 
         ``device``, ``phase``, ``value``, ``interval``, ``in_domain``, ``domain_reasons``, ``flags``,
         ``basis``, ``precision`` and, for latency, ``throughput_per_s``.  A refused row has
         ``"value": None`` and a ``reason``; a row answered by a fall-back basis has
-        ``fallback_from`` (``{"basis", "reason"}``) and ``passed_over`` (every basis passed over).
+        ``fallback_from`` (``{"basis", "reason"}``) and ``passed_over`` (every basis passed over);
+        one answered outside a training card's step domain, ``anchor_batch`` and ``anchor_scale``.
 
     Raises:
         PerfseerError: a model that cannot be read, a device or predictor that does not exist or
