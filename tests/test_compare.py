@@ -103,6 +103,9 @@ def test_basis_labels_are_short_and_generic():
     label2, note2, seen2 = describe_basis(other, "l4")
     assert (label2, note2, seen2) == (label, note, False)  # one footnote serves both rows
     assert describe_basis("measured-device predictor rtx3090-amp-nchw-pt112.train", "rtx3090")[::2] == ("measured", True)
+    a = describe_basis("measured-device predictor rtx3090-amp-nchw-pt112.train at batch 512, scaled by the batch "
+                       "ratio of spec model by the route facts: any-GPU operator model", "rtx3090")
+    assert a[::2] == ("anchored", True)
     t = describe_basis("transfer from rtx3090 + rtx4090 via specs (spec-transfer: their measured-device SeerNets, AMP "
                        "NCHW eager, carried to l4 by its spec sheet, geometric mean; no measurement of l4)", "l4")
     assert t[0] == "spec transfer" and t[2] is False and "l4" not in t[1]

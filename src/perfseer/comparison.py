@@ -31,7 +31,7 @@ _ENERGY_KEYS = ("power_w", "energy_j", "energy_j_per_sample", "util_pct", "power
 
 
 # (words the basis text starts with or contains, the short label a table shows)
-_LABELS = (("measured-device predictor", "measured"), ("calibrated from", "calibrated"),
+_LABELS = (("scaled by the batch ratio", "anchored"), ("measured-device predictor", "measured"), ("calibrated from", "calibrated"),
            ("transfer from", "spec transfer"), ("geometric mean of the any-GPU", "any-GPU x kernel nets"),
            ("any-GPU operator model", "any-GPU model"), ("roofline", "roofline"), ("spec model (", "kernel nets"))
 # what a basis text says when the device's own measurements are (True) or are not (False) in its data
@@ -50,7 +50,7 @@ def describe_basis(basis: str, device: str) -> tuple[str, str, bool | None]:
     for words, flag in _SEEN:
         if words in text:
             seen, text = flag, text.replace(words, "")
-    if label == "measured" or label == "calibrated":
+    if label in ("measured", "calibrated", "anchored"):
         seen = True
     elif label == "spec transfer":
         seen = False
