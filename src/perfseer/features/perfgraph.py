@@ -232,13 +232,10 @@ def build_perfgraph(graph: Graph) -> PerfGraph:
     n = len(graph.nodes)
     x = np.zeros((n, len(schema.NODE_FEATURES)), dtype=np.float64)
     hp_index = schema.HP_INDEX
-    rows, cols, vals = [], [], []  # the hyper-parameters, written into x at once
-    for i, cost in enumerate(costs):
-        for k, v in cost.hp.items():
-            rows.append(i)
-            cols.append(hp_index[k])
-            vals.append(v)
-    x[rows, cols] = np.array(vals, dtype=np.float64)
+    cells = [(i, hp_index[k], v) for i, cost in enumerate(costs) for k, v in cost.hp.items()]
+    if cells:  # the hyper-parameters, written into x at once
+        rows, cols, vals = zip(*cells)
+        x[list(rows), list(cols)] = np.array(vals, dtype=np.float64)
     base = np.array([(c.flops, c.macs) for c in costs], dtype=np.float64).reshape(n, 2)
     mem = np.array([memory_of(v, c) for v, c in zip(views, costs)], dtype=np.float64).reshape(n, 5)
     x[:, _COST_AT["flops"]] = base[:, 0]
