@@ -9,7 +9,7 @@ import math
 import re
 
 from perfseer.errors import PerfseerError, ShapeError
-from perfseer.graph.validate import MAX_DIM, MAX_INPUT_ELEMENTS
+from perfseer.graph.limits import MAX_DIM, MAX_INPUT_ELEMENTS
 
 _SHAPE = re.compile(r"\d+(x\d+)*")
 

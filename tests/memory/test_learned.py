@@ -123,15 +123,13 @@ def test_cli_report_states_the_basis(cached_extract):
 @pytest.mark.parametrize("phase", ["train", "infer"])
 def test_simulation_and_export_both_failing_is_a_clear_error(phase, monkeypatch):
     import perfseer.features.extract
-    import perfseer.memory.onnx_liveness
     import perfseer.sources.load
 
     def load(model, **kw):
         raise UnsupportedModelError("the output shape of NonZero depends on its input", "export with a static size")
 
     monkeypatch.setattr(perfseer.features.extract, "load_skeleton", load)
-    monkeypatch.setattr(perfseer.sources.load, "load_skeleton", load)
-    monkeypatch.setattr(perfseer.memory.onnx_liveness, "load_skeleton", load)  # inference: the liveness estimate
+    monkeypatch.setattr(perfseer.sources.load, "load_skeleton", load)  # inference: the liveness estimate reads it here
     with pytest.raises(SimulationError, match="could not run .*nonzero.*could not be extracted either"):
         perfseer.memory(ExportOnly(), batch=2, phase=phase, input_shape=(3, 32, 32))
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from perfseer.atomic import atomic_write_text, tmp_sibling
 from perfseer.errors import PerfseerError
-from perfseer.graph.validate import MAX_DIM, MAX_INPUT_ELEMENTS
+from perfseer.graph.limits import MAX_DIM, MAX_INPUT_ELEMENTS
 from perfseer.shapes import check_shape  # noqa: F401 - its old home
 
 MAX_BATCH = 1 << 16  # samples per step a prediction or measurement may bind (65,536)

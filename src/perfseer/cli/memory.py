@@ -12,7 +12,6 @@ from perfseer.cli.graph import _write_atomic, parse_shape
 from perfseer.cli.several import add_arguments as add_parallel_arguments
 from perfseer.cli.several import several_asked
 from perfseer.cli.train import _ints
-from perfseer.data.table import read_table, write_table
 from perfseer.errors import MemoryConfigError, PerfseerError
 from perfseer.memory.api import max_batch_for, memory, resolve_model
 from perfseer.memory.breakdown import LINES
@@ -176,7 +175,9 @@ def table_rows(rep: dict) -> list[dict]:
 
 def write_memory_table(rep: dict, path: str) -> None:
     """Add ``rep``'s rows to the table at ``path`` (validated, written atomically by write_table)."""
-    import pandas as pd  # deferred: heavy, loaded on first use
+    import pandas as pd  # deferred: heavy (pandas), loaded on first use
+
+    from perfseer.data.table import read_table, write_table  # deferred with pandas
 
     rows = pd.DataFrame(table_rows(rep))
     if Path(path).exists():

@@ -260,15 +260,12 @@ def build_perfgraph(graph: Graph) -> PerfGraph:
     n = len(graph.nodes)
     x = np.zeros((n, len(schema.NODE_FEATURES)), dtype=np.float64)
     hp_index = schema.HP_INDEX
-    mem = np.zeros((n, 5))
-    base = np.zeros((n, 2))
-    for i, (view, cost) in enumerate(zip(views, costs)):
-        if cost.hp:
-            row = x[i]
-            for k, v in cost.hp.items():
-                row[hp_index[k]] = v
-        base[i] = (cost.flops, cost.macs)
-        mem[i] = memory_of(view, cost)
+    cells = [(i, hp_index[k], v) for i, cost in enumerate(costs) for k, v in cost.hp.items()]
+    if cells:  # the hyper-parameters, written into x at once
+        rows, cols, vals = zip(*cells)
+        x[list(rows), list(cols)] = np.array(vals, dtype=np.float64)
+    base = np.array([(c.flops, c.macs) for c in costs], dtype=np.float64).reshape(n, 2)
+    mem = np.array([memory_of(v, c) for v, c in zip(views, costs)], dtype=np.float64).reshape(n, 5)
     x[:, _COST_AT["flops"]] = base[:, 0]
     x[:, _COST_AT["macs"]] = base[:, 1]
     read, weights, out, wread, params = mem.T
@@ -278,21 +275,11 @@ def build_perfgraph(graph: Graph) -> PerfGraph:
     x[:, _COST_AT["output_bytes"]] = out
     x[:, _COST_AT["weight_bytes"]] = weights
     x[:, _COST_AT["params"]] = params
-    producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs if o}
-    src, dst, names, eattr = [], [], [], []
-    for j, node in enumerate(graph.nodes):
-        for name in node.inputs:
-            i = producer.get(name)
-            if i is None:
-                continue
-            t = graph.tensors[name]
-            src.append(i)
-            dst.append(j)
-            names.append(name)
-            eattr.append((t.nbytes, float(t.numel), *edge_shape_features(t)))
+    src, dst, names = graph.edges
+    tensors = graph.tensors
+    eattr = [(t.nbytes, float(t.numel), *edge_shape_features(t)) for t in (tensors[name] for name in names)]
     edge_index = np.array([src, dst], dtype=np.int64).reshape(2, -1)
     edge_attr = np.array(eattr, dtype=np.float64).reshape(-1, len(schema.EDGE_FEATURES))
 
     u = derive_features(x, edge_attr, graph.batch_size, graph.parameter_count)
-    return PerfGraph(graph, x, edge_index, edge_attr, u, tuple(nd.op_type for nd in graph.nodes), covered,
-                     tuple(names))
+    return PerfGraph(graph, x, edge_index, edge_attr, u, tuple(nd.op_type for nd in graph.nodes), covered, names)

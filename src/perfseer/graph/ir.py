@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,8 @@ class Tensor:
         batch_scale: per axis, ``k`` if the dimension equals ``k * batch`` and 0 if it is fixed.
         kind: where the tensor comes from (see :class:`TensorKind`).
         value: the value of a small static tensor (shape vectors, axes), else ``None``.
+        numel: the number of elements (the product of ``shape``), computed once: features read it
+            several times per tensor.
     """
 
     name: str
@@ -64,14 +67,14 @@ class Tensor:
     batch_scale: tuple[int, ...]
     kind: TensorKind
     value: np.ndarray | None = field(default=None, compare=False, repr=False)
+    numel: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "numel", math.prod(self.shape))
 
     @property
     def rank(self) -> int:
         return len(self.shape)
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
 
     @property
     def itemsize(self) -> float:
@@ -136,6 +139,9 @@ class DropoutSite:
         return DropoutSite(self.p, shape, self.batch_scale)
 
 
+_SHARED_AT_EVERY_BATCH = ("batch_dependent", "edges")  # Graph's cached properties that re-binding keeps
+
+
 @dataclass(frozen=True)
 class Graph:
     """A model's device computation: operators in topological order and every tensor they touch."""
@@ -172,7 +178,8 @@ class Graph:
                              "pass --batch N with N >= 1")
         if batch == self.batch_size:
             return self
-        if self.tensors and not any(t.depends_on_batch for t in self.tensors.values()):
+        dependent = self.batch_dependent
+        if self.tensors and not dependent:
             # re-bound, every shape would stay at the old batch: batch-N costs labelled batch M
             raise ShapeError(
                 f"{self.name or 'the model'} has its batch size fixed at {self.batch_size}: no tensor of its graph "
@@ -180,9 +187,38 @@ class Graph:
                 f"dynamic_axes), so it cannot be re-bound to batch {batch}",
                 f"re-export it with a dynamic batch axis (torch.onnx.export(..., dynamic_axes={{'input': {{0: "
                 f"'batch'}}}}), or dynamo=True with dynamic_shapes), or ask for --batch {self.batch_size} only")
-        tensors = {n: t.at_batch(batch) for n, t in self.tensors.items()}
-        return dataclasses.replace(self, tensors=tensors, batch_size=batch,
-                                   dropout=tuple(d.at_batch(batch) for d in self.dropout))
+        tensors = dict(self.tensors)  # the same names in the same order; the fixed tensors shared
+        for name in dependent:
+            tensors[name] = tensors[name].at_batch(batch)
+        out = dataclasses.replace(self, tensors=tensors, batch_size=batch,
+                                  dropout=tuple(d.at_batch(batch) for d in self.dropout))
+        for key in _SHARED_AT_EVERY_BATCH:  # the same in the re-bound copy: handed on, not recomputed
+            if key in self.__dict__:
+                out.__dict__[key] = self.__dict__[key]
+        return out
+
+    # Derived once per graph (functools.cached_property, in the instance's __dict__) from what
+    # re-binding leaves alone: the nodes, and which tensors scale with the batch.
+
+    @functools.cached_property
+    def batch_dependent(self) -> tuple[str, ...]:
+        """Names of the tensors with a dimension that scales with the batch (``batch_scale``)."""
+        return tuple(n for n, t in self.tensors.items() if t.depends_on_batch)
+
+    @functools.cached_property
+    def edges(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
+        """The data-flow edges ``(sources, targets, tensor names)``: one for each node input that
+        another node produces, in the order of the consuming nodes and their inputs."""
+        producer = {o: i for i, node in enumerate(self.nodes) for o in node.outputs if o}
+        src, dst, names = [], [], []
+        for j, node in enumerate(self.nodes):
+            for name in node.inputs:
+                i = producer.get(name)
+                if i is not None:
+                    src.append(i)
+                    dst.append(j)
+                    names.append(name)
+        return tuple(src), tuple(dst), tuple(names)
 
     @property
     def parameter_count(self) -> int:

@@ -29,12 +29,11 @@ import onnx
 from onnx import defs
 
 from perfseer.errors import ModelLoadError, ShapeError, UnsupportedModelError
+from perfseer.graph.limits import MAX_DIM, MAX_INPUT_ELEMENTS  # noqa: F401 - read here and by importers
 from perfseer.graph.node_fields import NodeFields, read_nodes
 
 STANDARD = frozenset({"", "ai.onnx"})
 _ONNX_OTHER = frozenset({"ai.onnx.ml", "ai.onnx.preview.training"})
-MAX_DIM = 1 << 24  # an input dimension above 16.7 M is taken for a corrupt file
-MAX_INPUT_ELEMENTS = 1 << 31  # elements of one input sample (without the batch)
 MAX_GEOMETRY = 1 << 20  # kernel / stride / dilation / pad / group values above this are corrupt
 _GEOMETRY_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool",
                            "LpPool", "MaxUnpool", "DeformConv", "MaxRoiPool", "RoiAlign"})

@@ -27,12 +27,10 @@ import functools
 import math
 
 from perfseer.errors import AbsurdAnswerError, MemoryConfigError, PerfseerError, SimulationError
-from perfseer.features.extract import extract
 from perfseer.memory.breakdown import LINES, MemoryEstimate
 from perfseer.memory.fit import MaxBatch
 from perfseer.memory.mig import mig_table
 from perfseer.memory.overheads import overheads_for
-from perfseer.runtime.predictor import load_predictor
 
 MIB = 1 << 20
 #: Optimizer-state buffers per trainable parameter (torch.optim: SGD with momentum keeps
@@ -89,6 +87,8 @@ def graph_bytes(pg) -> dict:
 @functools.lru_cache(maxsize=4)
 def load_card(phase: str):
     """The bundled memory predictor of ``phase`` (loaded once)."""
+
+    from perfseer.runtime.predictor import load_predictor  # deferred: a simulated step never needs it
 
     return load_predictor(CARDS[phase])
 
@@ -171,6 +171,8 @@ def _inputs(src, config, reason):
     if config.precision != "fp32":
         raise MemoryConfigError(f"{src.label}: {why}, and the learned memory predictor covers fp32 only, not "
                                 f"{config.precision}", "pass --precision fp32 for a learned estimate")
+    from perfseer.features.extract import extract  # deferred: a simulated step never needs it
+
     target = src.export if src.export is not None else src.onnx
     try:
         pg = extract(target, batch=1, input_shape=src.input_shape)

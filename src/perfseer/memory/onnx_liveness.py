@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import math
 
-from perfseer.graph.extract import extract_graph
 from perfseer.memory.trace import Allocation, Trace
-from perfseer.sources.load import load_skeleton
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
 
 def liveness_trace(model, batch: int, input_shape=None) -> Trace:
     """Trace of the inference of ``model`` (path, ``example:NAME``, ``onnx.ModelProto``) at ``batch``."""
+    from perfseer.graph.extract import extract_graph  # deferred: onnx, which a simulated step never needs
+    from perfseer.sources.load import load_skeleton
 
     skel = load_skeleton(model, input_shape=input_shape)
     graph = extract_graph(skel, batch=batch, input_shape=None if skel.input_shape_applied else input_shape)

@@ -114,11 +114,12 @@ def memory_of(view: NodeView, cost: OpCost) -> tuple[float, float, float, float,
         if t is None or t.name in seen:
             continue
         seen.add(t.name)
-        if t.kind is TensorKind.ACTIVATION or t.kind is TensorKind.INPUT:
+        kind = t.kind
+        if kind is TensorKind.ACTIVATION or kind is TensorKind.INPUT:
             act += t.nbytes
-        elif is_weight(t):
+        elif kind is TensorKind.PARAMETER or t.dtype in FLOAT_DTYPES:  # is_weight(t), the kinds tested above
             weights += t.nbytes
-            params += t.numel if t.kind is TensorKind.PARAMETER else 0
+            params += t.numel if kind is TensorKind.PARAMETER else 0
         else:
             other_static += t.nbytes
     out = sum(t.nbytes for t in view.outputs if t is not None)
