@@ -87,6 +87,19 @@ def graph_tables(x, ops, edge_index, params: float, dropout=(), phases=("infer",
     return out
 
 
+NORM_OPS = {"BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization"}
+
+
+def param_tensors(x, ops) -> int:
+    """The parameter tensors of a graph (what PyTorch's optimizer and gradient accumulation loop
+    over): a normalisation's scale and shift, a convolution's or linear layer's weight and its bias
+    where it has one, one for every other operator with weights (an embedding, a bias ``Add``)."""
+    wb, bias = x[:, _col("weight_bytes")], x[:, _col("has_bias")]
+    ops = np.asarray(list(ops), dtype=object)
+    n = np.where(np.isin(ops, list(NORM_OPS)), 2.0, 1.0 + (bias > 0))
+    return int(n[wb > 16].sum())  # not the scalars of a Clip (ReLU6) or a constant
+
+
 def _pg_tables(pg, **kw) -> dict:
     return graph_tables(pg.x.astype(np.float64), pg.op_types, pg.edge_index, float(pg.params),
                         dropout=pg.dropout_elements, **kw)
@@ -126,6 +139,7 @@ def gpu_benchmark(quick: bool, log) -> tuple[list, dict]:
             if mm == m:
                 _store(rows, tables, f"tv:{m}:{ph}:{p}", tb[(ph, p)], source="gpu-benchmark", gpu=gpu,
                        model=f"torchvision:{m}", phase=ph, precision=p, batch=12, measured_ms=ms,
+                       param_tensors=param_tensors(pg.x, pg.op_types),
                        h2d_bytes=12 * 3 * 224 * 224 * (4 if p == "fp32" else 2))
         log(f"  gpu-benchmark {i + 1}/{len(models)} {m}")
     return rows, tables
@@ -155,8 +169,10 @@ def timm(quick: bool, log, per_setting: int) -> tuple[list, dict]:
                                  optimizer=opt)[(ph, "fp16")]
             else:
                 t = tables[key]
+            d = ds.graphs[int(r.graph)]
             _store(rows, tables, key, t, source="timm", gpu=gpu, model=r.model, phase=ph, precision="amp",
-                   batch=int(r.batch_size), measured_ms=float(r.latency_ms), h2d_bytes=0.0)
+                   batch=int(r.batch_size), measured_ms=float(r.latency_ms), h2d_bytes=0.0,
+                   param_tensors=param_tensors(d.x.numpy(), [OP_VOCAB[int(o)] for o in d.op_type]))
         log(f"  timm {setting}: {len(s)} rows")
     return rows, tables
 
@@ -226,7 +242,8 @@ def h200(quick: bool, log, extra_amp_infer: int = 10) -> tuple[list, dict]:
         else:
             t = tables[key]
         _store(rows, tables, key, t, source="h200", gpu="h200", model=r["model"], phase=ph,
-               precision="amp" if p == "fp16" else "fp32", batch=b, measured_ms=float(r["latency_ms"]), h2d_bytes=0.0)
+               precision="amp" if p == "fp16" else "fp32", batch=b, measured_ms=float(r["latency_ms"]), h2d_bytes=0.0,
+               param_tensors=param_tensors(pg.x, pg.op_types))
         log(f"  h200 {i + 1}/{len(recs)} ({len(graphs)} models exported)")
     return rows, tables
 
@@ -285,6 +302,7 @@ def build(cache: Path, quick: bool = False, log=print, timm_per_setting: int = 1
     df = pd.concat(all_rows, ignore_index=True)
     if "workload" not in df:
         df["workload"] = None
+    df["param_tensors"] = df["param_tensors"].fillna(0.0) if "param_tensors" in df else 0.0
     return df, all_tables
 
 

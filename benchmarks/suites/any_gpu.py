@@ -62,7 +62,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             "constants are fitted on the other GPUs; spec model: the kernel networks, zero-shot "
             "(`seen`: trained on its kernels); roofline: sum of max(FLOPs / peak, bytes / bandwidth); blend: "
             "their geometric mean.  Route: any-GPU unless another basis is 20 % better on 3+ *other* GPUs "
-            "of the vendor (fewer: kind and phase).  Per held-out GPU and cell (kind/phase/precision, the cells it "
+            "of the vendor, also with any one left out (fewer: kind and phase).  Per held-out GPU and cell (kind/phase/precision, the cells it "
             "has labels for): the route's MAPE % and, in brackets, the roofline's; `*`: the route took another "
             "basis than the any-GPU model there (sources: `benchmarks/lib/anygpu_data.py`; every basis per GPU in "
             "`.bench-work/any-gpu/logo.txt` after a run).\n\n"

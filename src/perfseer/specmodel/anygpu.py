@@ -19,7 +19,10 @@ which a thin output (few channels per group) or a short reduction (a stem convol
 inputs) halves the rate, ``c_{f,u}`` a compute inefficiency per
 family (GEMM, convolution) and unit, ``m_f`` a memory inefficiency per family (matrix, element-wise,
 row-wise), ``\\lambda`` what a kernel whose bytes fit in the L2 cache gains (its input left there by the
-previous kernel), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
+previous kernel), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; on a
+slot-powered card (TDP of 75 W or less: T4, P4, L4) ``t_c`` is ``e^{\\pi}`` longer (its power limit
+holds the clock below the boost clock of the sheet's peaks) and on a GeForce or TITAN card
+``e^{\\beta}`` shorter (GPU Boost runs it above the rated boost clock); two
 slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
 bigger GPU is harder to fill from eager PyTorch).  No GEMM or tensor-core convolution runs faster
 than its unit's peak (the compute factor ``e^{c_{f,u}} (peak / 100)^a`` is at least 1 for them;
@@ -64,19 +67,40 @@ from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train")
+          "host_train", "step_train", "slot_power", "client_boost")
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
-        "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0)}
+        "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "slot_power": 0.15,
+        "client_boost": 0.1}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
-          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0)}
+          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0),
+          # clock ratios seen in practice: a slot-powered card sustains 75-90 % of its boost clock under load,
+          # a GeForce / TITAN card 100-120 % (GPU Boost above the rated boost clock)
+          "slot_power": (0.0, 0.35), "client_boost": (0.0, 0.2)}
+SLOT_POWER_W = 75.0  # a card drawing no more than the PCIe slot's 75 W (T4, P4, L4, A2): clocks below boost
+
+
+def slot_powered(spec) -> bool:
+    """Whether ``spec`` is a slot-powered card (TDP of :data:`SLOT_POWER_W` or less): under sustained
+    load its power limit holds the clock below the boost clock its sheet's peaks are quoted at."""
+    return bool(spec.tdp_w) and float(spec.tdp_w) <= SLOT_POWER_W
+
+
+def client_card(spec) -> bool:
+    """Whether ``spec`` is an NVIDIA GeForce or TITAN card: cooled and powered for bursts, its GPU
+    Boost holds clocks above the rated boost clock its sheet's peaks are quoted at (data-centre and
+    workstation parts run at or below it)."""
+    name = (spec.display_name or spec.name or "").lower()
+    return spec.vendor == "nvidia" and ("geforce" in name or "titan" in name)
+
+
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
@@ -106,6 +130,8 @@ class Design:
     setting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per step: software setting
     l2_fit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 / (1 + bytes / L2 size)
     pass_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # 0 forward, 1 backward, 2 optimizer
+    slot: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 on a slot-powered GPU (SLOT_POWER_W or less)
+    client: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 on a GeForce / TITAN card
 
 
 def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
@@ -141,14 +167,16 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
             "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
             "dim_n": np.where(mat, np.maximum(np.minimum(M, N), 1.0), 1e9),
             "dim_k": np.where(mat, np.maximum(K, 1.0), 1e9),
-            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0))}
+            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0)),
+            "slot": np.full(n, float(slot_powered(spec))), "client": np.full(n, float(client_card(spec)))}
 
 
 def _merge_repeats(d: dict) -> dict:
     """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
     time is unchanged and fitting evaluates fewer rows."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
-                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float)], axis=1)
+                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float),
+                    d["slot"], d["client"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
@@ -156,7 +184,8 @@ def _merge_repeats(d: dict) -> dict:
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
             "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
             "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8],
-            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64)}
+            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64), "slot": uniq[:, 11],
+            "client": uniq[:, 12]}
 
 
 def design(items, settings=None) -> Design:
@@ -182,7 +211,7 @@ def design(items, settings=None) -> Design:
 
 
 KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k", "l2_fit",
-                 "pass_code")
+                 "pass_code", "slot", "client")
 
 
 def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> Design:
@@ -214,6 +243,10 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     tc = d.t_c0 * eff * np.where(mat, d.occ ** (-th[7]), 1.0) \
         * np.where(d.backward, np.exp(th[10]), 1.0)
     tc = tc * (1.0 + np.exp(th[14]) / d.dim_n) * (1.0 + np.exp(th[15]) / d.dim_k)
+    if len(d.slot):  # a slot-powered card's sustained clock is below its boost clock
+        tc = tc * np.exp(th[19] * d.slot)
+    if len(d.client):  # a GeForce / TITAN card's clock runs above its rated boost clock
+        tc = tc * np.exp(-th[20] * d.client)
     tm = d.t_m0 * np.exp(m[d.code] + th[13] * d.log_bw)
     if len(d.l2_fit):  # a kernel whose bytes fit in L2 reads what the previous kernel left there
         tm = tm * np.exp(th[16] * d.l2_fit)
@@ -298,6 +331,34 @@ class AnyGpuModel:
         or ``None`` where the card has none."""
         q = (self.card.get("intervals") or {}).get(f"{kind}/{phase}/{precision}")
         return float(q) if q is not None else None
+
+
+def with_per_parameter_kernels(table: pd.DataFrame, tensors: float, per_tensor: float) -> pd.DataFrame:
+    """``table`` (a training step's kernels) plus the kernels an older PyTorch launches once per
+    parameter tensor: ``per_tensor`` small element-wise kernels for each of ``tensors`` parameter
+    tensors (optimizer pass ``opt``: each pays the host's launch cost ``h + h_t`` of a training
+    kernel).
+
+    Before PyTorch 2.0 ``zero_grad`` kept the gradients (``set_to_none=False``): autograd's
+    ``AccumulateGrad`` adds each new gradient into the zeroed one (one kernel per tensor, where
+    2.x stores the first gradient), and the optimizers looped over the tensors one at a time
+    (``foreach`` off: SGD with Nesterov momentum is four kernels per tensor, where 2.x's
+    ``_foreach_`` kernels do a list of tensors per launch).  Each kernel moves its tensor's share
+    of the parameters at 12 bytes per parameter (read two FP32 tensors, write one): the step's
+    ``weights`` of its forward matrix kernels spread evenly over the tensors."""
+    if tensors <= 0 or per_tensor <= 0:
+        return table
+    fw = (table["pass"] == "fw").to_numpy() if "pass" in table else np.ones(len(table), dtype=bool)
+    sc = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(len(table))
+    w = float((table["weights"].to_numpy(dtype=float) * sc)[fw].sum())
+    e = w / tensors
+    row = {c: 0.0 for c in table.columns}
+    row.update({"family": "vec", "flops": e, "bytes": 12.0 * e, "dtype_bytes": 4.0, "elems": e, "inputs": 2.0,
+                "pass": "opt", "scale": float(tensors) * float(per_tensor)})
+    for c in ("node", "op"):
+        if c in table:
+            row[c] = -1 if c == "node" else "optimizer:per-tensor"
+    return pd.concat([table, pd.DataFrame([row])[list(table.columns)]], ignore_index=True)
 
 
 def read_card(path) -> dict:
