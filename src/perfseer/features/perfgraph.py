@@ -169,11 +169,11 @@ class PerfGraph:
                 "params_by_dtype": params_by_dtype(self.graph)}
 
     # -- transformations ------------------------------------------------------------------------
-    def with_batch(self, batch: int) -> "PerfGraph":
+    def with_batch(self, batch: int) -> PerfGraph:
         """The PerfGraph at another batch size, without re-exporting or re-reading the model."""
         return build_perfgraph(self.graph.with_batch(batch))
 
-    def at_batch(self, batch: int) -> "PerfGraph":
+    def at_batch(self, batch: int) -> PerfGraph:
         """This graph at ``batch`` (itself at its own batch size), re-bound once and kept.
 
         The runtime asks the same graph at the same batch sizes for every device of a comparison

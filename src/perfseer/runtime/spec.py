@@ -96,6 +96,7 @@ class SpecModel:
         self.name = self.card.get("name", "spec-kernels")
         self._tables: OrderedDict = OrderedDict()  # graph key -> kernel table (:meth:`_kernels_and_us`)
         self._us: OrderedDict = OrderedDict()  # (graph key, device spec) -> kernel µs
+        self._autocast: OrderedDict = OrderedDict()  # graph key -> its kernel table with autocast's casts
 
     def graph_latency(self, x: np.ndarray, op_types, spec, phase: str = "infer", precision: str = "fp32",
                       params: float = 0.0, optimizer: str = "adamw", calibrate: bool = True,
@@ -118,10 +119,11 @@ class SpecModel:
                 "(perfseer collect)")
         if precision not in PRECISIONS:
             raise SpecModelError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
-        table, us = self._kernels_and_us(x, op_types, spec, phase, precision, params, optimizer, edge_index, dropout)
+        table, us, gkey = self._kernels_and_us(x, op_types, spec, phase, precision, params, optimizer, edge_index,
+                                               dropout)
         if not len(table):
             return {"latency_ms": 0.0, "kernels": 0, "kernel_table": table, "kernel_us": np.zeros(0), "by_pass": {},
-                    "by_family": {}, "calibrated": False}
+                    "by_family": {}, "calibrated": False, "graph_key": gkey}
         total = float(us.sum()) / 1000
         cal = (self.card.get("calibration") or {}).get(precision if precision in ("fp16", "bf16") else "none")
         calibrated = False
@@ -129,20 +131,34 @@ class SpecModel:
             z = float(calibration_features(table, us) @ np.asarray(cal["coef"], dtype=float))
             total *= 10 ** z
             calibrated = True
-        return {"latency_ms": total, "kernels": int(len(table)), "kernel_table": table, "kernel_us": us,
+        return {"latency_ms": total, "kernels": len(table), "kernel_table": table, "kernel_us": us,
                 "by_pass": _sums_by(table["pass"], us), "by_family": _sums_by(table["family"], us),
-                "calibrated": calibrated}
+                "calibrated": calibrated, "graph_key": gkey}
 
     def clear_cache(self) -> None:
         """Forget the kept kernel tables and predictions (to time a first call on a graph)."""
         self._tables.clear()
         self._us.clear()
+        self._autocast.clear()
+
+    def autocast_table(self, gkey, table):
+        """``table`` (the kernels of the graph keyed ``gkey``) with autocast's casts
+        (:func:`perfseer.specmodel.compose.with_autocast`), composed once per graph: a comparison
+        asks the same step on every GPU."""
+        from perfseer.specmodel.compose import with_autocast
+
+        hit = self._autocast.get(gkey)
+        if hit is None:
+            hit = with_autocast(table)
+            _remember(self._autocast, gkey, hit)
+        return hit
 
     def _kernels_and_us(self, x, op_types, spec, phase, precision, params, optimizer, edge_index, dropout):
         """The step's kernel table and each kernel's predicted µs, from a small cache keyed by the
         graph's content (node features, operators, edges), the step's settings and the device's
         spec: a warm repeated call (a sweep over devices or a service answering the same model)
-        composes and runs the kernel networks once.  Returns copies (callers may modify them)."""
+        composes and runs the kernel networks once.  Returns copies (callers may modify them) and
+        the graph key."""
         gkey = (_digest(x, op_types, edge_index, dropout), phase, precision, optimizer, float(params))
         table = self._tables.get(gkey)
         if table is None:
@@ -160,7 +176,7 @@ class SpecModel:
             else:
                 us = np.zeros(0)
             _remember(self._us, ukey, us)
-        return table.copy(), us.copy()
+        return table.copy(), us.copy(), gkey
 
     def predict(self, model, batch: int | Sequence[int] = 1, device: str = "h100-sxm", phase: str = "infer",
                 precision: str = "fp32", input_shape=None, dims=None, optimizer: str = "adamw",
@@ -210,13 +226,14 @@ class SpecModel:
         """A row answered by the any-GPU operator model or the roofline (the route's choice for ``cell``)."""
         m = load_anygpu()
         table = r["kernel_table"]
-        autocast = cell.endswith("/amp")  # an AMP cell: autocast's casts in the step
+        # an AMP cell: autocast's casts in the step (composed once per graph, as step_ms(autocast=True) would)
+        step = (self.autocast_table(r["graph_key"], table)
+                if cell.endswith("/amp") and precision in ("fp16", "bf16") else table)
         if choice == "anygpu":
-            ms = m.step_ms(table, spec, precision, autocast=autocast)["latency_ms"]
+            ms = m.step_ms(step, spec, precision)["latency_ms"]
             q = m.interval_q(*cell.split("/"))
         elif choice == "blend":  # the geometric mean of the any-GPU model and the kernel networks (uncalibrated)
-            ms = math.sqrt(m.step_ms(table, spec, precision, autocast=autocast)["latency_ms"]
-                           * float(r["kernel_us"].sum()) / 1000)
+            ms = math.sqrt(m.step_ms(step, spec, precision)["latency_ms"] * float(r["kernel_us"].sum()) / 1000)
             q = ((m.card.get("intervals_by_basis") or {}).get(cell) or {}).get("blend")
         else:
             dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
