@@ -82,7 +82,7 @@ class Anchored:
 
         def graph(b: int):
             if b not in at:
-                at[b] = (pg if b == pg.batch_size else pg.with_batch(b)).to_pyg()
+                at[b] = pg.at_batch(b).to_pyg()
             return at[b]
 
         if graphs is not None:

@@ -369,15 +369,15 @@ class Predictor:
                                         [family] * len(graphs), embeddings=emb,
                                         extra_reasons=[mismatch] if mismatch else ())
         space = self.space_reasons([shape] * len(graphs), emb)
-        stepped = bool((self.card.get("domain") or {}).get("step"))  # a training card's batch (trust.step)
-        step = st.step_reasons((self.card.get("domain") or {}).get("step"), graphs)
+        step_domain = (self.card.get("domain") or {}).get("step")  # a training card's batch (trust.step)
+        step = st.step_reasons(step_domain, graphs)
         rows = [{"model": name, "batch_size": int(b), "metric": self.targets[c].metric, "unit": self.targets[c].unit,
                  "device": self.targets[c].device, "phase": self.targets[c].phase, "value": checked[i][c]["value"],
                  "interval": checked[i][c]["interval"], "in_domain": verdicts[i][0],
                  "domain_reasons": verdicts[i][1], "flags": checked[i][c]["flags"] + [
                      f"outside the card's step domain: {x}" for x in step[i]], "unseen_ops": unseen,
                  "precision": row_precision(self.targets[c].device), "outside_space": space[i],
-                 **({"outside_step": step[i]} if stepped else {}),
+                 **({"outside_step": step[i]} if step_domain else {}),
                  "basis": self.card.get("basis") or f"measured-device predictor {self.name}"}
                 for i, b in enumerate(batches) for c in cols]
         annotate = getattr(self.net, "annotate", None)  # calibrated cards: interval and domain per row
