@@ -85,6 +85,24 @@ def _memory_cli(quick: bool) -> dict:
     return {"rows": rows}
 
 
+def _compare(quick: bool) -> dict:
+    """``perfseer.compare`` of ResNet-50's training step at batch 64 on every registered GPU, CPU
+    seconds of a first call on the graph (a fresh graph, the spec model's caches emptied) after one
+    warm-up call that loads the cards and every GPU's networks; no memory simulation."""
+    from perfseer.comparison import compare
+
+    compare(perfseer.extract("example:resnet50", batch=1), batch=64, phase="train", memory=False)
+    times, n = [], 0
+    for _ in range(2 if quick else 5):
+        speed_targets.forget()
+        g = perfseer.extract("example:resnet50", batch=1)  # no re-bound graphs kept yet
+        t0 = time.process_time()
+        n = len(compare(g, batch=64, phase="train", memory=False))
+        times.append(time.process_time() - t0)
+    return {"rows": [{"what": f"perfseer.compare: ResNet-50 training step, batch 64, {n} GPUs (first call on the graph)",
+                      "value": statistics.median(times), "unit": "s CPU"}]}
+
+
 def _targets(ctx: Context) -> dict:
     return run_main(speed_targets.main, ["--quick"] if ctx.quick else [], ctx.work / "targets.json")
 
@@ -92,7 +110,8 @@ def _targets(ctx: Context) -> dict:
 def steps(ctx: Context) -> list[Step]:
     return [Step("targets", lambda: _targets(ctx)),
             Step("extract", lambda: _extract(ctx.quick)), Step("predict", lambda: _predict(ctx)),
-            Step("cli", lambda: _cli(ctx.quick)), Step("memory-cli", lambda: _memory_cli(ctx.quick))]
+            Step("cli", lambda: _cli(ctx.quick)), Step("memory-cli", lambda: _memory_cli(ctx.quick)),
+            Step("compare", lambda: _compare(ctx.quick))]
 
 
 def _load(r: dict) -> str:
@@ -134,6 +153,8 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
         rows.append(["memory", f"perfseer memory: {r['name']} (fresh process)",
                      f"{r['wall_median_s']:.2f} s wall, {r['cpu_median_s']:.2f} s CPU",
                      f"<= {r['target_s']:g} s" if r["target_s"] else "", _load(mc)])
+    for r in (res.get("compare") or {}).get("rows", []):
+        rows.append(["compare", r["what"], f"{r['value']:.2f} {r['unit']}", "", _load(res["compare"])])
     return ("## Speed\n\n"
             f"Medians of repeated runs in one process after a warm-up (start-up: fresh processes). Tolerance: "
             f"{TOLERANCE}; the load average is beside each figure. {timing_note(res)}\n\n" + targets
