@@ -93,24 +93,46 @@ def test_cli_energy_columns(capsys):
 def test_basis_labels_are_short_and_generic():
     from perfseer.comparison import describe_basis
 
-    any_gpu = ("spec model by the route facts: any-GPU operator model (spec-anygpu: 19 constants shared by 18 GPUs; "
-               "h200 from its spec sheet, fp16, measured in its data; chosen for cnn/train/amp on leave-one-GPU-out: "
-               "anygpu 21.0 %)")
+    any_gpu = {"value": 1.0, "basis_kind": "anygpu", "basis_seen": True,
+               "basis": "spec model by the route facts: any-GPU operator model (spec-anygpu: 19 constants shared by 18 "
+                        "GPUs; h200 from its spec sheet, fp16, measured in its data; chosen for cnn/train/amp on "
+                        "leave-one-GPU-out: anygpu 21.0 %)"}
     label, note, seen = describe_basis(any_gpu, "h200")
     assert (label, seen) == ("any-GPU model", True)
     assert "h200" not in note and "each GPU from its spec sheet" in note and "measured in its data" not in note
-    other = any_gpu.replace("h200", "l4").replace("measured in its data", "no measurement of it")
+    other = dict(any_gpu, basis_seen=False,
+                 basis=any_gpu["basis"].replace("h200", "l4").replace("measured in its data", "no measurement of it"))
     label2, note2, seen2 = describe_basis(other, "l4")
     assert (label2, note2, seen2) == (label, note, False)  # one footnote serves both rows
-    assert describe_basis("measured-device predictor rtx3090-amp-nchw-pt112.train", "rtx3090")[::2] == ("measured", True)
-    a = describe_basis("measured-device predictor rtx3090-amp-nchw-pt112.train at batch 512, scaled by the batch "
-                       "ratio of spec model by the route facts: any-GPU operator model", "rtx3090")
-    assert a[::2] == ("anchored", True)
-    t = describe_basis("transfer from rtx3090 + rtx4090 via specs (spec-transfer: their measured-device SeerNets, AMP "
-                       "NCHW eager, carried to l4 by its spec sheet, geometric mean; no measurement of l4)", "l4")
+    t = describe_basis({"value": 1.0, "basis_kind": "transfer", "basis_seen": False,
+                        "basis": "transfer from rtx3090 + rtx4090 via specs (spec-transfer: their measured-device "
+                                 "SeerNets, AMP NCHW eager, carried to l4 by its spec sheet, geometric mean; no "
+                                 "measurement of l4)"}, "l4")
     assert t[0] == "spec transfer" and t[2] is False and "l4" not in t[1]
-    assert describe_basis("spec model (spec-kernels; t4 from its spec sheet, fp32, its FP32 kernels in the training "
-                          "data)", "t4")[::2] == ("kernel nets", True)
+    assert describe_basis({"value": None, "reason": "too big"}, "l4") == ("refused", "too big", None)
+
+
+def test_every_answered_row_names_its_basis_kind():
+    """The label and the seen column come from the row's structured ``basis_kind`` / ``basis_seen``,
+    set by the basis that answered: measured card, anchored card, spec transfer, any-GPU model,
+    kernel networks."""
+    import perfseer
+    from perfseer.comparison import BASIS_LABELS
+
+    got = {}
+    for device, phase, batch, basis in (("rtx3090", "train", 256, "measured"), ("rtx3090", "train", 16, "auto"),
+                                        ("l4", "infer", 32, "auto"), ("l4", "infer", 32, "transfer"),
+                                        ("t4", "infer", 32, "spec"), ("rtx4090", "infer", 64, "auto")):
+        rows = perfseer.predict("timm:resnet18", device=device, batch=batch, phase=phase, basis=basis)
+        for r in rows:
+            assert r.get("value") is not None, r.get("reason")
+            assert r["basis_kind"] in BASIS_LABELS and isinstance(r["basis_seen"], bool), r["basis"]
+            got[(device, phase, batch, basis)] = (r["basis_kind"], r["basis_seen"])
+    assert got[("rtx3090", "train", 256, "measured")] == ("measured", True)
+    assert got[("rtx3090", "train", 16, "auto")] == ("anchored", True)
+    assert got[("l4", "infer", 32, "transfer")] == ("transfer", False)
+    assert got[("rtx4090", "infer", 64, "auto")][1] is True
+    assert got[("l4", "infer", 32, "auto")][1] is False
 
 
 def test_at_batch_rebinds_once_and_matches_with_batch():

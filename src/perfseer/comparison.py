@@ -30,30 +30,29 @@ _MEMORY_PRECISION = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "amp-fp16", "am
 _ENERGY_KEYS = ("power_w", "energy_j", "energy_j_per_sample", "util_pct", "power_limit_w", "energy_notes")
 
 
-# (words the basis text starts with or contains, the short label a table shows)
-_LABELS = (("scaled by the batch ratio", "anchored"), ("measured-device predictor", "measured"), ("calibrated from", "calibrated"),
-           ("transfer from", "spec transfer"), ("geometric mean of the any-GPU", "any-GPU x kernel nets"),
-           ("any-GPU operator model", "any-GPU model"), ("roofline", "roofline"), ("spec model (", "kernel nets"))
-# what a basis text says when the device's own measurements are (True) or are not (False) in its data
-_SEEN = ((", measured in its data", True), (", its FP32 kernels in the training data", True),
-         (", no measurement of it", False))
+# a row's ``basis_kind`` (set by the basis that answered it) -> the short label a table shows
+BASIS_LABELS = {"measured": "measured", "calibrated": "calibrated", "anchored": "anchored",
+                "transfer": "spec transfer", "anygpu": "any-GPU model", "blend": "any-GPU x kernel nets",
+                "roofline": "roofline", "kernels": "kernel nets"}
+# the words of a basis text that say whether the device's own measurements are in its data (the
+# row's ``basis_seen`` says it; a footnote shared by every GPU leaves them out)
+_SEEN_WORDS = (", measured in its data", ", its FP32 kernels in the training data", ", no measurement of it")
 
 
-def describe_basis(basis: str, device: str) -> tuple[str, str, bool | None]:
-    """A row's basis as ``(label, note, seen)``: a short label for a table column, the basis text
-    with this device's particulars taken out (one footnote serves every GPU with that label), and
-    whether the device's own measurements are in the basis's data (``None``: the text does not say).
+def describe_basis(row: dict, device: str) -> tuple[str, str, bool | None]:
+    """A predicted row's basis as ``(label, note, seen)``: a short label for a table column (from
+    the row's ``basis_kind``), the basis text with this device's particulars taken out (one footnote
+    serves every GPU with that label), and whether the device's own measurements are in the basis's
+    data (the row's ``basis_seen``; ``None``: not known). A refused row's note is its reason.
     """
-    text = str(basis or "")
-    label = next((lab for key, lab in _LABELS if key in text), text.split(" (")[0] or "-")
-    seen = None
-    for words, flag in _SEEN:
-        if words in text:
-            seen, text = flag, text.replace(words, "")
-    if label in ("measured", "calibrated", "anchored"):
-        seen = True
-    elif label == "spec transfer":
-        seen = False
+    if row.get("value") is None and row.get("reason"):
+        return "refused", str(row["reason"]), None
+    text = str(row.get("basis") or "")
+    kind = row.get("basis_kind")
+    label = BASIS_LABELS.get(kind) or text.split(" (")[0] or "-"
+    seen = row.get("basis_seen")
+    for words in _SEEN_WORDS:
+        text = text.replace(words, "")
     dev = re.escape(device)
     text = re.sub(rf"\b{dev} from its spec sheet", "each GPU from its spec sheet", text)
     text = re.sub(rf"carried to {dev} by its spec sheet", "carried to each GPU by its spec sheet", text)
@@ -152,7 +151,8 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
         r = lat.get(s.name) or next((v for k, v in lat.items() if get_device(k).name == s.name), None)
         row = {"device": s.name, "display_name": s.display_name, "batch_size": batch, "phase": phase,
                "precision": (r or {}).get("precision") or used_precision, "value": None, "interval": None,
-               "throughput_per_s": None, "basis": (r or {}).get("basis", ""), "in_domain": (r or {}).get("in_domain"),
+               "throughput_per_s": None, "basis": (r or {}).get("basis", ""), "basis_kind": (r or {}).get("basis_kind"),
+               "basis_seen": (r or {}).get("basis_seen"), "in_domain": (r or {}).get("in_domain"),
                "device_memory_gib": s.memory_gib, "memory_gib": None if mem_bytes is None else mem_bytes / 2**30,
                "fits": None, "memory_basis": mem_basis}
         if r is None or r.get("value") is None:
@@ -169,7 +169,7 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
             if not row["fits"]:
                 row["memory_note"] = (f"does not fit: the step needs {mem_bytes / 2**30:.1f} GiB, "
                                       f"{s.name} has {s.memory_gib:g} GiB")
-        row["basis_label"], _, row["seen"] = describe_basis(row["basis"], s.name)
+        row["basis_label"], _, row["seen"] = describe_basis(row, s.name)
         out.append(row)
     key = "energy_j_per_sample" if rank_by == "energy" else "value"
     out.sort(key=lambda r: (r.get(key) is None, r["fits"] is False, r.get(key) if r.get(key) is not None else 0.0))

@@ -91,9 +91,7 @@ def print_table(rows: list[dict], args, bars: bool = False) -> None:
         iv = r.get("interval")
         mem = "-" if r["fits"] is None else (f"{r['memory_gib']:.1f} of {r['device_memory_gib']:g}" if r["fits"]
                                               else f"NO FIT: {r['memory_gib']:.1f} of {r['device_memory_gib']:g}")
-        label, note, seen = describe_basis(r.get("reason") if r["value"] is None else r.get("basis", ""), r["device"])
-        if r["value"] is None:
-            label = "refused"
+        label, note, seen = describe_basis(r, r["device"])
         notes.setdefault(label, note)
         cells = [str(r["rank"]), r["device"], _f(r["value"]), f"{_f(iv[0])}-{_f(iv[1])}" if iv else "-",
                  _f(r["throughput_per_s"], 4)]

@@ -111,7 +111,7 @@ class Anchored:
             out.append(dict(c, batch_size=b, value=float(c["value"]) * k,
                             interval=None if iv is None else [float(iv[0]) * k / wide, float(iv[1]) * k * wide],
                             outside_step=[], flags=[f for f in c.get("flags") or [] if not f.startswith("step ")],
-                            anchor_batch=star[b], anchor_scale=k,
+                            anchor_batch=star[b], anchor_scale=k, basis_kind="anchored", basis_seen=True,
                             basis=f"{c['basis']} at batch {star[b]}, scaled by the batch ratio of {_who(s)}"))
         return out
 

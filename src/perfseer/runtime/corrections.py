@@ -328,6 +328,7 @@ class CalibratedNet:
                             + (["output-independent-of-input"] if folded[i] else [])
                             + (["cross-kind-calibration"] if cal.get("warnings") else []))
             row["basis"] = f"calibrated from {cal['source']['name']} by {how} on {k} rows"
+            row["basis_kind"], row["basis_seen"] = "calibrated", True
 
 
 def wrap_loaded(card: dict, net):

@@ -378,7 +378,8 @@ class Predictor:
                      f"outside the card's step domain: {x}" for x in step[i]], "unseen_ops": unseen,
                  "precision": row_precision(self.targets[c].device), "outside_space": space[i],
                  **({"outside_step": step[i]} if step_domain else {}),
-                 "basis": self.card.get("basis") or f"measured-device predictor {self.name}"}
+                 "basis": self.card.get("basis") or f"measured-device predictor {self.name}",
+                 "basis_kind": "measured", "basis_seen": True}
                 for i, b in enumerate(batches) for c in cols]
         annotate = getattr(self.net, "annotate", None)  # calibrated cards: interval and domain per row
         if annotate is not None:

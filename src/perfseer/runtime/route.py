@@ -500,7 +500,7 @@ def _no_answer(unit: Unit, pg, b: int, error) -> dict:
     return {"model": pg.graph.name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms",
             "device": unit.device, "phase": unit.phase, "precision": unit.precision, "value": None,
             "interval": None, "in_domain": None, "domain_reasons": [], "flags": [], "basis": None,
-            "reason": str(error) if error is not None else "no basis answers this device"}
+            "basis_kind": None, "basis_seen": None, "reason": str(error) if error is not None else "no basis answers this device"}
 
 
 GRAPH_CACHE_ENV = "PERFSEER_GRAPH_CACHE"  # 0: export the model on every call

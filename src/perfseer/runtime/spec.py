@@ -219,6 +219,7 @@ class SpecModel:
             out.append(refuse_above_ceiling(
                 {"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
                  "phase": phase, "precision": precision, **trust, "basis": self.basis(spec, precision, r["calibrated"]),
+                 "basis_kind": "kernels", "basis_seen": self._trained(spec),
                  "kernels": r["kernels"], "unseen_ops": []}))
         return out
 
@@ -248,7 +249,8 @@ class SpecModel:
         v = (m.card.get("route") or {}).get(cell, {}).get("validation_mape") or {}
         score = ("; chosen for " + cell + " on leave-one-GPU-out: "
                  + ", ".join(f"{k} {x:.1f} %" for k, x in v.items() if x is not None) if v else "")
-        seen = "measured in its data" if spec.name in m.card.get("trained_on", []) else "no measurement of it"
+        measured = spec.name in m.card.get("trained_on", [])
+        seen = "measured in its data" if measured else "no measurement of it"
         n_gpus = len(m.card.get("trained_on", []))
         what = {"anygpu": f"any-GPU operator model ({m.name}: {len(m.params)} constants shared by {n_gpus} GPUs",
                 "blend": f"geometric mean of the any-GPU operator model ({m.name}, {n_gpus} GPUs) and the spec "
@@ -259,7 +261,7 @@ class SpecModel:
              "phase": phase, "precision": precision, **trust,
              "basis": f"spec model by the route facts: {what}; {spec.name} from its spec sheet, {precision}, "
                       f"{seen}{score})",
-             "kernels": r["kernels"], "unseen_ops": []})
+             "basis_kind": choice, "basis_seen": measured, "kernels": r["kernels"], "unseen_ops": []})
 
     def answer(self, pg, batches: Sequence[int], options, graphs=None, family=None) -> list[dict]:
         """:class:`~perfseer.runtime.answer.Answerer`: :meth:`predict` of ``pg`` on ``options.device``
@@ -278,10 +280,13 @@ class SpecModel:
                 r["basis"] += f" ({asked} as {kernels} kernels)"
         return rows
 
+    def _trained(self, spec) -> bool:
+        """Whether ``spec``'s own kernels are in the kernel networks' training data."""
+        return spec.name in ((self.card.get("training") or {}).get("devices") or [])
+
     def basis(self, spec, precision: str, calibrated: bool) -> str:
         cal = " + whole-model calibration" if calibrated else ""
-        trained = spec.name in ((self.card.get("training") or {}).get("devices") or [])
-        seen = "its FP32 kernels in the training data" if trained else "no measurement of it"
+        seen = "its FP32 kernels in the training data" if self._trained(spec) else "no measurement of it"
         return f"spec model ({self.name}{cal}; {spec.name} from its spec sheet, {precision}, {seen})"
 
 

@@ -167,7 +167,8 @@ class TransferPredictor:
             row = {"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms",
                    "device": spec.name, "phase": PHASE, "precision": PRECISION, "value": v,
                    "interval": interval, "in_domain": not reasons, "domain_reasons": reasons,
-                   "flags": flags + fl, "basis": basis, "unseen_ops": [],
+                   "flags": flags + fl, "basis": basis, "basis_kind": "transfer", "basis_seen": False,
+                   "unseen_ops": [],
                    # a source that does not answer for the model (outside its model space) carries it
                    "outside_space": merge_source_reasons(src_space[i])}
             if src_refused[i]:  # carried from a refused source: no answer, whatever the others say
