@@ -112,3 +112,21 @@ def test_the_memory_estimate_is_fitted_to_simulated_models():
     assert holdout_error(sims, graphs, 24 * 2**30)["median_abs_log2"] == pytest.approx(0.0, abs=1e-9)
     step = st.build_step([_graph(b, 1e7, 5e7) for b in (128, 256, 512) * 10], mem, 512)
     assert step["inside"] == 1.0 and step["range"][0] < -0.9 and step["range"][1] > -0.1
+
+
+def test_anchored_widening_is_read_from_the_step_anchor_output():
+    """The anchored interval's widening is the step-anchor measurement, stored by
+    ``python -m benchmarks.lib.step_anchor LOGO --write``, not a constant typed into the runtime."""
+    import json
+
+    from benchmarks.lib import step_anchor
+    from perfseer.runtime import anchor
+
+    stored = json.loads(anchor.RATIO_FILE.read_text())
+    assert anchor.RATIO_Q90 == stored["ratio_q90"] and 0.0 < anchor.RATIO_Q90 < 2.0
+    assert stored["command"].startswith("python -m benchmarks.lib.step_anchor") and stored["pairs"] > 0
+    summary = {"groups": {"train": {"pairs": 8, "gpus": ["mi100"], "anygpu": {"ratio_q90": 0.41234},
+                                    "spec": {"ratio_q90": 0.9}},
+                          "all": {"anygpu": {"ratio_q90": 0.7}}}}
+    w = step_anchor.widening(summary, ".bench-work/any-gpu/logo.json")
+    assert w["ratio_q90"] == 0.4123 and w["pairs"] == 8 and w["command"].endswith("logo.json --write")

@@ -16,7 +16,10 @@ at two batch sizes there are two resolutions.  A card's own error at ``b*`` adds
 anchored one (the RTX 3090 training card: 6.1 % k-fold MAPE at its measured batch), so the table
 also gives the plain error of the RTX 3090's own training rows (held out in the leave-one-GPU-out).
 
-    python -m benchmarks.lib.step_anchor .bench-work/any-gpu/logo.json
+    python -m benchmarks.lib.step_anchor .bench-work/any-gpu/logo.json [--write]
+
+``--write``: store the 90 % quantile of the training pairs' |log ratio error| (any-GPU model) as the
+anchored interval's widening, ``src/perfseer/runtime/data/anchor.json`` (:mod:`perfseer.runtime.anchor`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BASES = {"anygpu": "any-GPU operator model (the route's spec basis)", "spec": "kernel spec model (zero-shot)"}
 
@@ -86,10 +91,29 @@ def summary(logo: dict) -> dict:
             "rtx3090_train": rtx, "train_pairs": p[p["phase"] == "train"].to_dict(orient="records")}
 
 
+WIDENING = ROOT / "src" / "perfseer" / "runtime" / "data" / "anchor.json"
+
+
+def widening(s: dict, logo_path: str) -> dict:
+    """The anchored interval's widening from a :func:`summary`: the training pairs, any-GPU model."""
+    g = s["groups"]["train"]
+    return {"ratio_q90": round(g["anygpu"]["ratio_q90"], 4), "pairs": g["pairs"], "gpus": g["gpus"],
+            "basis": "any-GPU model, each GPU held out", "logo": str(logo_path),
+            "command": f"python -m benchmarks.lib.step_anchor {logo_path} --write"}
+
+
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    logo = json.loads(Path(args[0] if args else ".bench-work/any-gpu/logo.json").read_text())
-    print(json.dumps({k: v for k, v in summary(logo).items() if k != "train_pairs"}, indent=1))
+    write = "--write" in args
+    paths = [a for a in args if a != "--write"]
+    path = paths[0] if paths else ".bench-work/any-gpu/logo.json"
+    s = summary(json.loads(Path(path).read_text()))
+    print(json.dumps({k: v for k, v in s.items() if k != "train_pairs"}, indent=1))
+    if write:
+        tmp = WIDENING.with_suffix(".tmp")
+        tmp.write_text(json.dumps(widening(s, path), indent=1) + "\n")
+        tmp.replace(WIDENING)
+        print(f"wrote {WIDENING}", file=sys.stderr)
     return 0
 
 

@@ -98,7 +98,9 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             "(NeuSight, NAS-Bench-201), predicted with that GPU held out (any-GPU model; kernel spec model zero-shot): MAPE of "
             "*anchored* t(b\\*) x p(b)/p(b\\*) (measured t(b\\*) standing for the card) against *plain* p(b), over every "
             f"ordered pair; anchored wins on {len(won)} of {len(r['per_gpu'])} (GPU, phase) groups. A card's error at b\\* "
-            "adds to *anchored*. The route anchors (`perfseer.runtime.anchor`): as good on the training pairs, better on "
+            "adds to *anchored*; its interval widens by the training pairs' 90 % |log ratio error|: "
+            f"{f(g['train']['anygpu']['ratio_q90'], 2)} here, {f(_shipped_q90(), 2)} in the runtime "
+            "(`python -m benchmarks.lib.step_anchor LOGO --write`). The route anchors (`perfseer.runtime.anchor`): as good on the training pairs, better on "
             "the transformers, worse only on NAS-Bench-201 cells, outside the card's model space.\n\n"
             + md_table(["phase", "steps", "pairs", "GPUs", "any-GPU plain %", "anchored %", "kernel spec plain %",
                         "anchored %"], table)
@@ -114,6 +116,12 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             + "\n\nWhich timm cards need a step domain: growth of the answer from batch 16 to 256 (log t(256)/t(16) "
             f"/ log 16), card / spec model, range over {len(ZOO)} zoo CNNs and ViTs: "
             + "; ".join(f"`{c}` {_span(e, c, 'card_e')} / {_span(e, c, 'spec_e')}" for c, _ in TIMM_CARDS) + ".")
+
+
+def _shipped_q90() -> float:
+    from perfseer.runtime import anchor
+
+    return anchor.RATIO_Q90
 
 
 def _span(res: dict, card: str, key: str) -> str:

@@ -17,14 +17,19 @@ card's at ``b*``, scaled the same way and widened by the spec model's batch-rati
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 from perfseer.trust import step as st
 
-#: The 90 % quantile of |log(measured ratio / spec ratio)| over the held-out multi-batch pairs of
-#: ``python -m benchmarks run step-anchor`` (the interval's widening for the batch ratio).
-RATIO_Q90 = 0.53
+#: Where the batch ratio's measured error lives: written by ``python -m benchmarks.lib.step_anchor
+#: LOGO --write`` from the any-GPU suite's leave-one-GPU-out (the training pairs, any-GPU model).
+RATIO_FILE = Path(__file__).with_name("data") / "anchor.json"
+#: The 90 % quantile of |log(measured ratio / spec ratio)| over those held-out multi-batch training
+#: pairs: the interval's widening for the batch ratio.
+RATIO_Q90 = float(json.loads(RATIO_FILE.read_text())["ratio_q90"])
 
 
 #: What answers outside a card's step domain: ``anchored`` (:class:`Anchored`) or ``spec`` (the next
