@@ -18,12 +18,15 @@ B, H, L, S, E = 2, 3, 8, 8, 4
 BH = B * H
 
 
-def _graph(both_scaled: bool = True, mask: bool = False):
+def _graph(both_scaled: bool = True, mask: bool = False, guard: bool = False):
     """The exporter's decomposition of ``scaled_dot_product_attention`` (``both_scaled``), or an
-    explicit ``q * scale @ k.transpose(-2, -1)`` attention (one ``Mul``): node features and edges."""
+    explicit ``q * scale @ k.transpose(-2, -1)`` attention (one ``Mul``): node features and edges
+    (``guard``: HF's ``Where(IsNaN(p), 0, p)`` after the softmax)."""
     names = ["Mul", "Transpose", "Mul", "MatMul", "Softmax", "MatMul"]
     if mask:
         names.insert(4, "Add")
+    if guard:
+        names[-1:-1] = ["IsNaN", "Where"]
     if not both_scaled:
         names.remove("Mul")  # the K side's scaling
     x = np.zeros((len(names), len(schema.NODE_FEATURES)))
@@ -44,6 +47,8 @@ def _graph(both_scaled: bool = True, mask: bool = False):
             f = {"input_bytes": sc + H * L * S * 4.0, "output_bytes": sc, "flops": BH * L * S}
         elif op == "Softmax":
             f = {"input_bytes": sc, "output_bytes": sc, "axis_size": S}
+        elif op in ("IsNaN", "Where"):
+            f = {"input_bytes": sc, "output_bytes": sc / 4 if op == "IsNaN" else sc}
         for k, v in f.items():
             x[i, col[k]] = v
     at = {n: i for i, n in enumerate(names)}
@@ -58,7 +63,11 @@ def _graph(both_scaled: bool = True, mask: bool = False):
         edges += [(mm[0], at["Add"]), (at["Add"], at["Softmax"])]
     else:
         edges.append((mm[0], at["Softmax"]))
-    edges.append((at["Softmax"], mm[1]))
+    if guard:
+        edges += [(at["Softmax"], at["IsNaN"]), (at["Softmax"], at["Where"]), (at["IsNaN"], at["Where"]),
+                  (at["Where"], mm[1])]
+    else:
+        edges.append((at["Softmax"], mm[1]))
     return x, names, np.array(edges, dtype=np.int64).T
 
 
@@ -67,6 +76,8 @@ def test_the_decomposed_attention_is_one_group_and_explicit_attention_none():
     assert list(attention_groups(x, ops, e)) == [1] * 6
     x, ops, e = _graph(mask=True)
     assert list(attention_groups(x, ops, e)) == [1] * 7
+    x, ops, e = _graph(mask=True, guard=True)
+    assert list(attention_groups(x, ops, e)) == [1] * 9
     x, ops, e = _graph(both_scaled=False)  # the model's own attention: unfused under any PyTorch
     assert list(attention_groups(x, ops, e)) == [0] * 5
     assert list(attention_groups(*_graph()[:2], None)) == [0] * 6  # no edges: nothing found

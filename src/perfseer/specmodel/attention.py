@@ -53,8 +53,8 @@ def attention_groups(x: np.ndarray, op_types, edge_index: np.ndarray | None) -> 
     An ``Attention`` node with MACs is a group of its own; a decomposed one is the ``Softmax``
     with its two ``MatMul`` (no weights, the second over as many keys as the first's output has
     columns, the same number of queries), the two scalar ``Mul`` feeding the first, the
-    ``Transpose`` of K above the second ``Mul`` and the ``Add`` of a mask, each feeding only the
-    next part.
+    ``Transpose`` of K above the second ``Mul``, the ``Add`` of a mask and the ``IsNaN``/``Where``
+    guard after the ``Softmax``, each feeding only the next part.
     """
     ops = np.asarray(list(op_types), dtype=object)
     n = len(ops)
@@ -113,7 +113,16 @@ def _decomposed(s, ops, preds, succs, macs, wb, mm_m, kin, nout) -> list[int] | 
             q = only(preds.get(q, []))
         if q is not None and ops[q] == "Transpose" and single_use(q):
             nodes.append(q)
-    q = only(succs.get(s, []))
+    after = succs.get(s, [])
+    if len(after) == 2 and {ops[i] for i in after} == {"IsNaN", "Where"}:
+        # the masked form's guard of fully masked rows, Where(IsNaN(p), 0, p): in the fused kernel too
+        nan = after[0] if ops[after[0]] == "IsNaN" else after[1]
+        where = after[1] if nan == after[0] else after[0]
+        if succs.get(nan, []) != [where]:
+            return None
+        nodes += [nan, where]
+        after = succs.get(where, [])
+    q = only(after)
     while q is not None and ops[q] in _PASS and ops[q] != "Reshape" and single_use(q):
         q = only(succs.get(q, []))
     if not weightless_matmul(q) or mm_m[q] != mm_m[scores] or kin[q] != nout[scores]:
