@@ -22,7 +22,7 @@ which a thin output (few channels per group) or a short reduction (a stem convol
 inputs) halves the rate (not for a fused attention, whose tiles are 128 queries of one head),
 ``c_{f,u}`` a compute inefficiency per family (GEMM, convolution, fused attention: FlashAttention
 reaches well under a GEMM's rate; on CUDA cores it takes the GEMM's) and unit, ``m_f`` a memory
-inefficiency per family (matrix, element-wise, row-wise), ``\\lambda`` what a kernel whose bytes fit in the L2 cache gains (its input left there by the
+inefficiency per family (matrix, element-wise, row-wise, fused attention), ``\\lambda`` what a kernel whose bytes fit in the L2 cache gains (its input left there by the
 previous kernel), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
 slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
 bigger GPU is harder to fill from eager PyTorch).  No GEMM or tensor-core convolution runs faster
@@ -68,15 +68,16 @@ from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train", "c_attn_tensor")
-ATTENTION_PARAMS = ("c_attn_tensor",)  # a card fitted without fused attention lacks them
+          "host_train", "step_train", "c_attn_tensor", "m_attn")
+ATTENTION_PARAMS = ("c_attn_tensor", "m_attn")  # a card fitted without fused attention lacks them
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
-        "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_attn_tensor": 0.7}
+        "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_attn_tensor": 0.7,
+        "m_attn": 0.3}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
@@ -221,7 +222,7 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     """Each kernel's time (us, once; multiply by ``scale`` for its repetitions)."""
     th = _theta(theta)
     c = np.array([th[0], th[1], th[2], th[3], 0.0, 0.0, th[19], th[1]])
-    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[4], th[4]])
+    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[20], th[20]])
     mat = _matrix(d.code)
     cc = np.where(mat, c[d.code], 0.0)
     eff = np.exp(cc + th[12] * d.log_peak)
