@@ -298,7 +298,7 @@ class AnyGpuModel:
             raise AnyGpuError(f"the any-GPU card lacks constants ({', '.join(missing) or 'the default overhead'})",
                               "refit it with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
         self.card = card
-        self.params = {**{k: INIT[k] for k in ATTENTION_PARAMS}, **card["params"]}  # unused where not fused
+        self.params = dict(card["params"])
         self.overhead = np.array([[ov[k] for k in OVERHEAD]])
         self.name = card.get("name", "anygpu")
 
@@ -314,7 +314,7 @@ class AnyGpuModel:
             raise AnyGpuError("this any-GPU card has no fused-attention constants",
                               "refit it with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
         d = design([(table, spec, precision, h2d_bytes, autocast, fused)])
-        th = _theta(self.params)
+        th = _theta({**{k: INIT[k] for k in ATTENTION_PARAMS}, **self.params})  # unused where not fused
         k = kernel_us(th, d)
         late = d.scale[d.pass_code > 0].sum()
         return {"latency_ms": float(step_us(th, self.overhead, d)[0]) / 1000, "kernel_us": k,
