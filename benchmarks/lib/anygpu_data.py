@@ -41,7 +41,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "datasets"
 KCOLS = ["family", "flops", "bytes", "dtype_bytes", "B", "M", "N", "K", "kernel", "rows", "cols", "elems", "inputs",
-         "weights", "pass", "scale"]  # perfseer.specmodel.kernels.COLUMNS + pass and repetitions
+         "weights", "pass", "scale", "attn", "op"]  # kernels.COLUMNS + pass, repetitions, attention, operator
+NO_COMPOSED_ATTENTION = ("neusight",)  # sources whose tables are traces, without attention groups (attn 0)
 
 GPU_BENCH = {  # folder, file prefix -> registry name
     "gtx1080ti": ("1080TI", "GeForce GTX 1080 Ti_{prec}_model_{ph}_benchmark.csv", {"fp32": "single", "fp16": "half"},
@@ -240,6 +241,7 @@ def neusight(quick: bool, log) -> tuple[list, dict]:
         for w in load_workloads(root, label_dirs=dirs):
             key = f"neusight:{w.device}:{w.name}"
             t = w.trace.copy()
+            t["attn"], t["op"] = 0, t["op"] if "op" in t else ""
             _store(rows, tables, key, t[KCOLS], source="neusight", gpu=w.device, model=w.model + f"-{w.seq_len}-{w.batch}",
                    phase=w.phase, precision="fp32", batch=int(w.batch), measured_ms=float(w.e2e_ms), h2d_bytes=0.0,
                    workload=w.name)
@@ -262,6 +264,11 @@ def build(cache: Path, quick: bool = False, log=print, timm_per_setting: int = 1
         if rp.exists() and kp.exists():
             rows = pd.read_parquet(rp)
             k = pd.read_parquet(kp)
+            if "attn" not in k and src in NO_COMPOSED_ATTENTION:
+                k["attn"] = 0
+            if "op" not in k and src in NO_COMPOSED_ATTENTION:
+                k["op"] = ""
+        if rp.exists() and kp.exists() and "attn" in k and "op" in k:
             tables = {key: part.drop(columns="key").reset_index(drop=True) for key, part in k.groupby("key", sort=False)}
         else:
             log(f"building {src}")
@@ -272,7 +279,7 @@ def build(cache: Path, quick: bool = False, log=print, timm_per_setting: int = 1
             rows = pd.DataFrame(r)
             k = pd.concat([t.assign(key=key) for key, t in tables.items()], ignore_index=True)
             for c in KCOLS:
-                if c not in ("family", "pass"):
+                if c not in ("family", "pass", "op"):
                     k[c] = k[c].astype(float)
             k.to_parquet(kp.with_suffix(".tmp"))
             kp.with_suffix(".tmp").replace(kp)

@@ -38,6 +38,11 @@ KERNEL_PRECISION = {"fp32": "fp32", "fp16": "fp16", "amp": "fp16"}
 
 
 DEFAULT_SETTING = "timm-pt291"  # the framework overhead an answer uses: PyTorch 2.9 eager (timm benchmark)
+# settings whose PyTorch runs scaled_dot_product_attention as one fused kernel (2.0 and later): timm's
+# RTX 3090 training rows ran PyTorch 1.12, the H200 rows 2.11; gpu-benchmark and NAS-Bench-201 are CNNs
+# and NeuSight's rows are its own traces (no composed attention), so their entry changes nothing
+FUSED_ATTENTION = {"timm-pt112": False, "timm-pt240": True, "timm-pt291": True, "h200": True, "gpu-benchmark": False,
+                   "nb201": False, "neusight": False}
 
 
 def setting_of(r) -> str:
@@ -178,7 +183,7 @@ def write_card(args, df, d, meas, w, settings, names, route, intervals, logo_com
     params, ov, _ = fit_predict(d, meas, w, settings, names, np.ones(len(df), dtype=bool), args.max_nfev)
     data = df.groupby(["source", "gpu", "kind", "phase", "precision"]).size().reset_index(name="rows")
     card = {"format": anygpu.CARD_FORMAT, "format_version": 1, "name": "spec-anygpu", "params": params,
-            "overheads": ov, "default_setting": DEFAULT_SETTING, "route": route,
+            "overheads": ov, "default_setting": DEFAULT_SETTING, "fused_attention": FUSED_ATTENTION, "route": route,
             "intervals": {c: v["anygpu"] for c, v in intervals.items()}, "intervals_by_basis": intervals,
             "trained_on": sorted(df["gpu"].unique()), "data": data.to_dict(orient="records"),
             "command": "python -m benchmarks.lib.anygpu_logo " + " ".join(sys.argv[1:]),
@@ -247,8 +252,9 @@ def main(argv=None) -> int:
     df["setting"] = [setting_of(r) for _, r in df.iterrows()]
     names = sorted(df["setting"].unique())
     settings = np.array([names.index(s) for s in df["setting"]])
-    d = anygpu.design([(tables[k], specs[g], KERNEL_PRECISION[p], hb, p == "amp")  # amp: autocast's casts
-                       for k, g, p, hb in zip(df["key"], df["gpu"], df["precision"], df["h2d_bytes"])], settings)
+    d = anygpu.design([(tables[k], specs[g], KERNEL_PRECISION[p], hb, p == "amp", FUSED_ATTENTION[st])  # amp: casts
+                       for k, g, p, hb, st in zip(df["key"], df["gpu"], df["precision"], df["h2d_bytes"], df["setting"])],
+                      settings)
     df["cell"] = [cell_of(r) for _, r in df.iterrows()]
     group = df["gpu"] + "|" + df["source"] + "|" + df["cell"]
     w = (1.0 / group.map(group.value_counts())).to_numpy()

@@ -63,9 +63,9 @@ def _reference_step(x, op_types, precision, optimizer, params, edge_index, dropo
     parts = [fw]
     for (node, op), rows in fw.groupby(["node", "op"], sort=False):
         fn = "add" if op in PASS_THROUGH_OPS else op.lower()
-        b = _reference_backward(rows.drop(columns=["node", "op", "pass"]), fn)
+        b = _reference_backward(rows.drop(columns=["node", "op", "pass", "attn"]), fn)
         if len(b):
-            b["node"], b["op"], b["pass"] = node, op, "bw"
+            b["node"], b["op"], b["pass"], b["attn"] = node, op, "bw", rows["attn"].iloc[0]
             parts.append(b)
     elems = np.asarray(list(dropout), dtype=float)
     elems = elems[elems > 0]
@@ -73,12 +73,12 @@ def _reference_step(x, op_types, precision, optimizer, params, edge_index, dropo
         d = kt.dropout_rows(elems, dtype_bytes=PRECISION_BYTES[precision])
         b = _reference_backward(d, "dropout")
         for t, p in ((d, "fw"), (b, "bw")):
-            t["node"], t["op"], t["pass"] = -2, "Dropout", p
+            t["node"], t["op"], t["pass"], t["attn"] = -2, "Dropout", p, 0
             parts.append(t)
     if params > 0:
         rd, wr = OPTIMIZER_BYTES[optimizer]
         o = kt.vec_rows(params, rd / 4, 4, dtype_bytes=4.0, read_bytes=params * rd, write_bytes=params * wr)
-        o["node"], o["op"], o["pass"] = -1, f"optimizer:{optimizer}", "opt"
+        o["node"], o["op"], o["pass"], o["attn"] = -1, f"optimizer:{optimizer}", "opt", 0
         parts.append(o)
     return pd.concat(parts, ignore_index=True)
 

@@ -2,7 +2,10 @@
 handful of constants shared by every GPU, learned from whole-step measurements of many GPUs.
 
 A step's kernels (:func:`perfseer.specmodel.compose.step_kernels`: forward, the backward pass as
-its own weight- and input-gradient kernels, the optimizer) each take
+its own weight- and input-gradient kernels, the optimizer; each attention one fused kernel, its
+backward one more, where the step's software fuses ``scaled_dot_product_attention``, PyTorch 2:
+:func:`perfseer.specmodel.attention.fuse_attention`, else two batched GEMMs and a softmax with the
+scores in memory) each take
 
 .. math::
 
@@ -16,9 +19,10 @@ per-generation rules of :mod:`perfseer.specmodel.rules`: TF32 convolutions on Am
 FP16 at the FP32 rate...), ``occ`` the occupancy of the last wave of 128x128 output tiles over
 the SMs (implicit GEMM of a convolution, groups included), ``n_0`` and ``k_0`` the GEMM sizes at
 which a thin output (few channels per group) or a short reduction (a stem convolution's 3 x k x k
-inputs) halves the rate, ``c_{f,u}`` a compute inefficiency per
-family (GEMM, convolution) and unit, ``m_f`` a memory inefficiency per family (matrix, element-wise,
-row-wise), ``\\lambda`` what a kernel whose bytes fit in the L2 cache gains (its input left there by the
+inputs) halves the rate (not for a fused attention, whose tiles are 128 queries of one head),
+``c_{f,u}`` a compute inefficiency per family (GEMM, convolution, fused attention: FlashAttention
+reaches well under a GEMM's rate; on CUDA cores it takes the GEMM's) and unit, ``m_f`` a memory
+inefficiency per family (matrix, element-wise, row-wise, fused attention), ``\\lambda`` what a kernel whose bytes fit in the L2 cache gains (its input left there by the
 previous kernel), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
 slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
 bigger GPU is harder to fill from eager PyTorch).  No GEMM or tensor-core convolution runs faster
@@ -44,8 +48,8 @@ back, layer norms in FP32 between two casts).
 
 Every GPU constant is shared by all GPUs (no per-GPU term), so the model answers for a GPU from
 its sheet alone; the host cost per kernel ``h`` and the step constant ``s`` belong to the software
-setting (framework version, timing protocol: one pair per data source), and an answer uses the
-card's default setting.  :func:`fit` learns them from measured steps of other GPUs (robust least
+setting (framework version, timing protocol: one pair per data source; the card also says which
+settings fuse attention), and an answer uses the card's default setting.  :func:`fit` learns them from measured steps of other GPUs (robust least
 squares on log time, each (GPU, source, phase, precision) cell weighted equally).  Its card (JSON, no
 pickle) holds the constants, the data they were fitted on and the leave-one-GPU-out scores.
 """
@@ -64,20 +68,21 @@ from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train")
+          "host_train", "step_train", "c_attn_tensor", "m_attn")
+ATTENTION_PARAMS = ("c_attn_tensor", "m_attn")  # a card fitted without fused attention lacks them
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
-        "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0)}
+        "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_attn_tensor": 0.7,
+        "m_attn": 0.3}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
           "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0)}
-FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
 
@@ -93,7 +98,8 @@ class Design:
     t_c0: np.ndarray  # FLOPs / unit peak, us
     t_m0: np.ndarray  # bytes / bandwidth, us
     occ: np.ndarray  # last-wave occupancy (1 for non-matrix kernels)
-    code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise
+    code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise, 6 attn-tensor,
+    # 7 attn-cuda (a fused attention on CUDA cores: the GEMM's CUDA-core constant)
     backward: np.ndarray  # a backward-pass matrix kernel
     scale: np.ndarray  # times the kernel runs
     log_peak: np.ndarray  # log(unit peak / 100 TFLOP/s)
@@ -119,10 +125,11 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
     code = np.empty(n, dtype=np.int64)
     for f in np.unique(fam):
         sel = fam == f
-        peak[sel] = rules.peak(spec, precision, f)
-        if f in ("gemm", "conv"):
-            u = rules.unit(spec, precision, f)
-            code[sel] = (0 if f == "gemm" else 2) + (0 if u == "tensor" else 1)
+        as_f = "gemm" if f == "attn" else f  # a fused attention's GEMMs run where a GEMM would
+        peak[sel] = rules.peak(spec, precision, as_f)
+        if f in ("gemm", "conv", "attn"):
+            u = rules.unit(spec, precision, as_f)
+            code[sel] = {"gemm": 0, "conv": 2, "attn": 6}[f] + (0 if u == "tensor" else 1)
         else:
             code[sel] = 4 if f == "vec" else 5
     t_c0 = table["flops"].to_numpy(dtype=float) / (peak * 1e6)
@@ -130,18 +137,24 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
     B, M, N = (table[c].to_numpy(dtype=float) for c in ("B", "M", "N"))
     tiles = np.maximum(np.maximum(B, 1) * np.ceil(np.maximum(M, 1) / 128) * np.ceil(np.maximum(N, 1) / 128), 1.0)
     sms = float(spec.sms)
-    occ = np.where(code < 4, tiles / (np.ceil(tiles / sms) * sms), 1.0)
+    mat = _matrix(code)
+    occ = np.where(mat, tiles / (np.ceil(tiles / sms) * sms), 1.0)
     passes = table["pass"].to_numpy() if "pass" in table else np.full(n, "fw")
     scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n)
     K = table["K"].to_numpy(dtype=float)
-    mat = code < 4
+    gemm_like = mat & (code < 6)  # the thin-output and short-reduction terms are a GEMM's, not an attention's
     pass_code = np.where(passes == "bw", 1, np.where(passes == "opt", 2, 0)).astype(np.int64)
     return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & mat,
             "pass_code": pass_code,
             "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
-            "dim_n": np.where(mat, np.maximum(np.minimum(M, N), 1.0), 1e9),
-            "dim_k": np.where(mat, np.maximum(K, 1.0), 1e9),
+            "dim_n": np.where(gemm_like, np.maximum(np.minimum(M, N), 1.0), 1e9),
+            "dim_k": np.where(gemm_like, np.maximum(K, 1.0), 1e9),
             "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0))}
+
+
+def _matrix(code: np.ndarray) -> np.ndarray:
+    """Whether each kernel code is a matrix kernel (GEMM, convolution, fused attention)."""
+    return (code < 4) | (code >= 6)
 
 
 def _merge_repeats(d: dict) -> dict:
@@ -160,15 +173,20 @@ def _merge_repeats(d: dict) -> dict:
 
 
 def design(items, settings=None) -> Design:
-    """A :class:`Design` from ``(table, spec, precision, h2d_bytes[, autocast])`` items, one per
-    step (``settings``: each step's software-setting index, default 0; ``autocast``: the step ran
-    under ``torch.autocast``, its 16-bit ``table`` gets autocast's casts,
-    :func:`perfseer.specmodel.compose.with_autocast`)."""
+    """A :class:`Design` from ``(table, spec, precision, h2d_bytes[, autocast[, fused_attention]])``
+    items, one per step (``settings``: each step's software-setting index, default 0;
+    ``autocast``: the step ran under ``torch.autocast``, its 16-bit ``table`` gets autocast's casts,
+    :func:`perfseer.specmodel.compose.with_autocast`; ``fused_attention``: its software runs
+    ``scaled_dot_product_attention`` as one kernel (PyTorch 2),
+    :func:`perfseer.specmodel.attention.fuse_attention`)."""
+    from perfseer.specmodel.attention import fuse_attention
     from perfseer.specmodel.compose import with_autocast
 
     parts, h2d = [], []
     for i, item in enumerate(items):
         table, spec, precision, hb = item[:4]
+        if len(item) > 5 and item[5]:
+            table = fuse_attention(table)
         if len(item) > 4 and item[4] and precision in ("fp16", "bf16"):
             table = with_autocast(table)
         d = _merge_repeats(kernel_inputs(table, spec, precision))
@@ -203,10 +221,10 @@ def _theta(params) -> np.ndarray:
 def kernel_us(theta, d: Design) -> np.ndarray:
     """Each kernel's time (us, once; multiply by ``scale`` for its repetitions)."""
     th = _theta(theta)
-    c = np.array([th[0], th[1], th[2], th[3]])
-    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6]])
-    mat = d.code < 4
-    cc = np.where(mat, c[np.minimum(d.code, 3)], 0.0)
+    c = np.array([th[0], th[1], th[2], th[3], 0.0, 0.0, th[19], th[1]])
+    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[20], th[20]])
+    mat = _matrix(d.code)
+    cc = np.where(mat, c[d.code], 0.0)
     eff = np.exp(cc + th[12] * d.log_peak)
     # no GEMM or tensor-core convolution beats its unit's peak (CUDA-core convolutions may: Winograd and
     # FFT algorithms do fewer multiplications than the direct convolution's FLOPs)
@@ -268,7 +286,11 @@ class AnyGpuModel:
         if card.get("format") != CARD_FORMAT:
             raise AnyGpuError(f"not an any-GPU card (format {card.get('format')!r})",
                               "write one with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
-        missing = [k for k in PARAMS if k not in (card.get("params") or {})]
+        # whether the default setting's framework fuses attention (PyTorch 2); a card written before
+        # the model knew fused attention has no such entry and answers with the unfused kernels
+        self.fused_attention = bool((card.get("fused_attention") or {}).get(card.get("default_setting", "")))
+        need = [k for k in PARAMS if k not in ATTENTION_PARAMS or self.fused_attention]
+        missing = [k for k in need if k not in (card.get("params") or {})]
         ov = (card.get("overheads") or {}).get(card.get("default_setting", ""))
         if isinstance(ov, list) and len(ov) == len(OVERHEAD):  # as fitted: [log host us per kernel, log us per step]
             ov = dict(zip(OVERHEAD, ov))
@@ -281,12 +303,18 @@ class AnyGpuModel:
         self.name = card.get("name", "anygpu")
 
     def step_ms(self, table: pd.DataFrame, spec, precision: str, h2d_bytes: float = 0.0,
-                autocast: bool = False) -> dict:
+                autocast: bool = False, fused_attention: bool | None = None) -> dict:
         """``{"latency_ms", "kernel_us", "gpu_ms", "host_ms"}`` of one step's kernel table, with the
         framework overhead of the card's default software setting; ``autocast``: the 16-bit
-        ``table`` runs under ``torch.autocast`` (its casts added, :func:`design`)."""
-        d = design([(table, spec, precision, h2d_bytes, autocast)])
-        th = _theta(self.params)
+        ``table`` runs under ``torch.autocast`` (its casts added, :func:`design`);
+        ``fused_attention``: each attention of the table (its ``attn`` column) is one fused kernel
+        (default: as the card's default setting runs it, :attr:`fused_attention`)."""
+        fused = self.fused_attention if fused_attention is None else bool(fused_attention)
+        if fused and any(k not in self.card["params"] for k in ATTENTION_PARAMS):
+            raise AnyGpuError("this any-GPU card has no fused-attention constants",
+                              "refit it with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
+        d = design([(table, spec, precision, h2d_bytes, autocast, fused)])
+        th = _theta({**{k: INIT[k] for k in ATTENTION_PARAMS}, **self.params})  # unused where not fused
         k = kernel_us(th, d)
         late = d.scale[d.pass_code > 0].sum()
         return {"latency_ms": float(step_us(th, self.overhead, d)[0]) / 1000, "kernel_us": k,

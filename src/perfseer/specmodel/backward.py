@@ -14,6 +14,11 @@ The rules (what PyTorch's autograd launches, simplified to one kernel per gradie
 - ``ln``: the input gradient (reads ``x``, ``dy``; writes ``dx``: twice the forward's traffic)
   plus the weight/bias gradient column sums (a memory-bound read of ``x`` and ``dy``).
 - ``softmax``: reads ``y`` and ``dy``, writes ``dx`` (1.5x the forward's traffic).
+- ``attn`` (a fused attention, PyTorch 2): one fused kernel (FlashAttention's / the
+  memory-efficient kernel's backward) that recomputes the scores and runs the four gradient
+  GEMMs: ``2 B L S (3 E + 2 Ev)`` FLOPs (2.5x the forward's GEMMs when ``E = Ev``) plus
+  :data:`ATTENTION_BACKWARD_SCORE_FLOPS` per score; it reads Q, K, V, O, dO (and the mask) and
+  writes dQ, dK, dV.
 - parameters: no accumulation kernel (``zero_grad(set_to_none=True)``, PyTorch's default since
   2.0: the first gradient is stored, not added).
 
@@ -27,6 +32,9 @@ import pandas as pd
 
 from perfseer.specmodel import kernels as kt
 
+# FLOPs per score of a fused attention's backward besides its GEMMs: the recomputed scale and
+# exponential, and the softmax gradient dS = P (dP - D)
+ATTENTION_BACKWARD_SCORE_FLOPS = 8.0
 PASS_THROUGH = {"add", "sub", "iadd", "Identity", "contiguous", "full", "ones", "zeros", "arange", "fill", "fill_",
                 "cumsum", "lt", "gt", "eq", "ne", "where_mask"}
 
@@ -98,6 +106,15 @@ def backward_table(fw: pd.DataFrame | dict, fns, frame: bool = True) -> pd.DataF
         t = kt.rowwise_rows("softmax", c["rows"][sel], c["cols"][sel], dtype_bytes=db[sel], frame=False)
         t["bytes"] *= 1.5
         add(t, sel, 0)
+    sel = np.flatnonzero(fam == "attn")
+    if len(sel):
+        B, L, Ev, S, E, d = c["B"][sel], c["M"][sel], c["N"][sel], c["K"][sel], c["cols"][sel], db[sel]
+        scores = B * L * S
+        qkv, o = B * (L * E + S * E + S * Ev), B * L * Ev
+        mask = np.maximum(c["bytes"][sel] - (qkv + o) * d, 0.0)
+        add(kt._table("attn", False, flops=2 * scores * (3 * E + 2 * Ev) + ATTENTION_BACKWARD_SCORE_FLOPS * scores,
+                      bytes=(2 * qkv + 2 * o) * d + mask, dtype_bytes=d, B=B, M=L, N=Ev, K=S, cols=E, elems=qkv,
+                      inputs=c["inputs"][sel] + 2), sel, 0)
     if not parts:
         return _empty(frame)
     src = np.concatenate([p[1] for p in parts])

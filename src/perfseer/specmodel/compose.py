@@ -15,7 +15,13 @@ How a PerfGraph node becomes kernels (PyTorch eager execution: one kernel per op
 - ``Conv``/``ConvTranspose``: the implicit GEMM of each group (``M`` = output pixels x batch,
   ``N`` = output channels / groups, ``K`` = MACs / (M N groups)); a depthwise-like convolution
   (grouped, fewer than 8 output channels per group) is memory-bound and costed as a ``vec`` kernel;
-- ``Attention``: the two batched GEMMs (scores, weighted values) and a softmax;
+- attention (an ONNX ``Attention`` node, or the exporter's decomposition of PyTorch's
+  ``scaled_dot_product_attention`` into scaled ``MatMul``, ``Softmax``, ``MatMul``): as PyTorch 1.x
+  and the math fallback run it, two batched GEMMs (scores, weighted values) and a softmax with the
+  score matrix in memory, each attention's kernels numbered in the ``attn`` column
+  (:func:`perfseer.specmodel.attention.attention_groups`; 0 elsewhere).  PyTorch 2 runs it as one
+  fused kernel: :func:`perfseer.specmodel.attention.fuse_attention` makes that table of this one
+  where a basis models the software (the any-GPU model, :mod:`perfseer.specmodel.anygpu`);
 - ``LayerNormalization``/``RMSNormalization``: ``ln``; ``Softmax``/``LogSoftmax``: ``softmax``;
 - every other operator with memory traffic: one memory-bound ``vec`` kernel reading its inputs
   and weights and writing its output (a reduction counts the elements it reads); pure views (``Reshape``, ``Flatten``, ``Squeeze``,
@@ -40,6 +46,7 @@ import pandas as pd
 
 from perfseer.features import schema
 from perfseer.specmodel import kernels as kt
+from perfseer.specmodel.attention import attention_groups
 from perfseer.specmodel.backward import backward_kernels, backward_table
 
 _I = {n: i for i, n in enumerate(schema.NODE_FEATURES)}
@@ -131,12 +138,13 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
                         write_bytes=outb[sel] * scale, frame=False), sel)
     if not parts:
         t = kt.empty_table()
-        t["node"], t["op"] = pd.Series(dtype=int), pd.Series(dtype=object)
+        t["node"], t["op"], t["attn"] = pd.Series(dtype=int), pd.Series(dtype=object), pd.Series(dtype=int)
         return t
     cols = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
     order = np.argsort(cols["node"], kind="stable")  # the nodes' order, each node's kernels as added
     t = pd.DataFrame({k: v[order] for k, v in cols.items()})
     t["op"] = ops[t["node"].to_numpy()]
+    t["attn"] = attention_groups(x, ops, edge_index)[t["node"].to_numpy()]
     return t
 
 
@@ -198,6 +206,7 @@ def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str =
     if len(b["src"]):
         src = b.pop("src")
         b["node"], b["op"], b["pass"] = parts[0]["node"][src], ops[src], _full(len(src), "bw")
+        b["attn"] = parts[0]["attn"][src]
         parts.append(b)
     elems = np.asarray(list(dropout), dtype=float)
     elems = elems[elems > 0]
@@ -208,12 +217,14 @@ def step_kernels(x: np.ndarray, op_types, phase: str = "infer", precision: str =
         for t, p in ((d, "fw"), (b, "bw")):
             n = len(t["flops"])
             t["node"], t["op"], t["pass"] = np.full(n, DROPOUT_NODE), _full(n, "Dropout"), _full(n, p)
+            t["attn"] = np.zeros(n, dtype=np.int64)
             parts.append(t)
     if params > 0:
         rd, wr = OPTIMIZER_BYTES[optimizer]
         o = kt.vec_rows(params, rd / 4, 4, dtype_bytes=4.0, read_bytes=params * rd, write_bytes=params * wr,
                         frame=False)
         o["node"], o["op"], o["pass"] = np.full(1, -1), _full(1, f"optimizer:{optimizer}"), _full(1, "opt")
+        o["attn"] = np.zeros(1, dtype=np.int64)
         parts.append(o)
     return pd.DataFrame({k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in columns})
 

@@ -7,7 +7,9 @@ A *kernel table* is a :class:`pandas.DataFrame`, one row per GPU kernel, with th
   products), ``conv`` (a convolution as its implicit GEMM: ``M`` = output pixels x batch, ``N`` =
   output channels, ``K`` = input channels x kernel area, ``kernel`` the kernel side), ``vec``
   (element-wise and other memory-bound kernels), ``ln`` (layer normalisation over rows of
-  ``cols``) or ``softmax`` (softmax over rows of ``cols``);
+  ``cols``), ``softmax`` (softmax over rows of ``cols``) or ``attn`` (a fused attention,
+  :func:`attention_rows`: ``B`` heads x batch, ``M`` queries, ``K`` keys, ``N`` the value and
+  ``cols`` the query/key head size);
 - ``flops`` and ``bytes`` (read + written, at ``dtype_bytes`` per element), which place the kernel
   on the device's roofline;
 - the family's dimensions (``B``, ``M``, ``N``, ``K``, ``kernel``, ``rows``, ``cols``,
@@ -30,7 +32,7 @@ import pandas as pd
 
 from perfseer.specmodel import rules
 
-FAMILIES = ("gemm", "conv", "vec", "ln", "softmax")
+FAMILIES = ("gemm", "conv", "vec", "ln", "softmax", "attn")
 COLUMNS = ("family", "flops", "bytes", "dtype_bytes", "B", "M", "N", "K", "kernel", "rows", "cols", "elems", "inputs",
            "weights")
 DEVICE_COLUMNS = ("peak_tflops", "bw_gbs", "sms", "l2_mib", "clock_mhz", "w_per_tflop", "tdp_w")
@@ -100,6 +102,28 @@ def rowwise_rows(family: str, rows, cols, dtype_bytes=4.0, affine=True, frame: b
     extra = 2 * cols if (family == "ln" and affine) else 0 * cols
     return _table(family, frame, flops=(8.0 if family == "ln" else 5.0) * n, bytes=(2 * n + extra) * dtype_bytes,
                   dtype_bytes=dtype_bytes, rows=rows, cols=cols, elems=n, inputs=1.0, weights=extra / 1.0)
+
+
+# FLOPs per score of a fused attention besides its GEMMs: the scale and the softmax (as
+# perfseer.features.ops.attention counts them), one more with an additive mask
+ATTENTION_SCORE_FLOPS = 6.0
+
+
+def attention_rows(B, L, S, E, Ev, dtype_bytes=2.0, mask_bytes=0.0, frame: bool = True) -> pd.DataFrame:
+    """Fused attention kernels (FlashAttention / the memory-efficient kernel of PyTorch 2's
+    ``scaled_dot_product_attention``): ``B`` (batch x heads) attentions of ``L`` queries over
+    ``S`` keys, query/key head size ``E``, value head size ``Ev``.  FLOPs: both GEMMs
+    (``2 B L S (E + Ev)``) and :data:`ATTENTION_SCORE_FLOPS` per score (+1 with a mask); bytes:
+    Q, K, V and O at ``dtype_bytes`` plus ``mask_bytes`` (the scores stay on chip).  Columns:
+    ``M`` = L, ``N`` = Ev, ``K`` = S (the loop over keys), ``cols`` = E, ``elems`` the output's
+    elements; ``frame`` as for :func:`gemm_rows`."""
+    B, L, S, E, Ev = (np.asarray(v, dtype=float) for v in (B, L, S, E, Ev))
+    mask = np.broadcast_to(np.asarray(mask_bytes, float), B.shape)
+    scores = B * L * S
+    flops = 2 * scores * (E + Ev) + (ATTENTION_SCORE_FLOPS + (mask > 0)) * scores
+    elems = B * (L * E + S * E + S * Ev + L * Ev)
+    return _table("attn", frame, flops=flops, bytes=elems * dtype_bytes + mask, dtype_bytes=dtype_bytes, B=B, M=L,
+                  N=Ev, K=S, cols=E, elems=B * L * Ev, inputs=3.0 + (mask > 0))
 
 
 def _table(family: str, frame: bool = True, **cols) -> pd.DataFrame | dict:
