@@ -86,3 +86,19 @@ def test_no_gemm_beats_its_peak():
     d.code = np.array([0, 3])
     got = anygpu.kernel_us(th, d)
     assert got == pytest.approx([10.0, 10.0 * np.exp(-1.0)], rel=1e-6)
+
+
+def test_backward_matrix_kernels_lose_more_on_tensor_cores():
+    """Hand-computed: c_b = log 1.2 (every backward matrix kernel), c_bt = log 1.5 (more on tensor
+    cores).  Four 10-us compute kernels: a forward tensor-core convolution 10 us, a backward
+    tensor-core convolution 10 x 1.2 x 1.5 = 18 us, a backward CUDA-core convolution 10 x 1.2 = 12 us,
+    a backward tensor-core GEMM 18 us."""
+    n = 4
+    d = anygpu.Design(t_c0=np.full(n, 10.0), t_m0=np.zeros(n), occ=np.ones(n), code=np.array([2, 2, 3, 0]),
+                      backward=np.array([False, True, True, True]), scale=np.ones(n), log_peak=np.zeros(n),
+                      log_bw=np.zeros(n), step=np.zeros(n, dtype=np.int64), n_steps=1, dim_n=np.full(n, 1e9),
+                      dim_k=np.full(n, 1e9), h2d_bytes=np.zeros(1), setting=np.zeros(1, dtype=np.int64),
+                      pass_code=np.array([0, 1, 1, 1]))
+    th = _theta(c_backward=np.log(1.2), c_backward_tensor=np.log(1.5), c_conv_cuda=0.0)
+    got = anygpu.kernel_us(th, d)
+    assert got == pytest.approx([10.0, 18.0, 12.0, 18.0], rel=1e-6)

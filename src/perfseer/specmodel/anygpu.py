@@ -10,7 +10,7 @@ scores in memory) each take
 .. math::
 
     t = \\big(t_c^p + t_m^p\\big)^{1/p} + \\ell, \\quad
-    t_c = \\frac{\\text{FLOPs}}{\\text{peak}_{u}} \\, e^{c_{f,u}} \\, \\text{occ}^{-w} \\, (e^{c_b})^{[\\text{backward}]}
+    t_c = \\frac{\\text{FLOPs}}{\\text{peak}_{u}} \\, e^{c_{f,u}} \\, \\text{occ}^{-w} \\, (e^{c_b + c_{bt}[u = \\text{tensor}]})^{[\\text{backward}]}
     \\Big(1 + \\frac{n_0}{\\min(M, N)}\\Big)\\Big(1 + \\frac{k_0}{K}\\Big),
     \\quad t_m = \\frac{\\text{bytes}}{\\text{bandwidth}} \\, e^{m_f + \\lambda / (1 + \\text{bytes} / \\text{L2})}
 
@@ -20,6 +20,8 @@ FP16 at the FP32 rate...), ``occ`` the occupancy of the last wave of 128x128 out
 the SMs (implicit GEMM of a convolution, groups included), ``n_0`` and ``k_0`` the GEMM sizes at
 which a thin output (few channels per group) or a short reduction (a stem convolution's 3 x k x k
 inputs) halves the rate (not for a fused attention, whose tiles are 128 queries of one head),
+``c_b`` what a backward (input- or weight-gradient) matrix kernel loses, ``c_{bt}`` what it loses
+more on the tensor cores (16-bit backward convolutions in NCHW),
 ``c_{f,u}`` a compute inefficiency per family (GEMM, convolution, fused attention: FlashAttention
 reaches well under a GEMM's rate; on CUDA cores it takes the GEMM's) and unit, ``m_f`` a memory
 inefficiency per family (matrix, element-wise, row-wise, fused attention), ``\\lambda`` what a kernel whose bytes fit in the L2 cache gains (its input left there by the
@@ -68,7 +70,7 @@ from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train", "c_attn_tensor", "m_attn")
+          "host_train", "step_train", "c_attn_tensor", "m_attn", "c_backward_tensor")
 ATTENTION_PARAMS = ("c_attn_tensor", "m_attn")  # a card fitted without fused attention lacks them
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
@@ -77,12 +79,12 @@ INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
         "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_attn_tensor": 0.7,
-        "m_attn": 0.3}
+        "m_attn": 0.3, "c_backward_tensor": 0.0}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
-          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0)}
+          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_backward_tensor": (-1.0, 2.0)}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
 
@@ -230,7 +232,7 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     # FFT algorithms do fewer multiplications than the direct convolution's FLOPs)
     eff = np.where(d.code != 3, np.maximum(eff, 1.0), eff)
     tc = d.t_c0 * eff * np.where(mat, d.occ ** (-th[7]), 1.0) \
-        * np.where(d.backward, np.exp(th[10]), 1.0)
+        * np.where(d.backward, np.exp(th[10] + np.where((d.code == 0) | (d.code == 2) | (d.code == 6), th[21], 0.0)), 1.0)
     tc = tc * (1.0 + np.exp(th[14]) / d.dim_n) * (1.0 + np.exp(th[15]) / d.dim_k)
     tm = d.t_m0 * np.exp(m[d.code] + th[13] * d.log_bw)
     if len(d.l2_fit):  # a kernel whose bytes fit in L2 reads what the previous kernel left there
