@@ -20,6 +20,19 @@ Sources (one row per measured step; ``kind`` cnn / transformer, ``phase`` infer 
 - ``neusight``: NeuSight's end-to-end transformer runs with a per-operator trace (BERT-large,
   GPT-2 large, GPT-3 XL / 2.7B, OPT-1.3B, Switch) on P4, P100, T4, V100, A100-40GB and the AMD
   MI100 / MI210, fp32, inference and training (forward + backward).
+- ``vidur``: ``../shared/datasets/vidur/profiling/compute`` (Vidur, MIT; read by
+  :func:`benchmarks.lib.llm_fit.load`): the median CUDA time of single operators of one LLM layer
+  (Llama-2 7B / 70B, Llama-3 8B / 70B (A100 only), CodeLlama-34B, InternLM-20B, Qwen-72B, Phi-2)
+  in fp16 on an A100 80GB SXM (``a100-80gb-sxm``: its residual adds stream at 1.8 TB/s, above the
+  40 GB A100's 1.56) and an A40.  Each row is a one-kernel "step" of kind ``llm-op``: the QKV,
+  output, MLP up and down projections as GEMMs (``M`` = tokens, ``N``/``K`` from the hidden and
+  FFN widths and heads over the tensor-parallel degree), the input norm as a row-wise kernel, the
+  rotary embedding (not Phi-2's: its partial rotation is not in Vidur's columns), the MLP
+  activation and the residual add as element-wise ones.  Sample: per (model, tensor-parallel
+  degree, power-of-two bin of ``num_tokens``) the token count with the smallest hash (the same
+  on both GPUs); the embedding (several kernels under vocabulary parallelism) and the
+  post-attention norm (the input norm's shape again) are left out.  Labels are kernel times:
+  their setting has no host or step overhead (``KERNEL_TIME_SETTINGS``).
 
 Kernel tables are device-independent (:mod:`perfseer.specmodel.compose`); they are cached as
 parquet under ``--cache`` (one file per source), so a second build reads them.
@@ -247,7 +260,72 @@ def neusight(quick: bool, log) -> tuple[list, dict]:
     return rows, tables
 
 
+VIDUR_OPS = ("qkv_proj", "out_proj", "mlp_up", "mlp_down", "input_norm", "rope", "mlp_act", "residual_add")
+
+
+def vidur_table(r) -> pd.DataFrame:
+    """The one-kernel table (``KCOLS``, fp16) of one operator row of :func:`benchmarks.lib.llm_fit.load`."""
+    from perfseer.specmodel import kernels as kt
+
+    T, h, tp, op = float(r["tokens"]), float(r["hidden"]), float(r["tp"]), r["op"]
+    if op in ("qkv_proj", "out_proj", "mlp_up", "mlp_down"):
+        t = kt.gemm_rows(1, r["M"], r["N"], r["K"], dtype_bytes=2.0, shared_b=1.0)
+    elif op == "input_norm":
+        t = kt.rowwise_rows("ln", T, h, dtype_bytes=2.0)
+    elif op == "rope":  # in place over the query and key heads of this GPU (perfseer.llm.cost: 4 FLOPs each)
+        elems = float(r["flops"]) / 4.0
+        t = kt.vec_rows(elems, 1, 4, dtype_bytes=2.0)
+    elif op == "mlp_act":  # gated: silu(gate) * up, reading both halves of the up projection
+        t = kt.vec_rows(T * float(r["ffn"]) / tp, 2 if r["gated"] else 1, 5 if r["gated"] else 8, dtype_bytes=2.0)
+    elif op == "residual_add":
+        t = kt.vec_rows(T * h, 2, 1, dtype_bytes=2.0)
+    else:
+        raise ValueError(f"no kernel for the Vidur operator {op!r} (one of {VIDUR_OPS})")
+    t["pass"], t["scale"] = "fw", 1.0
+    return t[KCOLS]
+
+
+def vidur_sample(ops: pd.DataFrame, quick: bool = False) -> pd.DataFrame:
+    """The rows of ``ops`` (:func:`benchmarks.lib.llm_fit.load`) in the sample: :data:`VIDUR_OPS`
+    (no rope for Phi-2) at, per (model, tensor-parallel degree, power-of-two bin of tokens), the
+    token count with the smallest hash (``quick``: every second bin)."""
+    ops = ops[ops["op"].isin(VIDUR_OPS) & ~((ops["model"] == "phi-2") & (ops["op"] == "rope"))]
+    ops = ops.drop_duplicates(["model", "tp", "tokens", "op"])  # a few (tokens, tp) are profiled twice
+    grid = ops[["model", "tp", "tokens"]].drop_duplicates().copy()
+    grid["bin"] = np.floor(np.log2(grid["tokens"])).astype(int)
+    grid["h"] = [hkey(f"{m}:{tp}:{t}") for m, tp, t in zip(grid["model"], grid["tp"], grid["tokens"])]
+    pick = grid.sort_values("h").drop_duplicates(["model", "tp", "bin"])
+    if quick:
+        pick = pick[pick["bin"] % 2 == 0]
+    return ops.merge(pick[["model", "tp", "tokens"]], on=["model", "tp", "tokens"])
+
+
+def vidur(quick: bool, log) -> tuple[list, dict]:
+    from benchmarks.lib import llm_fit
+
+    rows, tables = [], {}
+    for g, name in llm_fit.DEVICES.items():
+        ops = llm_fit.load(g)
+        if ops.empty:
+            log(f"  vidur {g}: no operators")
+            continue
+        s = vidur_sample(ops, quick)
+        for _, r in s.iterrows():
+            key = f"vidur:{r['model']}:{r['tp']}:{r['tokens']}:{r['op']}"
+            if key not in tables:
+                tables[key] = vidur_table(r)
+            _store(rows, tables, key, tables[key], source="vidur", gpu=name, model=f"{r['model']}/{r['op']}/tp{r['tp']}",
+                   phase="infer", precision="fp16", batch=int(r["tokens"]), measured_ms=float(r["time_us"]) / 1000,
+                   h2d_bytes=0.0, kind="llm-op")
+        log(f"  vidur {g}: {len(s)} operators")
+    return rows, tables
+
+
+# sources whose labels are kernel (CUDA) times: their setting's host and step overheads are held at
+# nothing (perfseer.specmodel.anygpu.KERNEL_TIME), not fitted
+KERNEL_TIME_SETTINGS = ("vidur",)
 SOURCES = ("neusight", "nb201", "timm", "gpu-benchmark", "h200")
+ALL_SOURCES = (*SOURCES, "vidur")
 
 
 def build(cache: Path, quick: bool = False, log=print, timm_per_setting: int = 120, nb201_archs: int = 40,
@@ -267,7 +345,7 @@ def build(cache: Path, quick: bool = False, log=print, timm_per_setting: int = 1
             log(f"building {src}")
             fn = {"gpu-benchmark": lambda: gpu_benchmark(quick, log), "timm": lambda: timm(quick, log, timm_per_setting),
                   "nb201": lambda: nb201(quick, log, nb201_archs), "h200": lambda: h200(quick, log),
-                  "neusight": lambda: neusight(quick, log)}[src]
+                  "neusight": lambda: neusight(quick, log), "vidur": lambda: vidur(quick, log)}[src]
             r, tables = fn()
             rows = pd.DataFrame(r)
             k = pd.concat([t.assign(key=key) for key, t in tables.items()], ignore_index=True)
@@ -279,7 +357,8 @@ def build(cache: Path, quick: bool = False, log=print, timm_per_setting: int = 1
             rows.to_parquet(rp.with_suffix(".tmp"))
             rp.with_suffix(".tmp").replace(rp)
         rows = rows.copy()
-        rows["kind"] = [kind_of(tables[k]) for k in rows["key"]]
+        if "kind" not in rows:  # a source may name its kind (vidur: llm-op); else by the step's FLOPs
+            rows["kind"] = [kind_of(tables[k]) for k in rows["key"]]
         all_rows.append(rows)
         all_tables.update(tables)
     df = pd.concat(all_rows, ignore_index=True)
@@ -292,7 +371,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", default=str(ROOT / ".bench-work" / "anygpu-cache"))
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--sources", default=",".join(SOURCES))
+    ap.add_argument("--sources", default=",".join(SOURCES), help=f"default: %(default)s; all: {','.join(ALL_SOURCES)}")
     args = ap.parse_args(argv)
     import torch
 

@@ -57,8 +57,10 @@ def device(gpu: str) -> dict:
 
 
 def load(gpu: str, root: Path = VIDUR) -> pd.DataFrame:
-    """One row per (model, tokens, tp, operator) with its measured median time (us) and the
-    FLOPs, bytes and GEMM shape our cost model gives it."""
+    """One row per (model, tokens, tp, operator) with its measured median time (us), the FLOPs,
+    bytes and GEMM shape our cost model gives it, and the model's shape (``hidden``, ``heads``,
+    ``kv_heads``, ``ffn``, ``gated``: Vidur's ``n_embd``, ``n_head``, ``n_kv_head``,
+    ``n_expanded_embd``, ``use_gated_mlp``)."""
     rows = []
     q = make_quant("fp16")
     for f in sorted((root / gpu).glob("*/*/mlp.csv")):
@@ -80,7 +82,8 @@ def load(gpu: str, root: Path = VIDUR) -> pd.DataFrame:
                     o = ops[ours]
                     rows.append({"gpu": gpu, "model": model, "tp": int(tp), "tokens": T, "op": ours, "kind": o.kind,
                                  "flops": o.flops, "bytes": o.bytes, "M": o.M, "N": o.N, "K": o.K,
-                                 "time_us": float(r[col]) * 1000.0})
+                                 "time_us": float(r[col]) * 1000.0, "hidden": cfg.hidden, "heads": cfg.heads,
+                                 "kv_heads": cfg.kv_heads, "ffn": cfg.ffn, "gated": cfg.gated_mlp})
     return pd.DataFrame(rows)
 
 

@@ -45,8 +45,12 @@ back, layer norms in FP32 between two casts).
 Every GPU constant is shared by all GPUs (no per-GPU term), so the model answers for a GPU from
 its sheet alone; the host cost per kernel ``h`` and the step constant ``s`` belong to the software
 setting (framework version, timing protocol: one pair per data source), and an answer uses the
-card's default setting.  :func:`fit` learns them from measured steps of other GPUs (robust least
-squares on log time, each (GPU, source, phase, precision) cell weighted equally).  Its card (JSON, no
+card's default setting.  Kernel times from a profiler (Vidur's LLM operators on an A100 and an
+A40, each a one-kernel step) are a setting with neither; with them ``\ell`` is the GPU's own floor
+and what eager PyTorch adds to each kernel beside it, ``e`` (``op_extra``: an operator's small
+extra kernels and gaps), is one constant of the step settings, added to every kernel of a step.
+:func:`fit` learns them from measured steps of other GPUs (robust least squares on log time, each
+(GPU, source, kind, phase, precision) cell weighted equally).  Its card (JSON, no
 pickle) holds the constants, the data they were fitted on and the leave-one-GPU-out scores.
 """
 
@@ -65,18 +69,21 @@ from perfseer.specmodel import rules
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
           "host_train", "step_train")
-OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
+# per software setting (source): framework, not GPU; a card without ``op_extra`` (written before
+# it existed) has none
+OVERHEAD = ("host_per_kernel", "step", "op_extra")
+NO_TIME = float(np.log(1e-6))  # a log-us overhead that adds nothing (1e-6 us)
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
         "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0)}
-INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
+INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0), "op_extra": np.log(5.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
-          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0)}
+          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "op_extra": (-3.0, 5.0)}
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
@@ -224,10 +231,14 @@ def kernel_us(theta, d: Design) -> np.ndarray:
 
 
 def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
-    """Each step's time, us; ``overhead``: ``[settings, 2]`` (log host us per kernel, log us per step)."""
+    """Each step's time, us; ``overhead``: ``[settings, 2 or 3]`` (log host us per kernel, log us per
+    step[, log us the framework adds to each kernel's GPU time])."""
     th = _theta(theta)
-    ov = np.asarray(overhead, float).reshape(-1, 2)[d.setting]
+    ov = np.asarray(overhead, float)
+    ov = ov.reshape(-1, ov.shape[-1] if ov.ndim > 1 else 2)[d.setting]
     k = kernel_us(th, d)
+    if ov.shape[1] > 2:  # the framework's time beside each kernel on the GPU (eager PyTorch: an operator's
+        k = k + np.exp(ov[d.step, 2])  # small extra kernels and gaps), what a profiled kernel time lacks
     h = np.exp(ov[d.step, 0])  # the host's launch cost of each kernel
     train = np.zeros(d.n_steps)
     if len(d.pass_code):
@@ -241,24 +252,48 @@ def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
     return t + np.exp(ov[:, 1]) + h2d + np.exp(th[18]) * train
 
 
+# the overhead of a setting whose labels are kernel (CUDA) times: no host launch cost, no step
+# constant (log us; exp of it is 1e-6 us, nothing beside a kernel's time)
+KERNEL_TIME = (NO_TIME,) * len(OVERHEAD)
+
+
 def fit(d: Design, measured_ms: np.ndarray, weights: np.ndarray | None = None, n_settings: int = 1,
-        max_nfev: int = 200) -> tuple[dict, np.ndarray]:
-    """The shared constants and the per-setting overheads (``[n_settings, 2]``) minimising the
-    weighted robust (soft-L1, scale 0.15) squared log error of :func:`step_us` against
-    ``measured_ms``."""
+        max_nfev: int = 200, kernel_time: tuple = ()) -> tuple[dict, np.ndarray]:
+    """The shared constants and the per-setting overheads (``[n_settings, 3]``, :data:`OVERHEAD`)
+    minimising the weighted robust (soft-L1, scale 0.15) squared log error of :func:`step_us`
+    against ``measured_ms``.
+
+    ``kernel_time``: the settings whose labels are kernel times (a profiler's CUDA time of one
+    kernel); their overhead is held at :data:`KERNEL_TIME`, not fitted, so that no host or step
+    constant can absorb what the kernels take.  With such labels the per-kernel ``kernel_floor``
+    is the GPU's own, and what eager PyTorch adds to each kernel beside it is ``op_extra``: one
+    value shared by every other setting (a held-out GPU answers with the default setting's, which
+    alone would leave it undetermined).  Without them ``op_extra`` is held at nothing (the floor
+    carries it)."""
     from scipy.optimize import least_squares  # deferred: fitting only
 
     y = np.log(np.asarray(measured_ms, float) * 1000.0)
     w = np.sqrt(np.ones_like(y) if weights is None else np.asarray(weights, float))
-    names = list(PARAMS) + [k for _ in range(n_settings) for k in OVERHEAD]
-    x0 = np.concatenate([_theta(INIT), np.tile([INIT_OVERHEAD[k] for k in OVERHEAD], n_settings)])
+    free = [s for s in range(n_settings) if s not in set(kernel_time)]
+    extra = bool(kernel_time) and bool(free)
+    names = list(PARAMS) + [k for _ in free for k in OVERHEAD[:2]] + (["op_extra"] if extra else [])
+    x0 = np.concatenate([_theta(INIT), np.tile([INIT_OVERHEAD[k] for k in OVERHEAD[:2]], len(free)),
+                         [INIT_OVERHEAD["op_extra"]] if extra else []])
     lo = np.array([BOUNDS.get(k, (-6.0, 8.0))[0] for k in names])
     hi = np.array([BOUNDS.get(k, (-6.0, 8.0))[1] for k in names])
     x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
     n = len(PARAMS)
-    res = least_squares(lambda x: w * (np.log(step_us(x[:n], x[n:], d)) - y), x0, bounds=(lo, hi), loss="soft_l1",
-                        f_scale=0.15, max_nfev=max_nfev, x_scale=1.0, diff_step=1e-3)
-    return {k: float(v) for k, v in zip(PARAMS, res.x[:n])}, res.x[n:].reshape(n_settings, 2)
+    ov = np.tile(np.array(KERNEL_TIME), (n_settings, 1))
+
+    def overheads(x):
+        ov[free, :2] = x[n:n + 2 * len(free)].reshape(len(free), 2)
+        if extra:
+            ov[free, 2] = x[-1]
+        return ov
+
+    res = least_squares(lambda x: w * (np.log(step_us(x[:n], overheads(x), d)) - y), x0, bounds=(lo, hi),
+                        loss="soft_l1", f_scale=0.15, max_nfev=max_nfev, x_scale=1.0, diff_step=1e-3)
+    return {k: float(v) for k, v in zip(PARAMS, res.x[:n])}, overheads(res.x).copy()
 
 
 class AnyGpuModel:
@@ -270,8 +305,10 @@ class AnyGpuModel:
                               "write one with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
         missing = [k for k in PARAMS if k not in (card.get("params") or {})]
         ov = (card.get("overheads") or {}).get(card.get("default_setting", ""))
-        if isinstance(ov, list) and len(ov) == len(OVERHEAD):  # as fitted: [log host us per kernel, log us per step]
-            ov = dict(zip(OVERHEAD, ov))
+        if isinstance(ov, list) and len(ov) in (2, len(OVERHEAD)):  # as fitted: log host us per kernel, log us
+            ov = dict(zip(OVERHEAD, ov))  # per step[, log us per kernel on the GPU]
+        if isinstance(ov, dict) and "op_extra" not in ov:
+            ov = {**ov, "op_extra": NO_TIME}  # a card fitted before the term: no extra
         if missing or not ov or any(k not in ov for k in OVERHEAD):
             raise AnyGpuError(f"the any-GPU card lacks constants ({', '.join(missing) or 'the default overhead'})",
                               "refit it with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
@@ -290,7 +327,7 @@ class AnyGpuModel:
         k = kernel_us(th, d)
         late = d.scale[d.pass_code > 0].sum()
         return {"latency_ms": float(step_us(th, self.overhead, d)[0]) / 1000, "kernel_us": k,
-                "gpu_ms": float((k * d.scale).sum()) / 1000,
+                "gpu_ms": float(((k + np.exp(self.overhead[0, 2])) * d.scale).sum()) / 1000,
                 "host_ms": float(d.scale.sum() * np.exp(self.overhead[0, 0]) + late * np.exp(th[17])) / 1000}
 
     def interval_q(self, kind: str, phase: str, precision: str) -> float | None:
