@@ -285,11 +285,11 @@ def vidur_table(r) -> pd.DataFrame:
     return t[KCOLS]
 
 
-def vidur_sample(ops: pd.DataFrame, quick: bool = False) -> pd.DataFrame:
-    """The rows of ``ops`` (:func:`benchmarks.lib.llm_fit.load`) in the sample: :data:`VIDUR_OPS`
-    (no rope for Phi-2) at, per (model, tensor-parallel degree, power-of-two bin of tokens), the
-    token count with the smallest hash (``quick``: every second bin)."""
-    ops = ops[ops["op"].isin(VIDUR_OPS) & ~((ops["model"] == "phi-2") & (ops["op"] == "rope"))]
+def vidur_sample(ops: pd.DataFrame, quick: bool = False, keep=VIDUR_OPS) -> pd.DataFrame:
+    """The rows of ``ops`` (:func:`benchmarks.lib.llm_fit.load`) in the sample: the operators
+    ``keep`` (no rope for Phi-2) at, per (model, tensor-parallel degree, power-of-two bin of
+    tokens), the token count with the smallest hash (``quick``: every second bin)."""
+    ops = ops[ops["op"].isin(keep) & ~((ops["model"] == "phi-2") & (ops["op"] == "rope"))]
     ops = ops.drop_duplicates(["model", "tp", "tokens", "op"])  # a few (tokens, tp) are profiled twice
     grid = ops[["model", "tp", "tokens"]].drop_duplicates().copy()
     grid["bin"] = np.floor(np.log2(grid["tokens"])).astype(int)
@@ -300,7 +300,8 @@ def vidur_sample(ops: pd.DataFrame, quick: bool = False) -> pd.DataFrame:
     return ops.merge(pick[["model", "tp", "tokens"]], on=["model", "tp", "tokens"])
 
 
-def vidur(quick: bool, log) -> tuple[list, dict]:
+def vidur(quick: bool, log, source: str = "vidur") -> tuple[list, dict]:
+    """The ``vidur`` source (every operator of :data:`VIDUR_OPS`) or ``vidur-gemm`` (the four GEMMs)."""
     from benchmarks.lib import llm_fit
 
     rows, tables = [], {}
@@ -309,12 +310,12 @@ def vidur(quick: bool, log) -> tuple[list, dict]:
         if ops.empty:
             log(f"  vidur {g}: no operators")
             continue
-        s = vidur_sample(ops, quick)
+        s = vidur_sample(ops, quick, VIDUR_OPS[:4] if source == "vidur-gemm" else VIDUR_OPS)
         for _, r in s.iterrows():
             key = f"vidur:{r['model']}:{r['tp']}:{r['tokens']}:{r['op']}"
             if key not in tables:
                 tables[key] = vidur_table(r)
-            _store(rows, tables, key, tables[key], source="vidur", gpu=name, model=f"{r['model']}/{r['op']}/tp{r['tp']}",
+            _store(rows, tables, key, tables[key], source=source, gpu=name, model=f"{r['model']}/{r['op']}/tp{r['tp']}",
                    phase="infer", precision="fp16", batch=int(r["tokens"]), measured_ms=float(r["time_us"]) / 1000,
                    h2d_bytes=0.0, kind="llm-op")
         log(f"  vidur {g}: {len(s)} operators")
@@ -323,9 +324,9 @@ def vidur(quick: bool, log) -> tuple[list, dict]:
 
 # sources whose labels are kernel (CUDA) times: their setting's host and step overheads are held at
 # nothing (perfseer.specmodel.anygpu.KERNEL_TIME), not fitted
-KERNEL_TIME_SETTINGS = ("vidur",)
+KERNEL_TIME_SETTINGS = ("vidur", "vidur-gemm")
 SOURCES = ("neusight", "nb201", "timm", "gpu-benchmark", "h200")
-ALL_SOURCES = (*SOURCES, "vidur")
+ALL_SOURCES = (*SOURCES, "vidur", "vidur-gemm")  # one of the two vidur sources at a time
 
 
 def build(cache: Path, quick: bool = False, log=print, timm_per_setting: int = 120, nb201_archs: int = 40,
@@ -345,7 +346,8 @@ def build(cache: Path, quick: bool = False, log=print, timm_per_setting: int = 1
             log(f"building {src}")
             fn = {"gpu-benchmark": lambda: gpu_benchmark(quick, log), "timm": lambda: timm(quick, log, timm_per_setting),
                   "nb201": lambda: nb201(quick, log, nb201_archs), "h200": lambda: h200(quick, log),
-                  "neusight": lambda: neusight(quick, log), "vidur": lambda: vidur(quick, log)}[src]
+                  "neusight": lambda: neusight(quick, log), "vidur": lambda: vidur(quick, log),
+                  "vidur-gemm": lambda: vidur(quick, log, "vidur-gemm")}[src]
             r, tables = fn()
             rows = pd.DataFrame(r)
             k = pd.concat([t.assign(key=key) for key, t in tables.items()], ignore_index=True)

@@ -67,6 +67,8 @@ def test_sample_is_hashed_per_power_of_two_bin(ops):
     # the fixture's four (tokens, tp) are in four bins: all kept, the eight operators each (no
     # embedding, no post-attention norm)
     assert len(s) == 4 * 8 and set(s["op"]) == set(D.VIDUR_OPS)
+    g = D.vidur_sample(ops, keep=D.VIDUR_OPS[:4])  # the vidur-gemm source: the four projections
+    assert len(g) == 4 * 4 and set(g["op"]) == {"qkv_proj", "out_proj", "mlp_up", "mlp_down"}
     # three token counts in one bin (64, 72, 80 -> bin 6) keep one, the one with the smallest hash,
     # whatever the GPU
     one = _op(ops, 64, "mlp_up")

@@ -46,7 +46,7 @@ Every GPU constant is shared by all GPUs (no per-GPU term), so the model answers
 its sheet alone; the host cost per kernel ``h`` and the step constant ``s`` belong to the software
 setting (framework version, timing protocol: one pair per data source), and an answer uses the
 card's default setting.  Kernel times from a profiler (Vidur's LLM operators on an A100 and an
-A40, each a one-kernel step) are a setting with neither; with them ``\ell`` is the GPU's own floor
+A40, each a one-kernel step) are a setting with neither; with them ``\\ell`` is the GPU's own floor
 and what eager PyTorch adds to each kernel beside it, ``e`` (``op_extra``: an operator's small
 extra kernels and gaps), is one constant of the step settings, added to every kernel of a step.
 :func:`fit` learns them from measured steps of other GPUs (robust least squares on log time, each
@@ -72,7 +72,7 @@ PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_mat
 # per software setting (source): framework, not GPU; a card without ``op_extra`` (written before
 # it existed) has none
 OVERHEAD = ("host_per_kernel", "step", "op_extra")
-NO_TIME = float(np.log(1e-6))  # a log-us overhead that adds nothing (1e-6 us)
+NO_TIME = float(np.log(1e-6))  # a log-us overhead of nothing: 1e-6 us of host or step time, no op_extra
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
@@ -230,6 +230,12 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     return t + np.exp(th[9])
 
 
+def _extra_us(log_us) -> np.ndarray:
+    """``op_extra`` in us: exactly 0 at :data:`NO_TIME` (a card or fit without the term)."""
+    log_us = np.asarray(log_us, float)
+    return np.where(log_us <= NO_TIME, 0.0, np.exp(log_us))
+
+
 def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
     """Each step's time, us; ``overhead``: ``[settings, 2 or 3]`` (log host us per kernel, log us per
     step[, log us the framework adds to each kernel's GPU time])."""
@@ -238,7 +244,7 @@ def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
     ov = ov.reshape(-1, ov.shape[-1] if ov.ndim > 1 else 2)[d.setting]
     k = kernel_us(th, d)
     if ov.shape[1] > 2:  # the framework's time beside each kernel on the GPU (eager PyTorch: an operator's
-        k = k + np.exp(ov[d.step, 2])  # small extra kernels and gaps), what a profiled kernel time lacks
+        k = k + _extra_us(ov[d.step, 2])  # small extra kernels and gaps), what a profiled kernel time lacks
     h = np.exp(ov[d.step, 0])  # the host's launch cost of each kernel
     train = np.zeros(d.n_steps)
     if len(d.pass_code):
@@ -253,7 +259,7 @@ def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
 
 
 # the overhead of a setting whose labels are kernel (CUDA) times: no host launch cost, no step
-# constant (log us; exp of it is 1e-6 us, nothing beside a kernel's time)
+# constant, no extra per kernel (nothing beside the kernel's own time)
 KERNEL_TIME = (NO_TIME,) * len(OVERHEAD)
 
 
@@ -327,7 +333,7 @@ class AnyGpuModel:
         k = kernel_us(th, d)
         late = d.scale[d.pass_code > 0].sum()
         return {"latency_ms": float(step_us(th, self.overhead, d)[0]) / 1000, "kernel_us": k,
-                "gpu_ms": float(((k + np.exp(self.overhead[0, 2])) * d.scale).sum()) / 1000,
+                "gpu_ms": float(((k + _extra_us(self.overhead[0, 2])) * d.scale).sum()) / 1000,
                 "host_ms": float(d.scale.sum() * np.exp(self.overhead[0, 0]) + late * np.exp(th[17])) / 1000}
 
     def interval_q(self, kind: str, phase: str, precision: str) -> float | None:
