@@ -32,7 +32,10 @@ Sources (one row per measured step; ``kind`` cnn / transformer, ``phase`` infer 
   degree, power-of-two bin of ``num_tokens``) the token count with the smallest hash (the same
   on both GPUs); the embedding (several kernels under vocabulary parallelism) and the
   post-attention norm (the input norm's shape again) are left out.  Labels are kernel times:
-  their setting has no host or step overhead (``KERNEL_TIME_SETTINGS``).
+  their setting has no host or step overhead (``KERNEL_TIME_SETTINGS``).  ``vidur-gemm``: the
+  four projections only.  Neither is in the default :data:`SOURCES` (``--sources`` adds one): in
+  the leave-one-GPU-out both made held-out H200 cells worse (all operators: by 6-16 points on
+  its CNN cells; the GEMMs: by 1-2 points on four cells).
 
 Kernel tables are device-independent (:mod:`perfseer.specmodel.compose`); they are cached as
 parquet under ``--cache`` (one file per source), so a second build reads them.
