@@ -33,6 +33,15 @@ def _reference_backward(fw: pd.DataFrame, fn: str = "") -> pd.DataFrame:
                 g = kt.gemm_rows(r["B"], m, n, k, dtype_bytes=db)
                 g["family"], g["kernel"], g["weights"] = "conv", r["kernel"], 0.0
                 parts.append(g)
+        elif fam == "vec" and r["kernel"] > 0:  # a depthwise convolution: dx, then dw (a per-weight sum)
+            out, w = r["B"] * r["M"] * r["N"], r["weights"]
+            x = max(r["bytes"] / db - out - w, 1.0)
+            f = 2 * out * r["K"]
+            for e, ins, rd, wr, rows, cols in ((x, 1, out + w, x, 0, 0), (max(x, out), 2, x + out, w, w, r["M"])):
+                t = kt.vec_rows(e, ins, f / e, dtype_bytes=db, read_bytes=rd * db, write_bytes=wr * db)
+                t["kernel"], t["rows"], t["cols"] = r["kernel"], rows, cols
+                t["B"], t["M"], t["N"], t["K"] = r["B"], r["M"], r["N"], r["K"]
+                parts.append(t)
         elif fam == "vec":
             if fn in PASS_THROUGH or r["inputs"] == 0:
                 continue

@@ -24,7 +24,13 @@ slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth /
 bigger GPU is harder to fill from eager PyTorch).  No GEMM or tensor-core convolution runs faster
 than its unit's peak (the compute factor ``e^{c_{f,u}} (peak / 100)^a`` is at least 1 for them;
 a CUDA-core convolution may beat its direct FLOPs: cuDNN's Winograd and FFT algorithms do fewer
-multiplications).
+multiplications).  A depthwise (thin-grouped) convolution
+(:func:`perfseer.specmodel.kernels.depthwise`) is no GEMM and no memory-bound pass: PyTorch and
+cuDNN run it on the CUDA cores with a direct algorithm, so its ``t_c`` is its direct FLOPs (2 x
+MACs) at the FP32 CUDA-core peak at every precision (:func:`perfseer.specmodel.rules.depthwise_peak`)
+times ``e^{c_{dw}} (K / 9)^{k_{dw}}`` (``K`` its MACs per output element: the kernel area of a
+depthwise one) and, for its weight gradient (a per-weight sum over batch x pixels),
+``e^{c_{dw,w}}`` more; its input gradient costs as the forward.
 Eager PyTorch launches one kernel at a time: a kernel shorter than the host's launch cost ``h``
 leaves the GPU waiting for the next launch, so each kernel takes the smooth maximum of its GPU
 time and ``h``, and the step is their sum plus a per-step constant:
@@ -60,23 +66,26 @@ import numpy as np
 import pandas as pd
 
 from perfseer.errors import PerfseerError
+from perfseer.specmodel import kernels as kt
 from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train")
+          "host_train", "step_train", "c_dw", "dw_k", "c_dw_wgrad")
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
 INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_cuda": 0.4, "m_matrix": 0.3,
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
-        "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0)}
+        "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_dw": 1.0, "dw_k": 0.0,
+        "c_dw_wgrad": 0.5}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
-          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0)}
+          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_dw": (-1.0, 6.0),
+          "dw_k": (-1.5, 1.5), "c_dw_wgrad": (-2.0, 5.0)}
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
@@ -93,7 +102,8 @@ class Design:
     t_c0: np.ndarray  # FLOPs / unit peak, us
     t_m0: np.ndarray  # bytes / bandwidth, us
     occ: np.ndarray  # last-wave occupancy (1 for non-matrix kernels)
-    code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise
+    code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise,
+    # 6 depthwise convolution (forward, input gradient), 7 its weight gradient
     backward: np.ndarray  # a backward-pass matrix kernel
     scale: np.ndarray  # times the kernel runs
     log_peak: np.ndarray  # log(unit peak / 100 TFLOP/s)
@@ -106,6 +116,7 @@ class Design:
     setting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per step: software setting
     l2_fit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 / (1 + bytes / L2 size)
     pass_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # 0 forward, 1 backward, 2 optimizer
+    area: np.ndarray = field(default_factory=lambda: np.zeros(0))  # a depthwise kernel's MACs per output / 9 (else 1)
 
 
 def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
@@ -125,6 +136,10 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
             code[sel] = (0 if f == "gemm" else 2) + (0 if u == "tensor" else 1)
         else:
             code[sel] = 4 if f == "vec" else 5
+    dw = kt.depthwise(table)
+    if dw.any():  # a direct convolution on the CUDA cores, FP32 arithmetic at every precision
+        peak[dw] = rules.depthwise_peak(spec, precision)
+        code[dw] = np.where(kt.depthwise_wgrad(table)[dw], 7, 6)
     t_c0 = table["flops"].to_numpy(dtype=float) / (peak * 1e6)
     t_m0 = table["bytes"].to_numpy(dtype=float) / (spec.mem_bandwidth_gbs * 1e3)
     B, M, N = (table[c].to_numpy(dtype=float) for c in ("B", "M", "N"))
@@ -141,14 +156,16 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
             "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
             "dim_n": np.where(mat, np.maximum(np.minimum(M, N), 1.0), 1e9),
             "dim_k": np.where(mat, np.maximum(K, 1.0), 1e9),
-            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0))}
+            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0)),
+            "area": np.where(dw, np.maximum(K, 1.0) / 9.0, 1.0)}
 
 
 def _merge_repeats(d: dict) -> dict:
     """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
     time is unchanged and fitting evaluates fewer rows."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
-                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float)], axis=1)
+                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float),
+                    d["area"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
@@ -156,7 +173,7 @@ def _merge_repeats(d: dict) -> dict:
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
             "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
             "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8],
-            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64)}
+            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64), "area": uniq[:, 11]}
 
 
 def design(items, settings=None) -> Design:
@@ -182,7 +199,7 @@ def design(items, settings=None) -> Design:
 
 
 KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k", "l2_fit",
-                 "pass_code")
+                 "pass_code", "area")
 
 
 def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> Design:
@@ -204,9 +221,11 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     """Each kernel's time (us, once; multiply by ``scale`` for its repetitions)."""
     th = _theta(theta)
     c = np.array([th[0], th[1], th[2], th[3]])
-    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6]])
+    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[5], th[5]])
     mat = d.code < 4
     cc = np.where(mat, c[np.minimum(d.code, 3)], 0.0)
+    if len(d.area):  # a depthwise convolution: its own CUDA-core efficiency, by kernel area; its weight gradient's
+        cc = np.where(d.code >= 6, th[19] + th[20] * np.log(d.area) + np.where(d.code == 7, th[21], 0.0), cc)
     eff = np.exp(cc + th[12] * d.log_peak)
     # no GEMM or tensor-core convolution beats its unit's peak (CUDA-core convolutions may: Winograd and
     # FFT algorithms do fewer multiplications than the direct convolution's FLOPs)

@@ -7,6 +7,12 @@ The rules (what PyTorch's autograd launches, simplified to one kernel per gradie
   ``K x N`` over ``M``); a bias adds a column-sum of ``dC`` (a memory-bound kernel reading it).
 - ``conv``: data gradient and weight gradient, each an implicit GEMM of the forward's FLOPs
   (``dX``: ``M x K`` over ``N``; ``dW``: ``N x K`` over ``M``).
+- a depthwise convolution (a ``vec`` row with a kernel size,
+  :func:`perfseer.specmodel.kernels.depthwise`): the input gradient, a depthwise convolution of
+  the output gradient (the forward's MAC FLOPs; reads ``dy`` and the weights, writes ``dx``), and
+  the weight gradient, a per-weight reduction over batch x output pixels (the same FLOPs; reads
+  ``x`` and ``dy``, writes ``dw``; ``rows`` = weight elements, ``cols`` = ``M``), both direct
+  kernels on the CUDA cores (PyTorch's ``conv_depthwise2d_backward`` / cuDNN's).
 - reductions (a bias gradient, layer norm's weight gradients) are costed as a memory-bound pass
   over the elements they read.
 - ``vec``: one kernel reading the output gradient and the saved inputs, writing each input's
@@ -78,7 +84,21 @@ def backward_table(fw: pd.DataFrame | dict, fns, frame: bool = True) -> pd.DataF
             g["weights"] = np.zeros(len(sel))
             add(g, sel, slot)
     skip = np.isin(fns, list(PASS_THROUGH)) | (c["inputs"] == 0)
-    sel = np.flatnonzero((fam == "vec") & ~skip)
+    dw = (fam == "vec") & (c["kernel"] > 0)  # kernels.depthwise
+    sel = np.flatnonzero(dw)
+    if len(sel):
+        B, M, N, K, d, w = (c[k][sel] for k in ("B", "M", "N", "K", "dtype_bytes", "weights"))
+        out_el = B * M * N
+        in_el = np.maximum(c["bytes"][sel] / d - out_el - w, 1.0)  # the forward read x and w, wrote y
+        flops = 2.0 * out_el * K
+        for slot, (e, rd, wr, rows, cols) in enumerate(((in_el, out_el + w, in_el, 0.0 * M, 0.0 * M),
+                                                        (np.maximum(in_el, out_el), in_el + out_el, w, w, M))):
+            t = kt.vec_rows(np.maximum(e, 1.0), 2.0 if slot else 1.0, flops / np.maximum(e, 1.0), dtype_bytes=d,
+                            read_bytes=rd * d, write_bytes=wr * d, frame=False)
+            t["kernel"], t["rows"], t["cols"] = c["kernel"][sel].copy(), rows, cols
+            t["B"], t["M"], t["N"], t["K"] = B.copy(), M.copy(), N.copy(), K.copy()
+            add(t, sel, slot)
+    sel = np.flatnonzero((fam == "vec") & ~skip & ~dw)
     if len(sel):
         e, d = c["elems"][sel], db[sel]
         ins = np.maximum(c["inputs"][sel], 1.0)

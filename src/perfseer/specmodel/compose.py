@@ -14,7 +14,11 @@ How a PerfGraph node becomes kernels (PyTorch eager execution: one kernel per op
   gradient a training step reduces);
 - ``Conv``/``ConvTranspose``: the implicit GEMM of each group (``M`` = output pixels x batch,
   ``N`` = output channels / groups, ``K`` = MACs / (M N groups)); a depthwise-like convolution
-  (grouped, fewer than 8 output channels per group) is memory-bound and costed as a ``vec`` kernel;
+  (grouped, fewer than 8 output channels per group) is a direct convolution on the CUDA cores
+  (PyTorch's ``conv_depthwise2d`` or cuDNN's depthwise kernels, no tensor cores): one ``vec``
+  kernel carrying its FLOPs (2 x MACs: 2 k^2 per output element of a depthwise one), its bytes
+  and its kernel size (:func:`perfseer.specmodel.kernels.depthwise`), whose time grows with
+  the kernel area;
 - ``Attention``: the two batched GEMMs (scores, weighted values) and a softmax;
 - ``LayerNormalization``/``RMSNormalization``: ``ln``; ``Softmax``/``LogSoftmax``: ``softmax``;
 - every other operator with memory traffic: one memory-bound ``vec`` kernel reading its inputs
@@ -127,8 +131,16 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
         # elements of the larger side: a reduction (pooling, ReduceMean) is a pass over its input
         e = np.maximum(np.maximum(out_el[sel], inb[sel] / 4.0), 1.0)
         n_in = np.maximum(np.round(inb[sel] / (4.0 * e)), 1.0)
-        add(kt.vec_rows(e, n_in, flops[sel] / e, dtype_bytes=db, read_bytes=(inb[sel] + wb[sel]) * scale,
-                        write_bytes=outb[sel] * scale, frame=False), sel)
+        t = kt.vec_rows(e, n_in, flops[sel] / e, dtype_bytes=db, read_bytes=(inb[sel] + wb[sel]) * scale,
+                        write_bytes=outb[sel] * scale, frame=False)
+        dw = depthwise[sel]
+        if dw.any():  # a depthwise convolution: its implicit-GEMM shape, kernel size and parameters
+            i = sel[dw]
+            t["kernel"][dw] = np.maximum(kh[i], 1.0)
+            t["B"][dw], t["M"][dw], t["N"][dw] = g[i], out_el[i] / cout[i], cout[i] / g[i]
+            t["K"][dw] = macs[i] / np.maximum(out_el[i], 1.0)
+            t["weights"][dw] = cout[i] * t["K"][dw]  # C_out x C_in / groups x k^2 (the bias not counted)
+        add(t, sel)
     if not parts:
         t = kt.empty_table()
         t["node"], t["op"] = pd.Series(dtype=int), pd.Series(dtype=object)
@@ -228,8 +240,8 @@ def with_autocast(table: pd.DataFrame) -> pd.DataFrame:
     16 bits (``fp16``/``bf16``; its ``pass`` and ``scale`` columns kept where it has them): the
     table with its layer norms at FP32 and the casts autocast adds, appended.
 
-    Under ``torch.autocast`` the parameters stay FP32: every forward GEMM / convolution with a
-    weight first casts that weight to 16 bits (one element-wise kernel reading 4 bytes and
+    Under ``torch.autocast`` the parameters stay FP32: every forward GEMM / convolution (depthwise
+    ones too) with a weight first casts that weight to 16 bits (one element-wise kernel reading 4 bytes and
     writing 2 per weight, redone each step), and a training step casts the 16-bit gradient back
     to the FP32 parameter's (2 bytes read, 4 written).  Layer norm is on autocast's FP32 list:
     its 16-bit input is cast up, the norm runs in FP32 (twice its 16-bit bytes, its backward
@@ -246,7 +258,7 @@ def with_autocast(table: pd.DataFrame) -> pd.DataFrame:
         t["pass"], t["scale"] = np.full(len(sc), p, dtype=object), sc
         parts.append(t)
 
-    mat = np.isin(fam, ["gemm", "conv"]) & (passes == "fw") & (w > 0)
+    mat = (np.isin(fam, ["gemm", "conv"]) | kt.depthwise(table)) & (passes == "fw") & (w > 0)
     if mat.any():
         e = w[mat]
         add(kt.vec_rows(e, 1, 1, dtype_bytes=2.0, read_bytes=4 * e, write_bytes=2 * e, frame=False), "fw", scale[mat])

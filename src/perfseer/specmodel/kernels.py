@@ -8,6 +8,11 @@ A *kernel table* is a :class:`pandas.DataFrame`, one row per GPU kernel, with th
   output channels, ``K`` = input channels x kernel area, ``kernel`` the kernel side), ``vec``
   (element-wise and other memory-bound kernels), ``ln`` (layer normalisation over rows of
   ``cols``) or ``softmax`` (softmax over rows of ``cols``);
+- a ``vec`` row with a ``kernel`` size is a depthwise (thin-grouped) convolution, run on the CUDA
+  cores by a direct algorithm (:func:`depthwise`): ``B`` groups, ``M`` = output pixels x batch,
+  ``N`` = output channels per group, ``K`` = MACs per output element (input channels per group x
+  kernel area), ``weights`` its parameters; its weight gradient (:mod:`perfseer.specmodel.backward`)
+  also has ``rows`` weight elements, each a sum over ``cols`` = ``M`` products;
 - ``flops`` and ``bytes`` (read + written, at ``dtype_bytes`` per element), which place the kernel
   on the device's roofline;
 - the family's dimensions (``B``, ``M``, ``N``, ``K``, ``kernel``, ``rows``, ``cols``,
@@ -100,6 +105,18 @@ def rowwise_rows(family: str, rows, cols, dtype_bytes=4.0, affine=True, frame: b
     extra = 2 * cols if (family == "ln" and affine) else 0 * cols
     return _table(family, frame, flops=(8.0 if family == "ln" else 5.0) * n, bytes=(2 * n + extra) * dtype_bytes,
                   dtype_bytes=dtype_bytes, rows=rows, cols=cols, elems=n, inputs=1.0, weights=extra / 1.0)
+
+
+def depthwise(table) -> np.ndarray:
+    """Whether each row of ``table`` (a DataFrame or a dict of columns) is a depthwise
+    convolution's kernel (forward, input or weight gradient): a ``vec`` row with a ``kernel`` size."""
+    return (np.asarray(table["family"], dtype=object) == "vec") & (_col(table, "kernel", float) > 0)
+
+
+def depthwise_wgrad(table) -> np.ndarray:
+    """Whether each row is a depthwise convolution's weight gradient (a per-weight reduction:
+    :func:`depthwise` with ``rows`` > 0)."""
+    return depthwise(table) & (_col(table, "rows", float) > 0)
 
 
 def _table(family: str, frame: bool = True, **cols) -> pd.DataFrame | dict:

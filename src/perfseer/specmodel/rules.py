@@ -19,8 +19,12 @@ generation and on the library defaults:
 - **Vector (memory-bound) kernels** run on the CUDA cores: FP32 at the FP32 peak; 16-bit at
   twice it where the generation has packed half arithmetic at 2x (P100, Volta, Turing, Ampere
   and later data-centre parts with the FP16 rate given), at the FP32 rate elsewhere.
+- **Depthwise (thin-grouped) convolutions** run on the CUDA cores, never the tensor cores:
+  PyTorch's direct ``conv_depthwise2d`` kernels (and cuDNN's depthwise ones) load 16-bit values
+  and multiply-accumulate in FP32 (``acc_type``), so they reach at most the FP32 rate at every
+  precision (:func:`depthwise_peak`).
 
-:func:`matrix_peak` and :func:`vector_peak` apply them; :func:`unit` names the unit.
+:func:`matrix_peak`, :func:`vector_peak` and :func:`depthwise_peak` apply them; :func:`unit` names the unit.
 """
 
 from __future__ import annotations
@@ -93,6 +97,14 @@ def vector_peak(spec, precision: str) -> float:
             return float(native)
         return fp32
     return fp32
+
+
+def depthwise_peak(spec, precision: str) -> float:
+    """TFLOP/s a depthwise convolution at ``precision`` can reach on ``spec``: the FP32 CUDA-core
+    peak at every precision (FP32 accumulation, no tensor cores)."""
+    if precision not in PRECISIONS:
+        raise RuleError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+    return float(spec.peak_tflops["fp32"])
 
 
 def matrix_peak(spec, precision: str, family: str) -> float:
