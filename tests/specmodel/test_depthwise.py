@@ -88,3 +88,16 @@ def test_anygpu_costs_depthwise_on_the_cuda_cores_by_kernel_area(pg):
     got = anygpu.kernel_us(th, d)[d.code >= 6]
     base = FLOPS / 66.908e6 * np.exp(0.5) * (49 / 9) ** 0.3
     assert sorted(got) == pytest.approx([base, base, base * np.e], rel=1e-6)  # y, dx; dw
+
+
+def test_fp16_small_depthwise_kernels_run_in_cudnn():
+    """PyTorch's rule: FP16, 3x3, stride 1, 32 channels -> cuDNN (codes 8, 9); the same at FP32,
+    or the 7x7 at FP16, -> PyTorch's own kernels (6, 7)."""
+    s = get_device("rtx3090")
+    small = perfseer.extract(_dw_model(k=3), batch=2)
+    for precision, codes in (("fp16", [8, 8, 9]), ("fp32", [6, 6, 7])):
+        t = step_kernels(small.x, small.op_types, "train", precision, params=float(small.params), optimizer="sgd")
+        a = anygpu.kernel_inputs(t, s, precision)
+        assert a["code"][kt.depthwise(t)].tolist() == codes
+    assert rules.depthwise_cudnn("fp16", [3, 7, 3, 3], [True, True, False, True], [32, 32, 32, 16], [1, 1, 1, 1]).tolist() \
+        == [True, False, False, False]

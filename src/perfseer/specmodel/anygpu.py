@@ -30,7 +30,9 @@ cuDNN run it on the CUDA cores with a direct algorithm, so its ``t_c`` is its di
 MACs) at the FP32 CUDA-core peak at every precision (:func:`perfseer.specmodel.rules.depthwise_peak`)
 times ``e^{c_{dw}} (K / 9)^{k_{dw}}`` (``K`` its MACs per output element: the kernel area of a
 depthwise one) and, for its weight gradient (a per-weight sum over batch x pixels),
-``e^{c_{dw,w}}`` more; its input gradient costs as the forward.
+``e^{c_{dw,w}}`` more; its input gradient costs as the forward.  ``c_{dw}`` and ``c_{dw,w}`` are
+two pairs: PyTorch's own direct kernels, and cuDNN's, which PyTorch picks for FP16 1x1 / 3x3 /
+5x5 ones (:func:`perfseer.specmodel.rules.depthwise_cudnn`).
 Eager PyTorch launches one kernel at a time: a kernel shorter than the host's launch cost ``h``
 leaves the GPU waiting for the next launch, so each kernel takes the smooth maximum of its GPU
 time and ``h``, and the step is their sum plus a per-step constant:
@@ -71,7 +73,7 @@ from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train", "c_dw", "dw_k", "c_dw_wgrad")
+          "host_train", "step_train", "c_dw", "dw_k", "c_dw_wgrad", "c_dw_cudnn", "c_dw_cudnn_wgrad")
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
@@ -79,13 +81,13 @@ INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
         "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_dw": 1.0, "dw_k": 0.0,
-        "c_dw_wgrad": 0.5}
+        "c_dw_wgrad": 0.5, "c_dw_cudnn": 1.0, "c_dw_cudnn_wgrad": 0.5}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
           "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_dw": (-1.0, 6.0),
-          "dw_k": (-1.5, 1.5), "c_dw_wgrad": (-2.0, 5.0)}
+          "dw_k": (-1.5, 1.5), "c_dw_wgrad": (-2.0, 5.0), "c_dw_cudnn": (-1.0, 6.0), "c_dw_cudnn_wgrad": (-2.0, 5.0)}
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
@@ -103,7 +105,7 @@ class Design:
     t_m0: np.ndarray  # bytes / bandwidth, us
     occ: np.ndarray  # last-wave occupancy (1 for non-matrix kernels)
     code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise,
-    # 6 depthwise convolution (forward, input gradient), 7 its weight gradient
+    # 6 depthwise convolution in PyTorch's kernels (forward, input gradient), 7 its weight gradient, 8 and 9 in cuDNN
     backward: np.ndarray  # a backward-pass matrix kernel
     scale: np.ndarray  # times the kernel runs
     log_peak: np.ndarray  # log(unit peak / 100 TFLOP/s)
@@ -139,7 +141,11 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
     dw = kt.depthwise(table)
     if dw.any():  # a direct convolution on the CUDA cores, FP32 arithmetic at every precision
         peak[dw] = rules.depthwise_peak(spec, precision)
-        code[dw] = np.where(kt.depthwise_wgrad(table)[dw], 7, 6)
+        kk, B, M, N, K = (table[c].to_numpy(dtype=float)[dw] for c in ("kernel", "B", "M", "N", "K"))
+        per_group = np.maximum(np.round(K / kk**2), 1.0)
+        stride_one = table["elems"].to_numpy(dtype=float)[dw] <= 1.01 * B * M * N  # input no larger than output
+        lib = rules.depthwise_cudnn(precision, kk, stride_one, B * per_group, per_group)
+        code[dw] = np.where(kt.depthwise_wgrad(table)[dw], 7, 6) + 2 * lib
     t_c0 = table["flops"].to_numpy(dtype=float) / (peak * 1e6)
     t_m0 = table["bytes"].to_numpy(dtype=float) / (spec.mem_bandwidth_gbs * 1e3)
     B, M, N = (table[c].to_numpy(dtype=float) for c in ("B", "M", "N"))
@@ -221,11 +227,13 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     """Each kernel's time (us, once; multiply by ``scale`` for its repetitions)."""
     th = _theta(theta)
     c = np.array([th[0], th[1], th[2], th[3]])
-    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[5], th[5]])
+    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[5], th[5], th[5], th[5]])
     mat = d.code < 4
     cc = np.where(mat, c[np.minimum(d.code, 3)], 0.0)
-    if len(d.area):  # a depthwise convolution: its own CUDA-core efficiency, by kernel area; its weight gradient's
-        cc = np.where(d.code >= 6, th[19] + th[20] * np.log(d.area) + np.where(d.code == 7, th[21], 0.0), cc)
+    if len(d.area):  # depthwise: a CUDA-core efficiency per library and by kernel area; the weight gradient's
+        dw = np.where(d.code >= 8, th[22] + np.where(d.code == 9, th[23], 0.0),
+                      th[19] + np.where(d.code == 7, th[21], 0.0))
+        cc = np.where(d.code >= 6, dw + th[20] * np.log(d.area), cc)
     eff = np.exp(cc + th[12] * d.log_peak)
     # no GEMM or tensor-core convolution beats its unit's peak (CUDA-core convolutions may: Winograd and
     # FFT algorithms do fewer multiplications than the direct convolution's FLOPs)

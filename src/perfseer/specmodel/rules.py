@@ -22,7 +22,12 @@ generation and on the library defaults:
 - **Depthwise (thin-grouped) convolutions** run on the CUDA cores, never the tensor cores:
   PyTorch's direct ``conv_depthwise2d`` kernels (and cuDNN's depthwise ones) load 16-bit values
   and multiply-accumulate in FP32 (``acc_type``), so they reach at most the FP32 rate at every
-  precision (:func:`depthwise_peak`).
+  precision (:func:`depthwise_peak`).  PyTorch hands an FP16 depthwise convolution to cuDNN
+  only where its heuristic (``use_cudnn_depthwise``, cuDNN >= 8.2) expects cuDNN to be faster:
+  square 1x1, 3x3 or 5x5 kernels, at least 32 channels, stride 1 (stride 2 only at batch 1 or
+  with many channels); every other one (FP32, BF16, 7x7 and 9x9 kernels) runs PyTorch's own
+  direct kernels (:func:`depthwise_cudnn`).  A thin-grouped convolution that is not depthwise
+  (several input channels per group) is a cuDNN grouped convolution.
 
 :func:`matrix_peak`, :func:`vector_peak` and :func:`depthwise_peak` apply them; :func:`unit` names the unit.
 """
@@ -105,6 +110,18 @@ def depthwise_peak(spec, precision: str) -> float:
     if precision not in PRECISIONS:
         raise RuleError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
     return float(spec.peak_tflops["fp32"])
+
+
+def depthwise_cudnn(precision: str, kernel, stride_one, channels, in_per_group):
+    """Whether each depthwise (thin-grouped) convolution runs in cuDNN rather than PyTorch's own
+    direct kernels (the module docstring's rule, stride 2 taken as PyTorch's own kernels):
+    ``kernel`` its side, ``stride_one`` whether its stride is 1, ``channels`` its input channels,
+    ``in_per_group`` its input channels per group (1: depthwise)."""
+    import numpy as np  # deferred: the rest of the module is plain Python
+
+    k, ch, cg = (np.asarray(v, float) for v in (kernel, channels, in_per_group))
+    dw_cudnn = (precision == "fp16") & np.isin(k, (1.0, 3.0, 5.0)) & np.asarray(stride_one, bool) & (ch >= 32)
+    return (cg > 1.5) | (dw_cudnn & (cg < 1.5))
 
 
 def matrix_peak(spec, precision: str, family: str) -> float:
