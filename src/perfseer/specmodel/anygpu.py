@@ -30,9 +30,11 @@ cuDNN run it on the CUDA cores with a direct algorithm, so its ``t_c`` is its di
 MACs) at the FP32 CUDA-core peak at every precision (:func:`perfseer.specmodel.rules.depthwise_peak`)
 times ``e^{c_{dw}} (K / 9)^{k_{dw}}`` (``K`` its MACs per output element: the kernel area of a
 depthwise one) and, for its weight gradient (a per-weight sum over batch x pixels),
-``e^{c_{dw,w}}`` more; its input gradient costs as the forward.  ``c_{dw}`` and ``c_{dw,w}`` are
-two pairs: PyTorch's own direct kernels, and cuDNN's, which PyTorch picks for FP16 1x1 / 3x3 /
-5x5 ones (:func:`perfseer.specmodel.rules.depthwise_cudnn`).
+``e^{c_{dw,w}} (1 + r_0 \\, \\text{SMs} / \\text{weights})`` more (one block per weight: few
+weights per SM leave it idle); its input gradient costs as the forward.  ``c_{dw}`` and
+``c_{dw,w}`` are two pairs: PyTorch's own direct kernels (``c_{dw}`` more by ``c_{16}`` at 16
+bits), and cuDNN's, which PyTorch picks for FP16 1x1 / 3x3 / 5x5 ones
+(:func:`perfseer.specmodel.rules.depthwise_cudnn`).
 Eager PyTorch launches one kernel at a time: a kernel shorter than the host's launch cost ``h``
 leaves the GPU waiting for the next launch, so each kernel takes the smooth maximum of its GPU
 time and ``h``, and the step is their sum plus a per-step constant:
@@ -73,7 +75,8 @@ from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train", "c_dw", "dw_k", "c_dw_wgrad", "c_dw_cudnn", "c_dw_cudnn_wgrad")
+          "host_train", "step_train", "c_dw", "dw_k", "c_dw_wgrad", "c_dw_cudnn", "c_dw_cudnn_wgrad", "c_dw_half",
+          "dw_rows")
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
@@ -81,13 +84,14 @@ INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
         "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_dw": 1.0, "dw_k": 0.0,
-        "c_dw_wgrad": 0.5, "c_dw_cudnn": 1.0, "c_dw_cudnn_wgrad": 0.5}
+        "c_dw_wgrad": 0.5, "c_dw_cudnn": 1.0, "c_dw_cudnn_wgrad": 0.5, "c_dw_half": 0.0, "dw_rows": np.log(4.0)}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
           "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_dw": (-1.0, 6.0),
-          "dw_k": (-1.5, 1.5), "c_dw_wgrad": (-2.0, 5.0), "c_dw_cudnn": (-1.0, 6.0), "c_dw_cudnn_wgrad": (-2.0, 5.0)}
+          "dw_k": (-1.5, 1.5), "c_dw_wgrad": (-2.0, 5.0), "c_dw_cudnn": (-1.0, 6.0), "c_dw_cudnn_wgrad": (-2.0, 5.0),
+          "c_dw_half": (-3.0, 3.0), "dw_rows": (-6.0, 8.0)}
 FAM = {"gemm": 0, "conv": 1, "vec": 2, "ln": 3, "softmax": 3}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
@@ -105,7 +109,8 @@ class Design:
     t_m0: np.ndarray  # bytes / bandwidth, us
     occ: np.ndarray  # last-wave occupancy (1 for non-matrix kernels)
     code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise,
-    # 6 depthwise convolution in PyTorch's kernels (forward, input gradient), 7 its weight gradient, 8 and 9 in cuDNN
+    # 6 depthwise convolution in PyTorch's kernels (forward, input gradient), 7 its weight gradient, 8 and 9 in cuDNN,
+    # 10 and 11 in PyTorch's kernels at 16 bits
     backward: np.ndarray  # a backward-pass matrix kernel
     scale: np.ndarray  # times the kernel runs
     log_peak: np.ndarray  # log(unit peak / 100 TFLOP/s)
@@ -119,6 +124,7 @@ class Design:
     l2_fit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 / (1 + bytes / L2 size)
     pass_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # 0 forward, 1 backward, 2 optimizer
     area: np.ndarray = field(default_factory=lambda: np.zeros(0))  # a depthwise kernel's MACs per output / 9 (else 1)
+    par: np.ndarray = field(default_factory=lambda: np.zeros(0))  # a depthwise weight gradient's weights per SM (else 1e9)
 
 
 def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
@@ -145,7 +151,7 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
         per_group = np.maximum(np.round(K / kk**2), 1.0)
         stride_one = table["elems"].to_numpy(dtype=float)[dw] <= 1.01 * B * M * N  # input no larger than output
         lib = rules.depthwise_cudnn(precision, kk, stride_one, B * per_group, per_group)
-        code[dw] = np.where(kt.depthwise_wgrad(table)[dw], 7, 6) + 2 * lib
+        code[dw] = np.where(kt.depthwise_wgrad(table)[dw], 7, 6) + np.where(lib, 2, np.where(precision in ("fp16", "bf16"), 4, 0))
     t_c0 = table["flops"].to_numpy(dtype=float) / (peak * 1e6)
     t_m0 = table["bytes"].to_numpy(dtype=float) / (spec.mem_bandwidth_gbs * 1e3)
     B, M, N = (table[c].to_numpy(dtype=float) for c in ("B", "M", "N"))
@@ -163,7 +169,8 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
             "dim_n": np.where(mat, np.maximum(np.minimum(M, N), 1.0), 1e9),
             "dim_k": np.where(mat, np.maximum(K, 1.0), 1e9),
             "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0)),
-            "area": np.where(dw, np.maximum(K, 1.0) / 9.0, 1.0)}
+            "area": np.where(dw, np.maximum(K, 1.0) / 9.0, 1.0),
+            "par": np.where(np.isin(code, (7, 9, 11)), np.maximum(table["rows"].to_numpy(dtype=float), 1.0) / sms, 1e9)}
 
 
 def _merge_repeats(d: dict) -> dict:
@@ -171,7 +178,7 @@ def _merge_repeats(d: dict) -> dict:
     time is unchanged and fitting evaluates fewer rows."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
                     d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float),
-                    d["area"]], axis=1)
+                    d["area"], d["par"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
@@ -179,7 +186,7 @@ def _merge_repeats(d: dict) -> dict:
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
             "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
             "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8],
-            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64), "area": uniq[:, 11]}
+            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64), "area": uniq[:, 11], "par": uniq[:, 12]}
 
 
 def design(items, settings=None) -> Design:
@@ -205,7 +212,7 @@ def design(items, settings=None) -> Design:
 
 
 KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k", "l2_fit",
-                 "pass_code", "area")
+                 "pass_code", "area", "par")
 
 
 def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> Design:
@@ -227,13 +234,13 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     """Each kernel's time (us, once; multiply by ``scale`` for its repetitions)."""
     th = _theta(theta)
     c = np.array([th[0], th[1], th[2], th[3]])
-    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[5], th[5], th[5], th[5]])
+    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6]] + [th[5]] * 6)
     mat = d.code < 4
     cc = np.where(mat, c[np.minimum(d.code, 3)], 0.0)
     if len(d.area):  # depthwise: a CUDA-core efficiency per library and by kernel area; the weight gradient's
-        dw = np.where(d.code >= 8, th[22] + np.where(d.code == 9, th[23], 0.0),
-                      th[19] + np.where(d.code == 7, th[21], 0.0))
-        cc = np.where(d.code >= 6, dw + th[20] * np.log(d.area), cc)
+        # codes 6-11: PyTorch's (forward, weight gradient), cuDNN's, PyTorch's at 16 bits
+        c_dw = np.array([th[19], th[19] + th[21], th[22], th[22] + th[23], th[19] + th[24], th[19] + th[24] + th[21]])
+        cc = np.where(d.code >= 6, c_dw[np.clip(d.code - 6, 0, 5)] + th[20] * np.log(d.area), cc)
     eff = np.exp(cc + th[12] * d.log_peak)
     # no GEMM or tensor-core convolution beats its unit's peak (CUDA-core convolutions may: Winograd and
     # FFT algorithms do fewer multiplications than the direct convolution's FLOPs)
@@ -241,6 +248,8 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     tc = d.t_c0 * eff * np.where(mat, d.occ ** (-th[7]), 1.0) \
         * np.where(d.backward, np.exp(th[10]), 1.0)
     tc = tc * (1.0 + np.exp(th[14]) / d.dim_n) * (1.0 + np.exp(th[15]) / d.dim_k)
+    if len(d.par):  # a depthwise weight gradient sums each weight in one block: few weights per SM idle the GPU
+        tc = tc * (1.0 + np.exp(th[25]) / d.par)
     tm = d.t_m0 * np.exp(m[d.code] + th[13] * d.log_bw)
     if len(d.l2_fit):  # a kernel whose bytes fit in L2 reads what the previous kernel left there
         tm = tm * np.exp(th[16] * d.l2_fit)
