@@ -59,6 +59,8 @@ def attention_groups(x: np.ndarray, op_types, edge_index: np.ndarray | None) -> 
     ops = np.asarray(list(op_types), dtype=object)
     n = len(ops)
     group = np.zeros(n, dtype=np.int64)
+    if not np.isin(ops, ["Softmax", "Attention"]).any():  # a CNN: no attention to look for
+        return group
     col = lambda name: x[:, _I[name]].astype(float)  # noqa: E731
     macs, wb = col("macs"), col("weight_bytes")
     mm_m, kin, nout = col("mm_m"), col("in_features"), col("out_features")
