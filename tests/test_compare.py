@@ -148,3 +148,88 @@ def test_at_batch_rebinds_once_and_matches_with_batch():
     for b in range(2, 40):
         pg.at_batch(b)
     assert len(pg._rebound) <= 16 and pg.at_batch(39).batch_size == 39
+
+
+def test_warm_process_answers_a_comparison_as_this_process_does():
+    """``perfseer compare`` hands its question to the warm process (op ``compare``): the same rows."""
+    import inspect
+    import os
+
+    from perfseer.cli import warm
+
+    assert set(warm.COMPARE_KEYS) <= set(inspect.signature(perfseer.compare).parameters)
+    kwargs = {"model": "example:resnet18", "batch": 2, "devices": GPUS, "precision": "fp32", "memory": False}
+    reply = warm._answer({"op": "compare", "protocol": warm.PROTOCOL, "cwd": os.getcwd(), "kwargs": kwargs})
+    assert reply["ok"], reply
+    here = perfseer.compare("example:resnet18", batch=2, devices=GPUS, precision="fp32", memory=False)
+    assert json.loads(json.dumps(reply["rows"], default=warm._plain)) == json.loads(json.dumps(here, default=warm._plain))
+    bad = warm._answer({"op": "compare", "protocol": warm.PROTOCOL, "cwd": os.getcwd(),
+                        "kwargs": dict(kwargs, batch=0)})
+    assert not bad["ok"] and "batch must be" in bad["refused"]["problem"]
+    odd = warm._answer({"op": "compare", "protocol": warm.PROTOCOL, "cwd": os.getcwd(),
+                        "kwargs": dict(kwargs, device="t4")})  # predict's name, not compare's
+    assert not odd["ok"] and "unknown arguments" in odd["failed"]
+
+
+def test_a_simulated_step_is_kept_for_the_next_comparison(monkeypatch, tmp_path):
+    import types
+
+    import perfseer.memory.api as mapi
+
+    calls = []
+
+    def fake(model, **kw):
+        calls.append((model, kw["batch"]))
+        return types.SimpleNamespace(total=3 * 2**30, basis="simulated")
+
+    monkeypatch.setattr(mapi, "memory", fake)
+    monkeypatch.setattr(comparison, "_MEMORY_KEPT", comparison.OrderedDict())
+    args = ("train", "amp-fp16", "adamw", None)
+    assert comparison._memory("timm:resnet50", 8, *args) == (3 * 2**30, "simulated")
+    assert comparison._memory("timm:resnet50", 8, *args) == (3 * 2**30, "simulated")
+    assert comparison._memory("timm:resnet50", 16, *args)[0] == 3 * 2**30
+    assert calls == [("timm:resnet50", 8), ("timm:resnet50", 16)]
+    f = tmp_path / "m.onnx"  # a file: kept with its size and time, so a changed file is simulated again
+    f.write_bytes(b"x")
+    comparison._memory(str(f), 1, *args)
+    os_stat = f.stat()
+    f.write_bytes(b"xy")
+    import os
+
+    os.utime(f, ns=(os_stat.st_atime_ns, os_stat.st_mtime_ns + 10**9))
+    comparison._memory(str(f), 1, *args)
+    assert calls[-2:] == [(str(f), 1), (str(f), 1)]
+
+
+def test_any_gpu_rows_are_the_same_from_the_per_graph_caches():
+    """A comparison composes each graph once for every GPU (kernel table, autocast and fused
+    attention, route cell, columns): a warm answer is the cold one."""
+    from perfseer.runtime.spec import load_spec_model
+
+    sm = load_spec_model()
+    pg = perfseer.extract("example:resnet18", batch=4)
+    kw = {"batch": [2, 4], "phase": "train", "precision": "fp16", "cell_precision": "amp"}
+    sm.clear_cache()
+    cold = sm.predict(pg, device="h100-sxm", **kw)
+    assert [r["basis_kind"] for r in cold] == ["anygpu", "anygpu"]
+    sm.predict(pg, device="l4", **kw)
+    assert sm.predict(pg, device="h100-sxm", **kw) == cold
+    assert len(sm._prepared) == 2 and len(sm._cells) == 2  # one per batch size, shared by the GPUs
+
+
+def test_trust_reasons_ask_for_kernel_times_only_where_a_kernel_is_approximate():
+    import numpy as np
+    import pandas as pd
+
+    from perfseer.features import schema
+    from perfseer.specmodel.trust import op_reasons
+
+    x = np.zeros((2, len(schema.NODE_FEATURES)))
+    table = pd.DataFrame({"family": ["gemm", "vec"], "node": [0, 1], "op": ["MatMul", "Relu"]})
+
+    def needed():
+        raise AssertionError("kernel times asked although no kernel is approximate")
+
+    assert op_reasons(table, needed, x, ["MatMul", "Relu"], {}) == []
+    slow = op_reasons(table, lambda: np.array([1.0, 9.0]), x, ["MatMul", "MaxPool"], {})
+    assert slow and "90 % of the predicted step" in slow[0] and "MaxPool" in slow[0]

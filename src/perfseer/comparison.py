@@ -16,7 +16,9 @@ A GPU the step does not fit in is listed, with its time, but marked and ranked a
 
 from __future__ import annotations
 
+import os
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from perfseer.devices import get_device, list_devices
@@ -81,16 +83,42 @@ def _devices(devices) -> list:
     return out
 
 
+_MEMORY_KEPT: OrderedDict = OrderedDict()  # the last simulated steps (a warm process compares one model again)
+
+
+def _memory_key(model, batch, phase, precision, optimizer, input_shape):
+    """The key of a simulated step: a model named by a string (a zoo name, or a file with its size
+    and time), the step's settings; ``None`` for a model object (not kept)."""
+    if not isinstance(model, str):
+        return None
+    try:
+        st = os.stat(model)
+        stamp = (st.st_size, st.st_mtime_ns)
+    except (OSError, ValueError):
+        stamp = None
+    shape = tuple(input_shape) if input_shape is not None else None
+    return (model, stamp, batch, phase, precision, optimizer, shape)
+
+
 def _memory(model, batch, phase, precision, optimizer, input_shape) -> tuple[float | None, str]:
-    """Simulated device memory of the step (bytes) and its basis, or ``(None, reason)``."""
+    """Simulated device memory of the step (bytes) and its basis, or ``(None, reason)``; the last
+    few simulated steps are kept (:func:`_memory_key`)."""
+    key = _memory_key(model, batch, phase, precision, optimizer, input_shape)
+    if key is not None and key in _MEMORY_KEPT:
+        return _MEMORY_KEPT[key]
     from perfseer.memory.api import memory  # deferred: loads torch
 
     try:
         est = memory(model, batch=batch, phase=phase, optimizer=optimizer if phase == "train" else None,
                      precision=_MEMORY_PRECISION.get(precision or "fp32", "fp32"), input_shape=input_shape)
+        out = (float(est.total), est.basis)
     except PerfseerError as e:
-        return None, f"memory not estimated: {e}"
-    return float(est.total), est.basis
+        return None, f"memory not estimated: {e}"  # not kept: a time limit or a file may change
+    if key is not None:
+        _MEMORY_KEPT[key] = out
+        while len(_MEMORY_KEPT) > 16:
+            _MEMORY_KEPT.popitem(last=False)
+    return out
 
 
 def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence[str] | None = None,

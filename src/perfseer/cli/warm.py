@@ -1,5 +1,6 @@
-"""A warm process that ``perfseer predict`` hands its question to, so that a second call does not
-import torch and PyTorch Geometric or load the cards again.
+"""A warm process that ``perfseer predict`` and ``perfseer compare`` hand their question to, so that
+a second call does not import torch and PyTorch Geometric or load the cards again (and a comparison
+asked again, at another precision or phase, reuses the model's graph and simulated memory).
 
 A ``perfseer predict`` call first asks a warm process of the same installation and environment
 (a Unix socket in a private folder).  Without one, it answers in its own process as before and
@@ -46,6 +47,9 @@ PREDICT_KEYS = ("model", "device", "predictor", "batch", "phase", "precision", "
                 # several GPUs (perfseer.cli.several.parallel_kwargs)
                 "gpus", "parallel", "tp", "pp", "dp", "microbatches", "schedule", "sequence_parallel", "nodes",
                 "node", "interconnect")
+# what perfseer.compare takes from the command line
+COMPARE_KEYS = ("model", "batch", "phase", "devices", "precision", "optimizer", "input_shape", "seq_len", "memory",
+                "energy", "power_limit_w", "rank_by")
 
 
 def enabled() -> bool:
@@ -185,12 +189,21 @@ def predict_rows(kwargs: dict) -> tuple[list[dict], list[str]]:
     Raises:
         PerfseerError: the question was refused (by either).
     """
+    return _rows("predict", kwargs)
+
+
+def compare_rows(kwargs: dict) -> tuple[list[dict], list[str]]:
+    """``perfseer.compare(**kwargs)``'s rows and the warnings it gave, as :func:`predict_rows`."""
+    return _rows("compare", kwargs)
+
+
+def _rows(op: str, kwargs: dict) -> tuple[list[dict], list[str]]:
     k = paths = None
     if enabled():
         k = key()
         paths = _paths(k)
         if _private(paths["socket"].parent):
-            request = {"op": "predict", "protocol": PROTOCOL, "cwd": os.getcwd(), "kwargs": kwargs}
+            request = {"op": op, "protocol": PROTOCOL, "cwd": os.getcwd(), "kwargs": kwargs}
             reply = _ask(paths["socket"], request)
             deadline = time.monotonic() + STARTUP_WAIT_S
             while reply is None and _starting(paths) and time.monotonic() < deadline:
@@ -204,27 +217,31 @@ def predict_rows(kwargs: dict) -> tuple[list[dict], list[str]]:
                 paths = None  # it answered but failed: answer here, and leave it be
         else:
             paths = None
-    rows, warned = local_rows(kwargs)
+    rows, warned = local_rows(kwargs, op)
     if paths is not None:
         start(paths)
     return rows, warned
 
 
-def local_rows(kwargs: dict) -> tuple[list[dict], list[str]]:
-    """``perfseer.predict(**kwargs)`` in this process: its rows and the warnings it gave."""
+def local_rows(kwargs: dict, op: str = "predict") -> tuple[list[dict], list[str]]:
+    """``perfseer.predict(**kwargs)`` (``op="compare"``: ``perfseer.compare``) in this process:
+    its rows and the warnings it gave."""
     import warnings
 
-    from perfseer.api import predict  # deferred: loads onnx, pandas
     from perfseer.runtime.predictor import UnseenOperatorWarning  # deferred: keeps --help fast
 
+    if op == "compare":
+        from perfseer.comparison import compare as answer  # deferred: loads the runtime
+    else:
+        from perfseer.api import predict as answer  # deferred: loads onnx, pandas
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnseenOperatorWarning)
-        rows = predict(**_arguments(kwargs))
+        rows = answer(**_arguments(kwargs, COMPARE_KEYS if op == "compare" else PREDICT_KEYS))
     return rows, [str(w.message) for w in caught]
 
 
-def _arguments(kwargs: dict) -> dict:
-    unknown = set(kwargs) - set(PREDICT_KEYS)
+def _arguments(kwargs: dict, allowed=PREDICT_KEYS) -> dict:
+    unknown = set(kwargs) - set(allowed)
     if unknown:
         raise ValueError(f"unknown arguments {sorted(unknown)}")
     out = dict(kwargs)
@@ -282,11 +299,11 @@ def _answer(request: dict) -> dict:
     """The reply to one question (never raises)."""
     if request.get("protocol") != PROTOCOL:
         return {"ok": False, "failed": "another protocol"}
-    if request.get("op") != "predict":
+    if request.get("op") not in ("predict", "compare"):
         return {"ok": False, "failed": f"unknown op {request.get('op')!r}"}
     try:
         os.chdir(request["cwd"])
-        rows, warned = local_rows(request["kwargs"])
+        rows, warned = local_rows(request["kwargs"], request["op"])
     except PerfseerError as e:
         return {"ok": False, "refused": {"problem": e.problem, "fix": e.fix}}
     except Exception as e:  # a bug, or something this process cannot do: the caller answers itself
@@ -392,9 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m perfseer.cli.warm",
-                                 description="The warm process of perfseer predict (see the module's doc).")
+                                 description="The warm process of perfseer predict and compare (see the module's doc).")
     sub = ap.add_subparsers(dest="what", required=True)
-    s = sub.add_parser("serve", help="answer on a socket (started by perfseer predict)")
+    s = sub.add_parser("serve", help="answer on a socket (started by perfseer predict or compare)")
     s.add_argument("--socket", required=True, type=Path)
     s.add_argument("--idle", type=float, default=None, help=f"seconds (default ${IDLE_ENV} or {DEFAULT_IDLE_S:g})")
     sub.add_parser("stop", help="stop the warm process of this environment")

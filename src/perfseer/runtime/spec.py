@@ -97,6 +97,9 @@ class SpecModel:
         self._tables: OrderedDict = OrderedDict()  # graph key -> kernel table (:meth:`_kernels_and_us`)
         self._us: OrderedDict = OrderedDict()  # (graph key, device spec) -> kernel µs
         self._autocast: OrderedDict = OrderedDict()  # graph key -> its kernel table with autocast's casts
+        self._prepared: OrderedDict = OrderedDict()  # (graph key, autocast, fused) -> the any-GPU model's table
+        self._columns: OrderedDict = OrderedDict()  # graph key -> its kernel table's columns as arrays
+        self._cells: OrderedDict = OrderedDict()  # (graph key, phase, precision) -> its route cell
 
     def graph_latency(self, x: np.ndarray, op_types, spec, phase: str = "infer", precision: str = "fp32",
                       params: float = 0.0, optimizer: str = "adamw", calibrate: bool = True,
@@ -140,6 +143,9 @@ class SpecModel:
         self._tables.clear()
         self._us.clear()
         self._autocast.clear()
+        self._prepared.clear()
+        self._columns.clear()
+        self._cells.clear()
 
     def autocast_table(self, gkey, table):
         """``table`` (the kernels of the graph keyed ``gkey``) with autocast's casts
@@ -153,30 +159,61 @@ class SpecModel:
             _remember(self._autocast, gkey, hit)
         return hit
 
-    def _kernels_and_us(self, x, op_types, spec, phase, precision, params, optimizer, edge_index, dropout):
-        """The step's kernel table and each kernel's predicted µs, from a small cache keyed by the
-        graph's content (node features, operators, edges), the step's settings and the device's
-        spec: a warm repeated call (a sweep over devices or a service answering the same model)
-        composes and runs the kernel networks once.  Returns copies (callers may modify them) and
-        the graph key."""
+    def _table(self, x, op_types, phase, precision, params, optimizer, edge_index, dropout):
+        """The step's kernel table (kept, not copied: callers must not modify it) and its graph key
+        (the graph's content, the step's settings), composed once per key."""
         gkey = (_digest(x, op_types, edge_index, dropout), phase, precision, optimizer, float(params))
         table = self._tables.get(gkey)
         if table is None:
             table = step_kernels(x, op_types, phase=phase, precision=precision, optimizer=optimizer, params=params,
                                  edge_index=edge_index, dropout=dropout)
             _remember(self._tables, gkey, table)
+        return table, gkey
+
+    def _kernel_us(self, table, gkey, spec, precision) -> np.ndarray:
+        """The kernel networks' µs of each kernel of ``table`` on ``spec`` (kept per graph key and
+        device, not copied)."""
         ukey = (gkey, repr(spec))
         us = self._us.get(ukey)
         if us is None:
             if len(table):
-                cols = {k: v for k, v in kt.columns(table).items() if k not in ("node", "op", "pass")}
+                cols = self._columns.get(gkey)
+                if cols is None:  # the table's columns as arrays, read once per graph for every device
+                    cols = {k: v for k, v in kt.columns(table).items() if k not in ("node", "op", "pass")}
+                    _remember(self._columns, gkey, cols)
                 dev = kt.device_frame([spec] * len(table), [precision] * len(table), cols["family"], frame=False)
                 with limited(1):  # one graph's kernels: small products, one thread (runtime.threads)
                     us = self.kernels.predict(cols, dev)
             else:
                 us = np.zeros(0)
             _remember(self._us, ukey, us)
+        return us
+
+    def _kernels_and_us(self, x, op_types, spec, phase, precision, params, optimizer, edge_index, dropout):
+        """The step's kernel table and each kernel's predicted µs, from a small cache keyed by the
+        graph's content (node features, operators, edges), the step's settings and the device's
+        spec: a warm repeated call (a sweep over devices or a service answering the same model)
+        composes and runs the kernel networks once.  Returns copies (callers may modify them) and
+        the graph key."""
+        table, gkey = self._table(x, op_types, phase, precision, params, optimizer, edge_index, dropout)
+        us = self._kernel_us(table, gkey, spec, precision)
         return table.copy(), us.copy(), gkey
+
+    def anygpu_table(self, gkey, table, autocast: bool, fused: bool):
+        """``table`` (the kernels of the graph keyed ``gkey``) as the any-GPU model composes it
+        (:func:`perfseer.specmodel.anygpu.design`): autocast's casts where ``autocast`` (they
+        touch no attention), each attention fused into one kernel where ``fused``; composed once
+        per graph, since a comparison asks the same step on every GPU."""
+        from perfseer.specmodel.attention import fuse_attention
+
+        key = (gkey, bool(autocast), bool(fused))
+        hit = self._prepared.get(key)
+        if hit is None:
+            hit = self.autocast_table(gkey, table) if autocast else table
+            if fused:
+                hit = fuse_attention(hit)
+            _remember(self._prepared, key, hit)
+        return hit
 
     def predict(self, model, batch: int | Sequence[int] = 1, device: str = "h100-sxm", phase: str = "infer",
                 precision: str = "fp32", input_shape=None, dims=None, optimizer: str = "adamw",
@@ -207,12 +244,23 @@ class SpecModel:
         out = []
         for b in batches:
             g = pg.at_batch(int(b))
+            table, gkey = self._table(g.x, g.op_types, phase, precision, float(g.params), optimizer, g.edge_index,
+                                      g.dropout_elements)
+            ckey = (gkey, phase, cell_precision or _cell_precision(precision))
+            cell = self._cells.get(ckey)
+            if cell is None:
+                cell = route_cell(table, *ckey[1:])
+                _remember(self._cells, ckey, cell)
+            choice = route_choice(cell) if use_route else None
+            if choice in ("anygpu", "roofline"):  # the kernel networks run only where the trust reasons need them
+                out.append(self._routed_row(choice, name, b, spec, phase, precision, cell, table, gkey,
+                                            lambda t=table, k=gkey: self._kernel_us(t, k, spec, precision), g))
+                continue
             r = self.graph_latency(g.x, g.op_types, spec, phase=phase, precision=precision, params=float(g.params),
                                    optimizer=optimizer, edge_index=g.edge_index, dropout=g.dropout_elements)
-            cell = route_cell(r["kernel_table"], phase, cell_precision or _cell_precision(precision))
-            choice = route_choice(cell) if use_route else None
-            if choice in ("anygpu", "roofline", "blend"):
-                out.append(self._routed_row(choice, name, b, spec, phase, precision, cell, r, g))
+            if choice == "blend":
+                out.append(self._routed_row(choice, name, b, spec, phase, precision, cell, r["kernel_table"],
+                                            r["graph_key"], r["kernel_us"], g))
                 continue
             trust = assess_row(r["latency_ms"], spec, precision, phase, r["calibrated"], self.card,
                                r["kernel_table"], r["kernel_us"], g.x, g.op_types, g.u)
@@ -223,18 +271,21 @@ class SpecModel:
                  "kernels": r["kernels"], "unseen_ops": []}))
         return out
 
-    def _routed_row(self, choice, name, b, spec, phase, precision, cell, r, g) -> dict:
-        """A row answered by the any-GPU operator model or the roofline (the route's choice for ``cell``)."""
+    def _routed_row(self, choice, name, b, spec, phase, precision, cell, table, gkey, us, g) -> dict:
+        """A row answered by the any-GPU operator model or the roofline (the route's choice for
+        ``cell``); ``us``: the kernel networks' µs of ``table``'s kernels, or a function giving them
+        (the trust reasons call it only where they need it)."""
         m = load_anygpu()
-        table = r["kernel_table"]
-        # an AMP cell: autocast's casts in the step (composed once per graph, as step_ms(autocast=True) would)
-        step = (self.autocast_table(r["graph_key"], table)
-                if cell.endswith("/amp") and precision in ("fp16", "bf16") else table)
+        # as step_ms(autocast=...) composes it: attention fused as the card's setting runs it, and in an
+        # AMP cell autocast's casts; composed once per graph for every GPU of a comparison
+        step = self.anygpu_table(gkey, table, cell.endswith("/amp") and precision in ("fp16", "bf16"),
+                                 m.fused_attention)
         if choice == "anygpu":
-            ms = m.step_ms(step, spec, precision)["latency_ms"]
+            ms = m.step_ms(step, spec, precision, fused_attention=False)["latency_ms"]
             q = m.interval_q(*cell.split("/"))
         elif choice == "blend":  # the geometric mean of the any-GPU model and the kernel networks (uncalibrated)
-            ms = math.sqrt(m.step_ms(step, spec, precision)["latency_ms"] * float(r["kernel_us"].sum()) / 1000)
+            ms = math.sqrt(m.step_ms(step, spec, precision, fused_attention=False)["latency_ms"]
+                           * float(np.asarray(us).sum()) / 1000)
             q = ((m.card.get("intervals_by_basis") or {}).get(cell) or {}).get("blend")
         else:
             dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
@@ -244,8 +295,7 @@ class SpecModel:
         card = {"domain": _anygpu_domain(m),
                 "intervals": {interval_kind(precision, phase, False): {"q": q}} if q is not None else {},
                 "ood_factor": 2.0}
-        trust = assess_row(ms, spec, precision, phase, False, card, r["kernel_table"], r["kernel_us"], g.x, g.op_types,
-                           g.u)
+        trust = assess_row(ms, spec, precision, phase, False, card, table, us, g.x, g.op_types, g.u)
         v = (m.card.get("route") or {}).get(cell, {}).get("validation_mape") or {}
         score = ("; chosen for " + cell + " on leave-one-GPU-out: "
                  + ", ".join(f"{k} {x:.1f} %" for k, x in v.items() if x is not None) if v else "")
@@ -261,7 +311,7 @@ class SpecModel:
              "phase": phase, "precision": precision, **trust,
              "basis": f"spec model by the route facts: {what}; {spec.name} from its spec sheet, {precision}, "
                       f"{seen}{score})",
-             "basis_kind": choice, "basis_seen": measured, "kernels": r["kernels"], "unseen_ops": []})
+             "basis_kind": choice, "basis_seen": measured, "kernels": len(table), "unseen_ops": []})
 
     def answer(self, pg, batches: Sequence[int], options, graphs=None, family=None) -> list[dict]:
         """:class:`~perfseer.runtime.answer.Answerer`: :meth:`predict` of ``pg`` on ``options.device``

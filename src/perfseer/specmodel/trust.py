@@ -107,7 +107,8 @@ def precision_reasons(precision: str, domain: dict) -> list[str]:
 def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, domain: dict) -> list[str]:
     """Reasons from the operators: compute operators costed as memory passes, and the share of the
     step in operators no kernel family covers.  ``table``/``us``: the step's kernels and their
-    predicted µs (:func:`perfseer.specmodel.compose.step_kernels`)."""
+    predicted µs (:func:`perfseer.specmodel.compose.step_kernels`), or a function giving them
+    (called only where some kernel is costed approximately)."""
     if not len(table):
         return []
     ops = np.asarray(list(op_types), dtype=object)
@@ -126,6 +127,9 @@ def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, dom
     approx = real & ~np.isin(op, list(family_ops))
     dw = vec & np.isin(op, ["Conv", "ConvTranspose"])  # depthwise-like convolutions fall to vec
     approx |= dw
+    if not approx.any():
+        return out
+    us = _values(us)
     total = float(us.sum())
     share = float(us[approx].sum()) / total if total > 0 else 0.0
     lim = float(domain.get("max_approx_share", MAX_APPROX_SHARE))
@@ -137,13 +141,21 @@ def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, dom
     return out
 
 
+def _values(us) -> np.ndarray:
+    """``us``, or what it gives where it is a function (the kernel predictions, computed on demand)."""
+    return np.asarray(us() if callable(us) else us, dtype=float)
+
+
 def calibration_reasons(table: pd.DataFrame, us: np.ndarray, cal: dict, kind: str, lim: float) -> list[str]:
     """A reason when more than ``lim`` of the predicted step is in kernel families the interval's
     calibration runs did not contain (``families`` of the card's interval: NeuSight's transformers
     have no convolution)."""
     fams = cal.get("families")
+    if not fams:
+        return []
+    us = _values(us)
     total = float(us.sum()) if len(us) else 0.0
-    if not fams or total <= 0:
+    if total <= 0:
         return []
     other = ~np.isin(table["family"].to_numpy(), list(fams))
     share = float(us[other].sum()) / total
@@ -162,8 +174,9 @@ def interval_kind(precision: str, phase: str, calibrated: bool) -> str:
 
 
 def assess_row(value: float, spec, precision: str, phase: str, calibrated: bool, card: dict,
-               table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, u: np.ndarray) -> dict:
-    """``{"value", "interval", "in_domain", "domain_reasons", "flags"}`` of one spec-model row."""
+               table: pd.DataFrame, us, x: np.ndarray, op_types, u: np.ndarray) -> dict:
+    """``{"value", "interval", "in_domain", "domain_reasons", "flags"}`` of one spec-model row
+    (``us``: the kernels' predicted µs, or a function giving them, :func:`op_reasons`)."""
 
     domain = card.get("domain")
     kind = interval_kind(precision, phase, calibrated)
