@@ -233,3 +233,26 @@ def test_trust_reasons_ask_for_kernel_times_only_where_a_kernel_is_approximate()
     assert op_reasons(table, needed, x, ["MatMul", "Relu"], {}) == []
     slow = op_reasons(table, lambda: np.array([1.0, 9.0]), x, ["MatMul", "MaxPool"], {})
     assert slow and "90 % of the predicted step" in slow[0] and "MaxPool" in slow[0]
+
+
+def test_kernel_times_predicted_for_every_expected_gpu_at_once_are_each_gpus_own():
+    import numpy as np
+
+    from perfseer.runtime.spec import load_spec_model
+
+    sm = load_spec_model()
+    pg = perfseer.extract("example:resnet18", batch=4)
+    specs = [get_device(n) for n in ("h100-sxm", "l4", "t4", "a10g")]
+    args = (pg.x, pg.op_types, "train", "fp16", float(pg.params), "adamw", pg.edge_index, pg.dropout_elements)
+    sm.clear_cache()
+    table, gkey = sm._table(*args)
+    alone = [sm._kernel_us(table, gkey, s, "fp16").copy() for s in specs]
+    sm.clear_cache()
+    table, gkey = sm._table(*args)
+    with sm.expecting(specs + [get_device("i9-10940x")]):  # a CPU among them is left out
+        first = sm._kernel_us(table, gkey, specs[1], "fp16")
+        assert len(sm._us) == len(specs)  # one pass filled every GPU's entry
+    np.testing.assert_allclose(first, alone[1], rtol=1e-5)
+    for s, a in zip(specs, alone):
+        np.testing.assert_allclose(sm._kernel_us(table, gkey, s, "fp16"), a, rtol=1e-5)
+    assert sm._expected == ()

@@ -20,6 +20,7 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 from perfseer.devices import get_device, list_devices
 from perfseer.errors import PerfseerError
@@ -167,8 +168,19 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
         raise CompareError("ranking by energy needs the energy prediction", "add --energy (energy=True)")
     specs = _devices(devices)
     extra = {"energy": True, "power_limit_w": power_limit_w} if energy else {}
-    rows = (_predict or predict)(model, device=[s.name for s in specs], batch=batch, phase=phase, precision=precision,
-                   input_shape=input_shape, seq_len=seq_len, **extra)
+    if _predict is None:
+        from perfseer.runtime.spec import load_spec_model
+
+        try:  # the spec model predicts a graph's kernels for every GPU at once
+            ahead = load_spec_model().expecting(specs)
+        except PerfseerError:
+            ahead = nullcontext()
+        with ahead:
+            rows = predict(model, device=[s.name for s in specs], batch=batch, phase=phase, precision=precision,
+                           input_shape=input_shape, seq_len=seq_len, **extra)
+    else:
+        rows = _predict(model, device=[s.name for s in specs], batch=batch, phase=phase, precision=precision,
+                        input_shape=input_shape, seq_len=seq_len, **extra)
     lat = {r["device"]: r for r in rows if r.get("metric", "latency_ms") == "latency_ms"}
     used_precision = next((r.get("precision") for r in lat.values() if r.get("precision")), precision)
     mem_bytes, mem_basis = (None, "not asked")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
+from contextlib import contextmanager
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def calibration_features(table, pred_us: np.ndarray) -> np.ndarray:
     return np.array([1.0, np.log10(total / 1000), np.log10(max(len(table), 1)), mm / total])
 
 
-CACHE_SIZE = 64  # kernel tables (and, separately, per-device kernel predictions) a SpecModel keeps
+CACHE_SIZE = 64  # kernel tables (and the other per-graph compositions) a SpecModel keeps
+US_CACHE_SIZE = 1024  # per-(graph, GPU) kernel predictions: a comparison's ~7 batch sizes on every GPU
 
 
 def _digest(x, op_types, edge_index, dropout) -> bytes:
@@ -75,9 +77,9 @@ def _digest(x, op_types, edge_index, dropout) -> bytes:
     return h.digest()
 
 
-def _remember(cache: OrderedDict, key, value) -> None:
+def _remember(cache: OrderedDict, key, value, size: int = CACHE_SIZE) -> None:
     cache[key] = value
-    while len(cache) > CACHE_SIZE:
+    while len(cache) > size:
         cache.popitem(last=False)
 
 
@@ -97,6 +99,7 @@ class SpecModel:
         self._tables: OrderedDict = OrderedDict()  # graph key -> kernel table (:meth:`_kernels_and_us`)
         self._us: OrderedDict = OrderedDict()  # (graph key, device spec) -> kernel µs
         self._autocast: OrderedDict = OrderedDict()  # graph key -> its kernel table with autocast's casts
+        self._expected: tuple = ()  # GPUs a comparison asks next (:meth:`expecting`)
         self._prepared: OrderedDict = OrderedDict()  # (graph key, autocast, fused) -> the any-GPU model's table
         self._columns: OrderedDict = OrderedDict()  # graph key -> its kernel table's columns as arrays
         self._cells: OrderedDict = OrderedDict()  # (graph key, phase, precision) -> its route cell
@@ -170,23 +173,42 @@ class SpecModel:
             _remember(self._tables, gkey, table)
         return table, gkey
 
+    @contextmanager
+    def expecting(self, specs):
+        """Within the block, a graph's kernels missing on one GPU are predicted for every GPU of
+        ``specs`` at once (one pass of the kernel networks instead of one per GPU): what a
+        comparison of many GPUs asks next."""
+        before = self._expected
+        self._expected = tuple({repr(s): s for s in specs if s.kind == "gpu"}.items())
+        try:
+            yield self
+        finally:
+            self._expected = before
+
     def _kernel_us(self, table, gkey, spec, precision) -> np.ndarray:
         """The kernel networks' µs of each kernel of ``table`` on ``spec`` (kept per graph key and
-        device, not copied)."""
+        device, not copied; with the GPUs :meth:`expecting` names, predicted for them too)."""
         ukey = (gkey, repr(spec))
         us = self._us.get(ukey)
         if us is None:
-            if len(table):
-                cols = self._columns.get(gkey)
-                if cols is None:  # the table's columns as arrays, read once per graph for every device
-                    cols = {k: v for k, v in kt.columns(table).items() if k not in ("node", "op", "pass")}
-                    _remember(self._columns, gkey, cols)
-                dev = kt.device_frame([spec] * len(table), [precision] * len(table), cols["family"], frame=False)
-                with limited(1):  # one graph's kernels: small products, one thread (runtime.threads)
-                    us = self.kernels.predict(cols, dev)
-            else:
-                us = np.zeros(0)
-            _remember(self._us, ukey, us)
+            if not len(table):
+                _remember(self._us, ukey, np.zeros(0), US_CACHE_SIZE)
+                return self._us[ukey]
+            cols = self._columns.get(gkey)
+            if cols is None:  # the table's columns as arrays, read once per graph for every device
+                cols = {k: v for k, v in kt.columns(table).items() if k not in ("node", "op", "pass")}
+                _remember(self._columns, gkey, cols)
+            group = [(ukey[1], spec)] + [(r, s) for r, s in self._expected
+                                         if r != ukey[1] and (gkey, r) not in self._us]
+            n = len(table)
+            many = {k: np.tile(v, len(group)) for k, v in cols.items()} if len(group) > 1 else cols
+            dev = kt.device_frame([s for _, s in group for _ in range(n)], [precision] * (n * len(group)),
+                                  many["family"], frame=False)
+            with limited(1):  # small products, one thread (runtime.threads)
+                out = self.kernels.predict(many, dev)
+            for i, (r, _) in enumerate(group):
+                _remember(self._us, (gkey, r), out[i * n:(i + 1) * n], US_CACHE_SIZE)
+            us = self._us[ukey]
         return us
 
     def _kernels_and_us(self, x, op_types, spec, phase, precision, params, optimizer, edge_index, dropout):
@@ -263,7 +285,7 @@ class SpecModel:
                                             r["graph_key"], r["kernel_us"], g))
                 continue
             trust = assess_row(r["latency_ms"], spec, precision, phase, r["calibrated"], self.card,
-                               r["kernel_table"], r["kernel_us"], g.x, g.op_types, g.u)
+                               r["kernel_table"], r["kernel_us"], g.x, g.op_types, g.u, key=r["graph_key"])
             out.append(refuse_above_ceiling(
                 {"model": name, "batch_size": int(b), "metric": "latency_ms", "unit": "ms", "device": spec.name,
                  "phase": phase, "precision": precision, **trust, "basis": self.basis(spec, precision, r["calibrated"]),
@@ -295,7 +317,7 @@ class SpecModel:
         card = {"domain": _anygpu_domain(m),
                 "intervals": {interval_kind(precision, phase, False): {"q": q}} if q is not None else {},
                 "ood_factor": 2.0}
-        trust = assess_row(ms, spec, precision, phase, False, card, table, us, g.x, g.op_types, g.u)
+        trust = assess_row(ms, spec, precision, phase, False, card, table, us, g.x, g.op_types, g.u, key=gkey)
         v = (m.card.get("route") or {}).get(cell, {}).get("validation_mape") or {}
         score = ("; chosen for " + cell + " on leave-one-GPU-out: "
                  + ", ".join(f"{k} {x:.1f} %" for k, x in v.items() if x is not None) if v else "")

@@ -35,6 +35,7 @@ measured predictors).  The value and interval are then held to the physical boun
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import numpy as np
 import pandas as pd
@@ -104,29 +105,28 @@ def precision_reasons(precision: str, domain: dict) -> list[str]:
             f"extrapolated from the {precision} peak"]
 
 
-def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, domain: dict) -> list[str]:
+def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, domain: dict, key=None) -> list[str]:
     """Reasons from the operators: compute operators costed as memory passes, and the share of the
     step in operators no kernel family covers.  ``table``/``us``: the step's kernels and their
     predicted µs (:func:`perfseer.specmodel.compose.step_kernels`), or a function giving them
-    (called only where some kernel is costed approximately)."""
+    (called only where some kernel is costed approximately); ``key``: a key of the graph's
+    content and step (its kernels' operators are then read once for every GPU)."""
     if not len(table):
         return []
-    ops = np.asarray(list(op_types), dtype=object)
-    macs = x[:, schema.NODE_FEATURES.index("macs")]
-    family_ops = set(domain.get("family_ops", FAMILY_OPS))
-    node = table["node"].to_numpy()
-    real = node >= 0  # the optimizer pass (node -1) and a training step's dropouts (-2) have no graph node
-    other = table["op"].to_numpy(dtype=object) if "op" in table else np.full(len(table), "optimizer", dtype=object)
-    op = np.where(real, ops[np.clip(node, 0, None)], other)
+    family_ops = frozenset(domain.get("family_ops", FAMILY_OPS))
+    mkey = None if key is None else (key, family_ops)
+    hit = _OP_MASKS.get(mkey) if mkey is not None else None
+    if hit is None:
+        hit = _op_masks(table, x, op_types, family_ops)
+        if mkey is not None:
+            _OP_MASKS[mkey] = hit
+            while len(_OP_MASKS) > 64:
+                _OP_MASKS.popitem(last=False)
+    heavy, approx, dw, op = hit
     out = []
-    vec = (table["family"].to_numpy() == "vec") & real
-    heavy = sorted({o for o, n in zip(op[vec], node[vec]) if macs[n] > 0 and o not in family_ops})
     if heavy:
         out.append(f"{', '.join(heavy)}: multiply-accumulates costed as a memory-bound pass (no kernel family "
                    f"covers them); likely too fast")
-    approx = real & ~np.isin(op, list(family_ops))
-    dw = vec & np.isin(op, ["Conv", "ConvTranspose"])  # depthwise-like convolutions fall to vec
-    approx |= dw
     if not approx.any():
         return out
     us = _values(us)
@@ -139,6 +139,26 @@ def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, dom
         out.append(f"{share * 100:.0f} % of the predicted step is in operators no kernel family was trained on, "
                    f"each costed as one memory-bound pass ({top}; limit {lim * 100:.0f} %)")
     return out
+
+
+_OP_MASKS: OrderedDict = OrderedDict()  # (graph key, family operators) -> _op_masks
+
+
+def _op_masks(table, x, op_types, family_ops) -> tuple:
+    """``(heavy, approx, dw, op)`` of a step's kernels: the operators with multiply-accumulates
+    costed as memory passes, the kernels costed approximately, the depthwise-like convolutions
+    among them and each kernel's operator."""
+    ops = np.asarray(list(op_types), dtype=object)
+    macs = x[:, schema.NODE_FEATURES.index("macs")]
+    node = table["node"].to_numpy()
+    real = node >= 0  # the optimizer pass (node -1) and a training step's dropouts (-2) have no graph node
+    other = table["op"].to_numpy(dtype=object) if "op" in table else np.full(len(table), "optimizer", dtype=object)
+    op = np.where(real, ops[np.clip(node, 0, None)], other)
+    vec = (table["family"].to_numpy() == "vec") & real
+    heavy = sorted({o for o, n in zip(op[vec], node[vec]) if macs[n] > 0 and o not in family_ops})
+    approx = real & ~np.isin(op, list(family_ops))
+    dw = vec & np.isin(op, ["Conv", "ConvTranspose"])  # depthwise-like convolutions fall to vec
+    return heavy, approx | dw, dw, op
 
 
 def _values(us) -> np.ndarray:
@@ -174,9 +194,10 @@ def interval_kind(precision: str, phase: str, calibrated: bool) -> str:
 
 
 def assess_row(value: float, spec, precision: str, phase: str, calibrated: bool, card: dict,
-               table: pd.DataFrame, us, x: np.ndarray, op_types, u: np.ndarray) -> dict:
+               table: pd.DataFrame, us, x: np.ndarray, op_types, u: np.ndarray, key=None) -> dict:
     """``{"value", "interval", "in_domain", "domain_reasons", "flags"}`` of one spec-model row
-    (``us``: the kernels' predicted µs, or a function giving them, :func:`op_reasons`)."""
+    (``us``: the kernels' predicted µs, or a function giving them; ``key``: the graph's, both as
+    :func:`op_reasons` takes them)."""
 
     domain = card.get("domain")
     kind = interval_kind(precision, phase, calibrated)
@@ -186,7 +207,7 @@ def assess_row(value: float, spec, precision: str, phase: str, calibrated: bool,
         widen_reasons = reasons
     else:
         dev_r, prec_r, op_r = device_reasons(spec, domain), precision_reasons(precision, domain), \
-            op_reasons(table, us, x, op_types, domain)
+            op_reasons(table, us, x, op_types, domain, key)
         cal = (card.get("intervals") or {}).get(kind) or {}
         cal_r = calibration_reasons(table, us, cal, kind, float(domain.get("max_approx_share", MAX_APPROX_SHARE)))
         reasons = dev_r + prec_r + op_r + cal_r
