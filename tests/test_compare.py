@@ -255,4 +255,4 @@ def test_kernel_times_predicted_for_every_expected_gpu_at_once_are_each_gpus_own
     np.testing.assert_allclose(first, alone[1], rtol=1e-5)
     for s, a in zip(specs, alone):
         np.testing.assert_allclose(sm._kernel_us(table, gkey, s, "fp16"), a, rtol=1e-5)
-    assert sm._expected == ()
+    assert getattr(sm._ahead, "specs", ()) == ()

@@ -122,6 +122,17 @@ def _memory(model, batch, phase, precision, optimizer, input_shape) -> tuple[flo
     return out
 
 
+def ahead(specs):
+    """A context in which the spec model predicts a graph's kernels for every GPU of ``specs`` at
+    once (:meth:`perfseer.runtime.spec.SpecModel.expecting`); a plain one where it cannot load."""
+    from perfseer.runtime.spec import load_spec_model
+
+    try:
+        return load_spec_model().expecting(specs)
+    except PerfseerError:
+        return nullcontext()
+
+
 def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence[str] | None = None,
             precision: str | None = None, optimizer: str = "adamw", input_shape=None, seq_len: int | None = None,
             memory: bool = True, energy: bool = False, power_limit_w: float | None = None,
@@ -169,13 +180,7 @@ def compare(model, batch: int = 1, phase: str = "infer", devices: str | Sequence
     specs = _devices(devices)
     extra = {"energy": True, "power_limit_w": power_limit_w} if energy else {}
     if _predict is None:
-        from perfseer.runtime.spec import load_spec_model
-
-        try:  # the spec model predicts a graph's kernels for every GPU at once
-            ahead = load_spec_model().expecting(specs)
-        except PerfseerError:
-            ahead = nullcontext()
-        with ahead:
+        with ahead(specs):
             rows = predict(model, device=[s.name for s in specs], batch=batch, phase=phase, precision=precision,
                            input_shape=input_shape, seq_len=seq_len, **extra)
     else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from collections.abc import Sequence
@@ -99,7 +100,7 @@ class SpecModel:
         self._tables: OrderedDict = OrderedDict()  # graph key -> kernel table (:meth:`_kernels_and_us`)
         self._us: OrderedDict = OrderedDict()  # (graph key, device spec) -> kernel µs
         self._autocast: OrderedDict = OrderedDict()  # graph key -> its kernel table with autocast's casts
-        self._expected: tuple = ()  # GPUs a comparison asks next (:meth:`expecting`)
+        self._ahead = threading.local()  # .specs: the GPUs a comparison asks next (:meth:`expecting`)
         self._prepared: OrderedDict = OrderedDict()  # (graph key, autocast, fused) -> the any-GPU model's table
         self._columns: OrderedDict = OrderedDict()  # graph key -> its kernel table's columns as arrays
         self._cells: OrderedDict = OrderedDict()  # (graph key, phase, precision) -> its route cell
@@ -177,13 +178,13 @@ class SpecModel:
     def expecting(self, specs):
         """Within the block, a graph's kernels missing on one GPU are predicted for every GPU of
         ``specs`` at once (one pass of the kernel networks instead of one per GPU): what a
-        comparison of many GPUs asks next."""
-        before = self._expected
-        self._expected = tuple({repr(s): s for s in specs if s.kind == "gpu"}.items())
+        comparison of many GPUs asks next.  Per thread: a service's other requests are unaffected."""
+        before = getattr(self._ahead, "specs", ())
+        self._ahead.specs = tuple({repr(s): s for s in specs if s.kind == "gpu"}.items())
         try:
             yield self
         finally:
-            self._expected = before
+            self._ahead.specs = before
 
     def _kernel_us(self, table, gkey, spec, precision) -> np.ndarray:
         """The kernel networks' µs of each kernel of ``table`` on ``spec`` (kept per graph key and
@@ -198,7 +199,7 @@ class SpecModel:
             if cols is None:  # the table's columns as arrays, read once per graph for every device
                 cols = {k: v for k, v in kt.columns(table).items() if k not in ("node", "op", "pass")}
                 _remember(self._columns, gkey, cols)
-            group = [(ukey[1], spec)] + [(r, s) for r, s in self._expected
+            group = [(ukey[1], spec)] + [(r, s) for r, s in getattr(self._ahead, "specs", ())
                                          if r != ukey[1] and (gkey, r) not in self._us]
             n = len(table)
             many = {k: np.tile(v, len(group)) for k, v in cols.items()} if len(group) > 1 else cols

@@ -350,9 +350,14 @@ class Service:
         t0 = time.perf_counter()
 
         def rows_of(model, *, device, batch, phase, precision, input_shape, seq_len, **energy):
-            answered.update(self.predict(PredictRequest(
-                model=req.model, batch=[batch], devices=list(device), phase=phase, precision=precision,
-                input_shape=req.input_shape, seq_len=req.seq_len, **energy)))
+            from perfseer.comparison import ahead
+            from perfseer.devices import get_device
+
+            # the kernel networks predict a graph's kernels for every GPU at once (in this thread)
+            with ahead([get_device(d) for d in device]):
+                answered.update(self.predict(PredictRequest(
+                    model=req.model, batch=[batch], devices=list(device), phase=phase, precision=precision,
+                    input_shape=req.input_shape, seq_len=req.seq_len, **energy)))
             return answered["predictions"]
 
         def memory_of(model, batch, phase, precision, optimizer, input_shape):
