@@ -38,7 +38,7 @@ from perfseer.specmodel.anygpu import AnyGpuError, AnyGpuModel
 from perfseer.specmodel.anygpu import read_card as read_anygpu_card
 from perfseer.specmodel.compose import PRECISION_BYTES, step_kernels
 from perfseer.specmodel.net import KernelModel, SpecModelError
-from perfseer.specmodel.trust import assess_row, build_domain, interval_kind
+from perfseer.specmodel.trust import assess_row, build_domain, forget_op_masks, interval_kind
 from perfseer.trust.bounds import refuse_above_ceiling
 
 BUNDLED_CARD = Path(__file__).resolve().parents[1] / "predictors" / "spec-kernels.json"
@@ -150,6 +150,7 @@ class SpecModel:
         self._prepared.clear()
         self._columns.clear()
         self._cells.clear()
+        forget_op_masks()  # the trust reasons' per-graph operators
 
     def autocast_table(self, gkey, table):
         """``table`` (the kernels of the graph keyed ``gkey``) with autocast's casts

@@ -144,6 +144,11 @@ def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, dom
 _OP_MASKS: OrderedDict = OrderedDict()  # (graph key, family operators) -> _op_masks
 
 
+def forget_op_masks() -> None:
+    """Forget the kept operators of each graph's kernels (:func:`op_reasons` ``key``)."""
+    _OP_MASKS.clear()
+
+
 def _op_masks(table, x, op_types, family_ops) -> tuple:
     """``(heavy, approx, dw, op)`` of a step's kernels: the operators with multiply-accumulates
     costed as memory passes, the kernels costed approximately, the depthwise-like convolutions
