@@ -11,7 +11,7 @@ scores in memory) each take
 
     t = \\big(t_c^p + t_m^p\\big)^{1/p} + \\ell, \\quad
     t_c = \\frac{\\text{FLOPs}}{\\text{peak}_{u}} \\, e^{c_{f,u}} \\, \\text{occ}^{-w} \\, (e^{c_b + c_{bt}[u = \\text{tensor}]})^{[\\text{backward}]}
-    \\Big(1 + \\frac{n_0}{\\min(M, N)}\\Big)\\Big(1 + \\frac{k_0}{K}\\Big),
+    \\Big(1 + \\frac{n_0}{\\min(M, N)}\\Big)\\Big(1 + \\frac{k_0}{K}\\Big) \\max\\big(1, x_0 / x\\big)^{1/3},
     \\quad t_m = \\frac{\\text{bytes}}{\\text{bandwidth}} \\, e^{m_f + \\lambda / (1 + \\text{bytes} / \\text{L2})}
 
 where ``peak_u`` is the peak of the unit the kernel runs on (tensor or CUDA cores, by the
@@ -25,7 +25,11 @@ more on the tensor cores (16-bit backward convolutions in NCHW),
 ``c_{f,u}`` a compute inefficiency per family (GEMM, convolution, fused attention: FlashAttention
 reaches well under a GEMM's rate; on CUDA cores it takes the GEMM's) and unit, ``m_f`` a memory
 inefficiency per family (matrix, element-wise, row-wise, fused attention), ``\\lambda`` what a kernel whose bytes fit in the L2 cache gains (its input left there by the
-previous kernel), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
+previous kernel), ``x`` the board power per FP32 TFLOP/s and process nm
+(:func:`perfseer.specmodel.rules.power_per_flop`: 70-75 W and Max-Q boards sit well below the
+full-power ones) and ``x_0`` the knee under which the power limit holds the SMs below their
+boost clock (the clock goes as the cube root of the power: dynamic power ~ f V^2, V ~ f; the
+memory's clock is not lowered), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
 slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
 bigger GPU is harder to fill from eager PyTorch).  No GEMM or tensor-core convolution runs faster
 than its unit's peak (the compute factor ``e^{c_{f,u}} (peak / 100)^a`` is at least 1 for them;
@@ -70,8 +74,11 @@ from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train", "c_attn_tensor", "m_attn", "c_backward_tensor")
+          "host_train", "step_train", "c_attn_tensor", "m_attn", "c_backward_tensor", "power_knee")
 ATTENTION_PARAMS = ("c_attn_tensor", "m_attn")  # a card fitted without fused attention lacks them
+# a card fitted before the power term lacks its knee: answered as if no GPU were power-limited
+OPTIONAL = {"power_knee": -10.0}
+POWER_EXP = 1.0 / 3.0  # sustained clock ~ power^(1/3): dynamic power ~ f V^2 with the voltage ~ f
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
 # per kernel, 20 us per step, 6 GB/s host-to-device
@@ -79,12 +86,13 @@ INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
         "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_attn_tensor": 0.7,
-        "m_attn": 0.3, "c_backward_tensor": 0.0}
+        "m_attn": 0.3, "c_backward_tensor": 0.0, "power_knee": 0.0}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
-          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_backward_tensor": (-1.0, 2.0)}
+          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_backward_tensor": (-1.0, 2.0),
+          "power_knee": (-2.0, 2.0)}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
 
@@ -114,6 +122,7 @@ class Design:
     setting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per step: software setting
     l2_fit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 / (1 + bytes / L2 size)
     pass_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # 0 forward, 1 backward, 2 optimizer
+    log_power: np.ndarray = field(default_factory=lambda: np.zeros(0))  # log of the GPU's power per FLOP (rules.power_per_flop)
 
 
 def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
@@ -151,7 +160,8 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
             "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
             "dim_n": np.where(gemm_like, np.maximum(np.minimum(M, N), 1.0), 1e9),
             "dim_k": np.where(gemm_like, np.maximum(K, 1.0), 1e9),
-            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0))}
+            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0)),
+            "log_power": np.full(n, np.log(rules.power_per_flop(spec)))}
 
 
 def _matrix(code: np.ndarray) -> np.ndarray:
@@ -163,7 +173,8 @@ def _merge_repeats(d: dict) -> dict:
     """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
     time is unchanged and fitting evaluates fewer rows."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
-                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float)], axis=1)
+                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float),
+                    d["log_power"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
@@ -171,7 +182,7 @@ def _merge_repeats(d: dict) -> dict:
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
             "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
             "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8],
-            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64)}
+            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64), "log_power": uniq[:, 11]}
 
 
 def design(items, settings=None) -> Design:
@@ -202,7 +213,7 @@ def design(items, settings=None) -> Design:
 
 
 KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k", "l2_fit",
-                 "pass_code")
+                 "pass_code", "log_power")
 
 
 def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> Design:
@@ -234,6 +245,8 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     tc = d.t_c0 * eff * np.where(mat, d.occ ** (-th[7]), 1.0) \
         * np.where(d.backward, np.exp(th[10] + np.where((d.code == 0) | (d.code == 2) | (d.code == 6), th[21], 0.0)), 1.0)
     tc = tc * (1.0 + np.exp(th[14]) / d.dim_n) * (1.0 + np.exp(th[15]) / d.dim_k)
+    if len(d.log_power):  # a GPU whose board power cannot feed its SMs at boost runs them at a lower clock
+        tc = tc * np.exp(POWER_EXP * np.maximum(th[22] - d.log_power, 0.0))
     tm = d.t_m0 * np.exp(m[d.code] + th[13] * d.log_bw)
     if len(d.l2_fit):  # a kernel whose bytes fit in L2 reads what the previous kernel left there
         tm = tm * np.exp(th[16] * d.l2_fit)
@@ -291,7 +304,7 @@ class AnyGpuModel:
         # whether the default setting's framework fuses attention (PyTorch 2); a card written before
         # the model knew fused attention has no such entry and answers with the unfused kernels
         self.fused_attention = bool((card.get("fused_attention") or {}).get(card.get("default_setting", "")))
-        need = [k for k in PARAMS if k not in ATTENTION_PARAMS or self.fused_attention]
+        need = [k for k in PARAMS if (k not in ATTENTION_PARAMS or self.fused_attention) and k not in OPTIONAL]
         missing = [k for k in need if k not in (card.get("params") or {})]
         ov = (card.get("overheads") or {}).get(card.get("default_setting", ""))
         if isinstance(ov, list) and len(ov) == len(OVERHEAD):  # as fitted: [log host us per kernel, log us per step]
@@ -302,7 +315,7 @@ class AnyGpuModel:
         self.card = card
         self.params = dict(card["params"])
         # the constants as kernel_us reads them (the attention ones at their start where not fitted)
-        self._theta = _theta({**{k: INIT[k] for k in ATTENTION_PARAMS}, **self.params})
+        self._theta = _theta({**{k: INIT[k] for k in ATTENTION_PARAMS}, **OPTIONAL, **self.params})
         self.overhead = np.array([[ov[k] for k in OVERHEAD]])
         self.name = card.get("name", "anygpu")
 

@@ -110,3 +110,23 @@ def matrix_peak(spec, precision: str, family: str) -> float:
 def peak(spec, precision: str, family: str) -> float:
     """The peak TFLOP/s of a kernel of ``family`` at ``precision`` on ``spec``."""
     return matrix_peak(spec, precision, family) if family in MATRIX_FAMILIES else vector_peak(spec, precision)
+
+
+# generation -> process node, nm (the foundry's name: TSMC 16FF Pascal, 12FFN Volta/Turing, Samsung 8N
+# GA10x (GA100 is TSMC N7: Ampere is taken at 8), TSMC 4N Ada/Hopper, 4NP Blackwell; AMD CDNA N7, N6, N5)
+PROCESS_NM = {"kepler": 28.0, "maxwell": 28.0, "pascal": 16.0, "volta": 12.0, "turing": 12.0, "ampere": 8.0,
+              "ada": 4.0, "hopper": 4.0, "blackwell": 4.0, "cdna1": 7.0, "cdna2": 6.0, "cdna3": 5.0}
+
+
+def power_per_flop(spec) -> float:
+    """The board power the sheet gives per unit of FP32 peak and of process node, W / (TFLOP/s nm):
+    how well the power limit feeds the SMs at the boost clock (the energy of an operation shrinks
+    about with the node).  Full-power boards sit at 1.2-2.6 (RTX 4090 1.36, V100 1.49, H200 2.61);
+    70-75 W and Max-Q boards well below (T4 0.72, P4 0.82, RTX PRO 6000 Max-Q 0.68), where the
+    sustained clock is lower than the boost clock.  ``inf`` (never power-limited) where the sheet
+    gives no TDP or the generation's node is unknown."""
+    nm = PROCESS_NM.get(generation(spec))
+    if not nm or not spec.tdp_w:
+        return float("inf")
+    return float(spec.tdp_w) / (float(spec.peak_tflops["fp32"]) * nm)
+
