@@ -5,7 +5,8 @@ A step's kernels (:func:`perfseer.specmodel.compose.step_kernels`: forward, the 
 its own weight- and input-gradient kernels, the optimizer; each attention one fused kernel, its
 backward one more, where the step's software fuses ``scaled_dot_product_attention``, PyTorch 2:
 :func:`perfseer.specmodel.attention.fuse_attention`, else two batched GEMMs and a softmax with the
-scores in memory) each take
+scores in memory; each SiLU one kernel, as eager PyTorch runs it, not the graph's ``Sigmoid`` and
+``Mul``: :func:`perfseer.specmodel.eager.fuse_silu`) each take
 
 .. math::
 
@@ -191,13 +192,16 @@ def design(items, settings=None) -> Design:
     ``autocast``: the step ran under ``torch.autocast``, its 16-bit ``table`` gets autocast's casts,
     :func:`perfseer.specmodel.compose.with_autocast`; ``fused_attention``: its software runs
     ``scaled_dot_product_attention`` as one kernel (PyTorch 2),
-    :func:`perfseer.specmodel.attention.fuse_attention`)."""
+    :func:`perfseer.specmodel.attention.fuse_attention`).  Every table's SiLUs are one kernel each
+    (:func:`perfseer.specmodel.eager.fuse_silu`)."""
     from perfseer.specmodel.attention import fuse_attention
     from perfseer.specmodel.compose import with_autocast
+    from perfseer.specmodel.eager import fuse_silu
 
     parts, h2d = [], []
     for i, item in enumerate(items):
         table, spec, precision, hb = item[:4]
+        table = fuse_silu(table)  # SiLU: one kernel in eager PyTorch, Sigmoid + Mul in the graph
         if len(item) > 5 and item[5]:
             table = fuse_attention(table)
         if len(item) > 4 and item[4] and precision in ("fp16", "bf16"):
