@@ -174,3 +174,23 @@ def test_bytes_that_fit_in_l2_read_faster():
     got = anygpu.kernel_us(_plain_theta(l2=-1.0), d) - np.exp(-20.0)
     assert got == pytest.approx([10 * np.exp(-0.5), 10 * np.exp(-1 / 101)], rel=1e-6)
     assert got[0] == pytest.approx(6.065, abs=1e-3) and got[1] == pytest.approx(9.90, abs=5e-3)
+
+
+def test_a_host_floor_holds_a_setting_whose_steps_do_not_show_its_launch_cost():
+    """Long steps say nothing of the host's launch cost per kernel: unbounded, the fit may take any
+    value (it went to 0.3 us for PyTorch 2 inference); with a floor (eager PyTorch: a few us per
+    kernel) the fitted cost stays at or above it, and a setting without one is left free."""
+    items = []
+    for name in ("t4", "a100-80gb-sxm", "rtx4090", "h100-sxm"):
+        for m in (2048, 4096, 8192):
+            t = pd.concat([kt.gemm_rows(1, m, m, m), kt.vec_rows(m * m, 2, 1)], ignore_index=True)
+            t["pass"], t["scale"] = "fw", 1.0
+            items.append((t, get_device(name), "fp16", 0.0))
+    settings = np.arange(len(items)) % 2  # two settings, neither launch-bound
+    d = anygpu.design(items, settings=settings)
+    ov = np.array([[np.log(0.01), np.log(20.0)], [np.log(0.01), np.log(20.0)]])
+    y = anygpu.step_us(dict(anygpu.INIT), ov, d) / 1000
+    floor = np.log(4.0)
+    _, got = anygpu.fit(d, y, n_settings=2, max_nfev=50, host_floor=[floor, None])
+    assert got[0, 0] >= floor - 1e-9  # held at the floor or above
+    assert got.shape == (2, 2) and np.isfinite(got).all()

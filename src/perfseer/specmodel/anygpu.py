@@ -279,10 +279,11 @@ def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
 
 
 def fit(d: Design, measured_ms: np.ndarray, weights: np.ndarray | None = None, n_settings: int = 1,
-        max_nfev: int = 200) -> tuple[dict, np.ndarray]:
+        max_nfev: int = 200, host_floor=None) -> tuple[dict, np.ndarray]:
     """The shared constants and the per-setting overheads (``[n_settings, 2]``) minimising the
     weighted robust (soft-L1, scale 0.15) squared log error of :func:`step_us` against
-    ``measured_ms``."""
+    ``measured_ms``; ``host_floor``: per setting, the least log host µs per kernel (``None``: free),
+    for settings whose long steps do not show their launch cost."""
     from scipy.optimize import least_squares  # deferred: fitting only
 
     y = np.log(np.asarray(measured_ms, float) * 1000.0)
@@ -291,6 +292,11 @@ def fit(d: Design, measured_ms: np.ndarray, weights: np.ndarray | None = None, n
     x0 = np.concatenate([_theta(INIT), np.tile([INIT_OVERHEAD[k] for k in OVERHEAD], n_settings)])
     lo = np.array([BOUNDS.get(k, (-6.0, 8.0))[0] for k in names])
     hi = np.array([BOUNDS.get(k, (-6.0, 8.0))[1] for k in names])
+    if host_floor is not None:  # per setting: the least log host us per kernel (eager PyTorch's launch)
+        n0 = len(PARAMS)
+        for i, f in enumerate(host_floor):
+            if f is not None:
+                lo[n0 + 2 * i] = max(lo[n0 + 2 * i], float(f))
     x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
     n = len(PARAMS)
     res = least_squares(lambda x: w * (np.log(step_us(x[:n], x[n:], d)) - y), x0, bounds=(lo, hi), loss="soft_l1",
