@@ -119,13 +119,7 @@ class SpecModel:
             "calibrated": bool, "kernel_table", "kernel_us"}`` (the last two: the step's kernels
             and each one's predicted µs, before any calibration).
         """
-        if spec.kind != "gpu":
-            raise SpecModelError(
-                f"the spec model predicts GPUs; {spec.name} is a {spec.kind}",
-                "use a measured predictor for a CPU (perfseer predictors lists them), or collect measurements "
-                "(perfseer collect)")
-        if precision not in PRECISIONS:
-            raise SpecModelError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+        self._check(spec, precision)
         table, us, gkey = self._kernels_and_us(x, op_types, spec, phase, precision, params, optimizer, edge_index,
                                                dropout)
         if not len(table):
@@ -141,6 +135,17 @@ class SpecModel:
         return {"latency_ms": total, "kernels": len(table), "kernel_table": table, "kernel_us": us,
                 "by_pass": _sums_by(table["pass"], us), "by_family": _sums_by(table["family"], us),
                 "calibrated": calibrated, "graph_key": gkey}
+
+    @staticmethod
+    def _check(spec, precision: str) -> None:
+        """Refuse a device that is not a GPU and a precision the spec model does not compose."""
+        if spec.kind != "gpu":
+            raise SpecModelError(
+                f"the spec model predicts GPUs; {spec.name} is a {spec.kind}",
+                "use a measured predictor for a CPU (perfseer predictors lists them), or collect measurements "
+                "(perfseer collect)")
+        if precision not in PRECISIONS:
+            raise SpecModelError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
 
     def clear_cache(self) -> None:
         """Forget the kept kernel tables and predictions (to time a first call on a graph)."""
@@ -259,6 +264,7 @@ class SpecModel:
         """
 
         spec = get_device(device)
+        self._check(spec, precision)
         batches = [batch] if isinstance(batch, int) else list(batch)
         if not batches or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 for b in batches):
             raise SpecModelError(f"batch sizes must be integers >= 1, got {batch!r}", "pass e.g. batch=[1, 8, 64]")
