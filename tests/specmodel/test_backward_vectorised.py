@@ -38,8 +38,10 @@ def _reference_backward(fw: pd.DataFrame, fn: str = "") -> pd.DataFrame:
                 continue
             n = r["elems"]
             ins = max(r["inputs"], 1.0)
-            parts.append(kt.vec_rows(n, ins + 1, max(r["flops"] / max(n, 1), 1.0), dtype_bytes=db,
-                                     read_bytes=(ins + 1) * n * db, write_bytes=ins * n * db))
+            t = kt.vec_rows(n, ins + 1, max(r["flops"] / max(n, 1), 1.0), dtype_bytes=db,
+                            read_bytes=(ins + 1) * n * db, write_bytes=ins * n * db)
+            t["kernel"], t["M"], t["N"], t["K"] = r["kernel"], r["M"], r["N"], r["K"]  # a depthwise one's shape
+            parts.append(t)
         elif fam == "ln":
             t = kt.rowwise_rows("ln", r["rows"], r["cols"], dtype_bytes=db)
             t["bytes"] *= 2.0

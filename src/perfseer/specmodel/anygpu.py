@@ -30,7 +30,15 @@ slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth /
 bigger GPU is harder to fill from eager PyTorch).  No GEMM or tensor-core convolution runs faster
 than its unit's peak (the compute factor ``e^{c_{f,u}} (peak / 100)^a`` is at least 1 for them;
 a CUDA-core convolution may beat its direct FLOPs: cuDNN's Winograd and FFT algorithms do fewer
-multiplications).
+multiplications).  A depthwise convolution (:func:`perfseer.specmodel.kernels.depthwise`) is an
+element-wise kernel (``t_m`` as one) whose ``t_c`` counts its taps (one multiply-add with its load
+per output element and kernel position) at 32 per SM and clock, any precision
+(:func:`perfseer.specmodel.rules.depthwise_tap_rate`), times ``e^{c_{dw}} (K / 9)^{k_{dw}}``
+(``K`` the kernel area: PyTorch's direct kernels unroll only small kernels), its gradients the
+input's (as the forward) and the weight's (a reduction over batch x pixels per weight,
+``e^{c_{dw,w}}`` per tap at any area);
+where PyTorch hands the forward to cuDNN (FP16, 1x1 / 3x3 / 5x5, stride 1, Volta and later:
+:func:`perfseer.specmodel.rules.depthwise_cudnn`) it is a plain element-wise kernel.
 Eager PyTorch launches one kernel at a time: a kernel shorter than the host's launch cost ``h``
 leaves the GPU waiting for the next launch, so each kernel takes the smooth maximum of its GPU
 time and ``h``, and the step is their sum plus a per-step constant:
@@ -66,11 +74,12 @@ import numpy as np
 import pandas as pd
 
 from perfseer.errors import PerfseerError
+from perfseer.specmodel import kernels as kt
 from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train", "c_attn_tensor", "m_attn", "c_backward_tensor")
+          "host_train", "step_train", "c_attn_tensor", "m_attn", "c_backward_tensor", "c_dw", "c_dw_wgrad", "dw_k")
 ATTENTION_PARAMS = ("c_attn_tensor", "m_attn")  # a card fitted without fused attention lacks them
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
@@ -79,12 +88,13 @@ INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
         "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_attn_tensor": 0.7,
-        "m_attn": 0.3, "c_backward_tensor": 0.0}
+        "m_attn": 0.3, "c_backward_tensor": 0.0, "c_dw": 0.0, "c_dw_wgrad": 1.0, "dw_k": 0.0}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
-          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_backward_tensor": (-1.0, 2.0)}
+          "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_backward_tensor": (-1.0, 2.0),
+          "c_dw": (-3.0, 4.0), "c_dw_wgrad": (-3.0, 5.0), "dw_k": (-1.0, 1.0)}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
 
@@ -101,7 +111,8 @@ class Design:
     t_m0: np.ndarray  # bytes / bandwidth, us
     occ: np.ndarray  # last-wave occupancy (1 for non-matrix kernels)
     code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise, 6 attn-tensor,
-    # 7 attn-cuda (a fused attention on CUDA cores: the GEMM's CUDA-core constant)
+    # 7 attn-cuda (a fused attention on CUDA cores: the GEMM's CUDA-core constant), 8 a depthwise convolution in
+    # PyTorch's direct kernels, 9 a depthwise convolution's gradients (either library)
     backward: np.ndarray  # a backward-pass matrix kernel
     scale: np.ndarray  # times the kernel runs
     log_peak: np.ndarray  # log(unit peak / 100 TFLOP/s)
@@ -114,6 +125,7 @@ class Design:
     setting: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per step: software setting
     l2_fit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 / (1 + bytes / L2 size)
     pass_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # 0 forward, 1 backward, 2 optimizer
+    area: np.ndarray = field(default_factory=lambda: np.zeros(0))  # a depthwise kernel's taps per output / 9 (else 1)
 
 
 def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
@@ -135,6 +147,20 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
         else:
             code[sel] = 4 if f == "vec" else 5
     t_c0 = table["flops"].to_numpy(dtype=float) / (peak * 1e6)
+    K = table["K"].to_numpy(dtype=float)
+    # a depthwise convolution (one input channel per group; a thinly grouped one with more is cuDNN's
+    # grouped convolution, an element-wise kernel here): its taps (MACs) at the direct kernel's tap rate;
+    # cuDNN's FP16 forward stays an element-wise kernel
+    dw = kt.depthwise(table) & (np.abs(K - table["kernel"].to_numpy(dtype=float) ** 2) < 0.5)
+    area = np.ones(n)
+    if dw.any():
+        M, ch, side = (table[c].to_numpy(dtype=float)[dw] for c in ("M", "N", "kernel"))
+        bw = (table["pass"].to_numpy()[dw] == "bw") if "pass" in table else np.zeros(len(M), dtype=bool)
+        cudnn = rules.depthwise_cudnn(spec, precision, side, table["elems"].to_numpy(dtype=float)[dw] <= 1.01 * M, ch)
+        code[dw] = np.where(bw, 9, np.where(cudnn, 4, 8))
+        t_c0[dw] = np.where(code[dw] == 4, t_c0[dw], M * K[dw] / rules.depthwise_tap_rate(spec))
+        peak[dw] = np.where(code[dw] == 4, peak[dw], 100.0)  # no peak slope on a tap rate
+        area[dw] = np.maximum(K[dw], 1.0) / 9.0
     t_m0 = table["bytes"].to_numpy(dtype=float) / (spec.mem_bandwidth_gbs * 1e3)
     B, M, N = (table[c].to_numpy(dtype=float) for c in ("B", "M", "N"))
     tiles = np.maximum(np.maximum(B, 1) * np.ceil(np.maximum(M, 1) / 128) * np.ceil(np.maximum(N, 1) / 128), 1.0)
@@ -143,7 +169,6 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
     occ = np.where(mat, tiles / (np.ceil(tiles / sms) * sms), 1.0)
     passes = table["pass"].to_numpy() if "pass" in table else np.full(n, "fw")
     scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n)
-    K = table["K"].to_numpy(dtype=float)
     gemm_like = mat & (code < 6)  # the thin-output and short-reduction terms are a GEMM's, not an attention's
     pass_code = np.where(passes == "bw", 1, np.where(passes == "opt", 2, 0)).astype(np.int64)
     return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & mat,
@@ -151,19 +176,20 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
             "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
             "dim_n": np.where(gemm_like, np.maximum(np.minimum(M, N), 1.0), 1e9),
             "dim_k": np.where(gemm_like, np.maximum(K, 1.0), 1e9),
-            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0))}
+            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0)),
+            "area": area}
 
 
 def _matrix(code: np.ndarray) -> np.ndarray:
     """Whether each kernel code is a matrix kernel (GEMM, convolution, fused attention)."""
-    return (code < 4) | (code >= 6)
+    return (code < 4) | (code == 6) | (code == 7)
 
 
 def _merge_repeats(d: dict) -> dict:
     """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
     time is unchanged and fitting evaluates fewer rows."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
-                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float)], axis=1)
+                    d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float), d["area"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
@@ -171,7 +197,7 @@ def _merge_repeats(d: dict) -> dict:
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
             "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
             "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8],
-            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64)}
+            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64), "area": uniq[:, 11]}
 
 
 def design(items, settings=None) -> Design:
@@ -202,7 +228,7 @@ def design(items, settings=None) -> Design:
 
 
 KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k", "l2_fit",
-                 "pass_code")
+                 "pass_code", "area")
 
 
 def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> Design:
@@ -223,14 +249,20 @@ def _theta(params) -> np.ndarray:
 def kernel_us(theta, d: Design) -> np.ndarray:
     """Each kernel's time (us, once; multiply by ``scale`` for its repetitions)."""
     th = _theta(theta)
-    c = np.array([th[0], th[1], th[2], th[3], 0.0, 0.0, th[19], th[1]])
-    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[20], th[20]])
+    c = np.array([th[0], th[1], th[2], th[3], 0.0, 0.0, th[19], th[1], th[22], th[22]])
+    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[20], th[20], th[5], th[5]])
     mat = _matrix(d.code)
-    cc = np.where(mat, c[d.code], 0.0)
+    dw = d.code >= 8
+    cc = np.where(mat | dw, c[d.code], 0.0)
+    if len(d.area):  # a direct depthwise kernel: its efficiency by kernel area; its gradients: the input's as the
+        # forward, the weight's (one reduction over batch x pixels per weight) e^{c_dw_wgrad} per tap at any area
+        cc = cc + np.where(dw, th[24] * np.log(d.area), 0.0)
+        cc = np.where(d.code == 9, np.logaddexp(cc, th[23]), cc)
     eff = np.exp(cc + th[12] * d.log_peak)
     # no GEMM or tensor-core convolution beats its unit's peak (CUDA-core convolutions may: Winograd and
-    # FFT algorithms do fewer multiplications than the direct convolution's FLOPs)
-    eff = np.where(d.code != 3, np.maximum(eff, 1.0), eff)
+    # FFT algorithms do fewer multiplications than the direct convolution's FLOPs; a depthwise kernel's
+    # base is its tap rate, not a peak)
+    eff = np.where((d.code != 3) & ~dw, np.maximum(eff, 1.0), eff)
     tc = d.t_c0 * eff * np.where(mat, d.occ ** (-th[7]), 1.0) \
         * np.where(d.backward, np.exp(th[10] + np.where((d.code == 0) | (d.code == 2) | (d.code == 6), th[21], 0.0)), 1.0)
     tc = tc * (1.0 + np.exp(th[14]) / d.dim_n) * (1.0 + np.exp(th[15]) / d.dim_k)

@@ -10,7 +10,9 @@ The rules (what PyTorch's autograd launches, simplified to one kernel per gradie
 - reductions (a bias gradient, layer norm's weight gradients) are costed as a memory-bound pass
   over the elements they read.
 - ``vec``: one kernel reading the output gradient and the saved inputs, writing each input's
-  gradient (an addition's gradient is the output gradient itself: no kernel).
+  gradient (an addition's gradient is the output gradient itself: no kernel); a depthwise
+  convolution's row (:func:`perfseer.specmodel.kernels.depthwise`) keeps its ``kernel``, ``M``, ``N``, ``K``
+  and stands for both its gradients (input and weight).
 - ``ln``: the input gradient (reads ``x``, ``dy``; writes ``dx``: twice the forward's traffic)
   plus the weight/bias gradient column sums (a memory-bound read of ``x`` and ``dy``).
 - ``softmax``: reads ``y`` and ``dy``, writes ``dx`` (1.5x the forward's traffic).
@@ -90,8 +92,11 @@ def backward_table(fw: pd.DataFrame | dict, fns, frame: bool = True) -> pd.DataF
     if len(sel):
         e, d = c["elems"][sel], db[sel]
         ins = np.maximum(c["inputs"][sel], 1.0)
-        add(kt.vec_rows(e, ins + 1, np.maximum(c["flops"][sel] / np.maximum(e, 1), 1.0), dtype_bytes=d,
-                        read_bytes=(ins + 1) * e * d, write_bytes=ins * e * d, frame=False), sel, 0)
+        t = kt.vec_rows(e, ins + 1, np.maximum(c["flops"][sel] / np.maximum(e, 1), 1.0), dtype_bytes=d,
+                        read_bytes=(ins + 1) * e * d, write_bytes=ins * e * d, frame=False)
+        for k in ("kernel", "M", "N", "K"):  # a depthwise convolution's gradients: its shape kept
+            t[k] = c[k][sel].copy()
+        add(t, sel, 0)
     sel = np.flatnonzero(fam == "ln")
     if len(sel):
         rows, cols, d = c["rows"][sel], c["cols"][sel], db[sel]

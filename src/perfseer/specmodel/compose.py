@@ -14,7 +14,9 @@ How a PerfGraph node becomes kernels (PyTorch eager execution: one kernel per op
   gradient a training step reduces);
 - ``Conv``/``ConvTranspose``: the implicit GEMM of each group (``M`` = output pixels x batch,
   ``N`` = output channels / groups, ``K`` = MACs / (M N groups)); a depthwise-like convolution
-  (grouped, fewer than 8 output channels per group) is memory-bound and costed as a ``vec`` kernel;
+  (grouped, fewer than 8 output channels per group) is a ``vec`` kernel carrying its kernel side
+  (``kernel``), output elements (``M``), output channels (``N``) and MACs per output element
+  (``K``: the kernel area of a depthwise one), :func:`perfseer.specmodel.kernels.depthwise`;
 - attention (an ONNX ``Attention`` node, or the exporter's decomposition of PyTorch's
   ``scaled_dot_product_attention`` into scaled ``MatMul``, ``Softmax``, ``MatMul``): as PyTorch 1.x
   and the math fallback run it, two batched GEMMs (scores, weighted values) and a softmax with the
@@ -134,8 +136,13 @@ def node_kernels(x: np.ndarray, op_types, precision: str = "fp32",
         # elements of the larger side: a reduction (pooling, ReduceMean) is a pass over its input
         e = np.maximum(np.maximum(out_el[sel], inb[sel] / 4.0), 1.0)
         n_in = np.maximum(np.round(inb[sel] / (4.0 * e)), 1.0)
-        add(kt.vec_rows(e, n_in, flops[sel] / e, dtype_bytes=db, read_bytes=(inb[sel] + wb[sel]) * scale,
-                        write_bytes=outb[sel] * scale, frame=False), sel)
+        t = kt.vec_rows(e, n_in, flops[sel] / e, dtype_bytes=db, read_bytes=(inb[sel] + wb[sel]) * scale,
+                        write_bytes=outb[sel] * scale, frame=False)
+        dw = depthwise[sel]  # a depthwise convolution: kernel side, output elements, channels, MACs per output
+        t["kernel"] = np.where(dw, np.maximum(kh[sel], 1.0), 0.0)
+        t["M"], t["N"] = np.where(dw, out_el[sel], 0.0), np.where(dw, cout[sel], 0.0)
+        t["K"] = np.where(dw, macs[sel] / np.maximum(out_el[sel], 1.0), 0.0)
+        add(t, sel)
     if not parts:
         t = kt.empty_table()
         t["node"], t["op"], t["attn"] = pd.Series(dtype=int), pd.Series(dtype=object), pd.Series(dtype=int)

@@ -84,6 +84,13 @@ def vec_rows(elems, inputs, flops_per_elem, dtype_bytes=4.0, read_bytes=None, wr
 DROPOUT_FLOPS = 2
 
 
+def depthwise(table) -> np.ndarray:
+    """Whether each row of a kernel table is a depthwise (thin-grouped) convolution: a ``vec`` row
+    with a kernel side (:mod:`perfseer.specmodel.compose`; its ``K`` the MACs per output element),
+    forward or (``pass`` ``bw``) both its gradients."""
+    return (np.asarray(table["family"], dtype=object) == "vec") & (np.asarray(table["kernel"], dtype=float) > 0)
+
+
 def dropout_rows(elems, dtype_bytes=4.0, frame: bool = True) -> pd.DataFrame:
     """Training-mode dropout's forward kernel over ``elems`` elements: reads the tensor, draws the
     mask and writes the scaled tensor and the one-byte mask (PyTorch's ``native_dropout``).  Its

@@ -110,3 +110,31 @@ def matrix_peak(spec, precision: str, family: str) -> float:
 def peak(spec, precision: str, family: str) -> float:
     """The peak TFLOP/s of a kernel of ``family`` at ``precision`` on ``spec``."""
     return matrix_peak(spec, precision, family) if family in MATRIX_FAMILIES else vector_peak(spec, precision)
+
+
+# PyTorch (``use_cudnn_depthwise``, cuDNN >= 8.2; ``supportsDepthwiseConvolutionWithCuDNN``: Volta
+# and later) hands an FP16 depthwise convolution to cuDNN for these kernel sides, at stride 1 with at
+# least this many channels; every other one runs PyTorch's own direct kernels (``conv_depthwise2d``)
+CUDNN_DEPTHWISE_SIDES = (1.0, 3.0, 5.0)
+CUDNN_DEPTHWISE_CHANNELS = 32
+CUDNN_DEPTHWISE_GENERATIONS = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+
+def depthwise_cudnn(spec, precision: str, kernel, stride_one, channels):
+    """Whether each depthwise convolution (``kernel`` its side, ``stride_one`` whether its stride
+    is 1, ``channels`` its channels) runs in cuDNN rather than PyTorch's direct kernels: FP16,
+    a 1x1, 3x3 or 5x5 kernel, stride 1, at least 32 channels, on Volta or later."""
+    import numpy as np  # deferred: the rest of the module is plain Python
+
+    k = np.asarray(kernel, float)
+    if precision != "fp16" or generation(spec) not in CUDNN_DEPTHWISE_GENERATIONS:
+        return np.zeros(k.shape, dtype=bool)
+    return np.isin(k, CUDNN_DEPTHWISE_SIDES) & np.asarray(stride_one, bool) & (np.asarray(channels, float)
+                                                                               >= CUDNN_DEPTHWISE_CHANNELS)
+
+
+def depthwise_tap_rate(spec) -> float:
+    """Taps (one multiply-add with its load) per microsecond a direct depthwise kernel is costed
+    at: 32 per SM per clock (one warp-wide load per clock), whatever the precision."""
+    clock = spec.clock_mhz or float(spec.peak_tflops["fp32"]) * 1e6 / (2.0 * spec.sms * (spec.cores_per_sm or 128))
+    return 32.0 * spec.sms * float(clock)
