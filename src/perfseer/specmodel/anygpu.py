@@ -30,15 +30,14 @@ slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth /
 bigger GPU is harder to fill from eager PyTorch).  No GEMM or tensor-core convolution runs faster
 than its unit's peak (the compute factor ``e^{c_{f,u}} (peak / 100)^a`` is at least 1 for them;
 a CUDA-core convolution may beat its direct FLOPs: cuDNN's Winograd and FFT algorithms do fewer
-multiplications).  A depthwise convolution (:func:`perfseer.specmodel.kernels.depthwise`) is an
-element-wise kernel (``t_m`` as one) whose ``t_c`` counts its taps (one multiply-add with its load
-per output element and kernel position) at 32 per SM and clock, any precision
+multiplications).  A depthwise convolution (:func:`perfseer.specmodel.kernels.depthwise`) larger
+than 3x3 runs forward in PyTorch's generic direct kernel, a loop over its taps (one multiply-add
+with its load per output element and kernel position): an element-wise kernel (``t_m`` as one)
+whose ``t_c`` counts its taps at 32 per SM and clock, any precision
 (:func:`perfseer.specmodel.rules.depthwise_tap_rate`), times ``e^{c_{dw}} (K / 9)^{k_{dw}}``
-(``K`` the kernel area: PyTorch's direct kernels unroll only small kernels), its gradients the
-input's (as the forward) and the weight's (a reduction over batch x pixels per weight,
-``e^{c_{dw,w}}`` per tap at any area);
-where PyTorch hands the forward to cuDNN (FP16, 1x1 / 3x3 / 5x5, stride 1, Volta and later:
-:func:`perfseer.specmodel.rules.depthwise_cudnn`) it is a plain element-wise kernel.
+(``K`` the kernel area); where PyTorch hands it to cuDNN (FP16, 1x1 / 3x3 / 5x5, stride 1, Volta
+and later: :func:`perfseer.specmodel.rules.depthwise_cudnn`), for the 1x1 and 3x3 ones PyTorch
+unrolls, and for every gradient it is a plain element-wise kernel.
 Eager PyTorch launches one kernel at a time: a kernel shorter than the host's launch cost ``h``
 leaves the GPU waiting for the next launch, so each kernel takes the smooth maximum of its GPU
 time and ``h``, and the step is their sum plus a per-step constant:
@@ -79,7 +78,7 @@ from perfseer.specmodel import rules
 
 PARAMS = ("c_gemm_tensor", "c_gemm_cuda", "c_conv_tensor", "c_conv_cuda", "m_matrix", "m_vec", "m_row", "wave",
           "overlap", "kernel_floor", "c_backward", "h2d", "peak_slope", "bw_slope", "small_n", "small_k", "l2",
-          "host_train", "step_train", "c_attn_tensor", "m_attn", "c_backward_tensor", "c_dw", "c_dw_wgrad", "dw_k")
+          "host_train", "step_train", "c_attn_tensor", "m_attn", "c_backward_tensor", "c_dw", "dw_k")
 ATTENTION_PARAMS = ("c_attn_tensor", "m_attn")  # a card fitted without fused attention lacks them
 OVERHEAD = ("host_per_kernel", "step")  # per software setting (source): framework, not GPU
 # starting point: 60 % of peak compute, 75 % of bandwidth, a 3 us kernel floor, 8 us of host time
@@ -88,13 +87,13 @@ INIT = {"c_gemm_tensor": 0.5, "c_gemm_cuda": 0.3, "c_conv_tensor": 0.7, "c_conv_
         "m_vec": 0.3, "m_row": 0.5, "wave": 0.5, "overlap": 0.0, "kernel_floor": np.log(3.0), "c_backward": 0.2,
         "h2d": np.log(6.0), "peak_slope": 0.0, "bw_slope": 0.0, "small_n": np.log(8.0), "small_k": np.log(8.0),
         "l2": 0.0, "host_train": np.log(5.0), "step_train": np.log(200.0), "c_attn_tensor": 0.7,
-        "m_attn": 0.3, "c_backward_tensor": 0.0, "c_dw": 0.0, "c_dw_wgrad": 1.0, "dw_k": 0.0}
+        "m_attn": 0.3, "c_backward_tensor": 0.0, "c_dw": 0.0, "dw_k": 0.0}
 INIT_OVERHEAD = {"host_per_kernel": np.log(8.0), "step": np.log(20.0)}
 BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0), "overlap": (-3.0, 3.0),
           "l2": (-3.0, 1.0), "small_n": (-3.0, 7.0), "small_k": (-3.0, 7.0),
           "kernel_floor": (-3.0, 4.0), "host_per_kernel": (-3.0, 7.0),
           "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_backward_tensor": (-1.0, 2.0),
-          "c_dw": (-3.0, 4.0), "c_dw_wgrad": (-3.0, 5.0), "dw_k": (-1.0, 1.0)}
+          "c_dw": (-3.0, 5.0), "dw_k": (-1.0, 1.5)}
 CARD_FORMAT = "perfseer.anygpu"
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
 
@@ -112,7 +111,7 @@ class Design:
     occ: np.ndarray  # last-wave occupancy (1 for non-matrix kernels)
     code: np.ndarray  # 0 gemm-tensor, 1 gemm-cuda, 2 conv-tensor, 3 conv-cuda, 4 vec, 5 row-wise, 6 attn-tensor,
     # 7 attn-cuda (a fused attention on CUDA cores: the GEMM's CUDA-core constant), 8 a depthwise convolution in
-    # PyTorch's direct kernels, 9 a depthwise convolution's gradients (either library)
+    # PyTorch's generic direct kernel (its forward)
     backward: np.ndarray  # a backward-pass matrix kernel
     scale: np.ndarray  # times the kernel runs
     log_peak: np.ndarray  # log(unit peak / 100 TFLOP/s)
@@ -157,7 +156,10 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
         M, ch, side = (table[c].to_numpy(dtype=float)[dw] for c in ("M", "N", "kernel"))
         bw = (table["pass"].to_numpy()[dw] == "bw") if "pass" in table else np.zeros(len(M), dtype=bool)
         cudnn = rules.depthwise_cudnn(spec, precision, side, table["elems"].to_numpy(dtype=float)[dw] <= 1.01 * M, ch)
-        code[dw] = np.where(bw, 9, np.where(cudnn, 4, 8))
+        # PyTorch's direct kernels unroll 1x1 and 3x3 ones (element-wise here); larger ones loop over their
+        # taps; the gradients stay element-wise kernels
+        generic = ~np.isin(side, (1.0, 3.0))
+        code[dw] = np.where(generic & ~cudnn & ~bw, 8, 4)
         t_c0[dw] = np.where(code[dw] == 4, t_c0[dw], M * K[dw] / rules.depthwise_tap_rate(spec))
         peak[dw] = np.where(code[dw] == 4, peak[dw], 100.0)  # no peak slope on a tap rate
         area[dw] = np.maximum(K[dw], 1.0) / 9.0
@@ -249,15 +251,13 @@ def _theta(params) -> np.ndarray:
 def kernel_us(theta, d: Design) -> np.ndarray:
     """Each kernel's time (us, once; multiply by ``scale`` for its repetitions)."""
     th = _theta(theta)
-    c = np.array([th[0], th[1], th[2], th[3], 0.0, 0.0, th[19], th[1], th[22], th[22]])
-    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[20], th[20], th[5], th[5]])
+    c = np.array([th[0], th[1], th[2], th[3], 0.0, 0.0, th[19], th[1], th[22]])
+    m = np.array([th[4], th[4], th[4], th[4], th[5], th[6], th[20], th[20], th[5]])
     mat = _matrix(d.code)
-    dw = d.code >= 8
+    dw = d.code == 8
     cc = np.where(mat | dw, c[d.code], 0.0)
-    if len(d.area):  # a direct depthwise kernel: its efficiency by kernel area; its gradients: the input's as the
-        # forward, the weight's (one reduction over batch x pixels per weight) e^{c_dw_wgrad} per tap at any area
-        cc = cc + np.where(dw, th[24] * np.log(d.area), 0.0)
-        cc = np.where(d.code == 9, np.logaddexp(cc, th[23]), cc)
+    if len(d.area):  # a direct depthwise kernel: its efficiency by kernel area
+        cc = cc + np.where(dw, th[23] * np.log(d.area), 0.0)
     eff = np.exp(cc + th[12] * d.log_peak)
     # no GEMM or tensor-core convolution beats its unit's peak (CUDA-core convolutions may: Winograd and
     # FFT algorithms do fewer multiplications than the direct convolution's FLOPs; a depthwise kernel's
