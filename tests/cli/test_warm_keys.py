@@ -20,3 +20,22 @@ def test_several_gpu_options_pass_through_the_warm_process():
     kwargs = parallel_kwargs(args)
     assert kwargs["gpus"] == 4 and kwargs["parallel"] == "dp"
     assert set(kwargs) <= set(PREDICT_KEYS), set(kwargs) - set(PREDICT_KEYS)
+
+
+def test_the_key_is_the_same_for_perfseer_and_python_m(monkeypatch, tmp_path):
+    """``perfseer`` (its script's folder first on the import path, started as ``python3``) and
+    ``python -m perfseer.cli.warm stop`` (the working folder first, as ``python``) reach the same
+    warm process."""
+    import os
+    import sys
+
+    from perfseer.cli import warm
+
+    here = warm.key()
+    alias = tmp_path / "python3"
+    os.symlink(os.path.realpath(sys.executable), alias)
+    monkeypatch.setattr(sys, "executable", str(alias))
+    monkeypatch.setattr(sys, "path", [str(tmp_path)] + sys.path[1:])
+    assert warm.key() == here
+    monkeypatch.setattr(sys, "path", sys.path + ["/somewhere/else"])
+    assert warm.key() != here  # the rest of the import path still counts

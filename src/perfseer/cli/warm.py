@@ -104,12 +104,16 @@ def _code_stamp() -> list:
 
 
 def key() -> str:
-    """The key of the warm process that may answer this call: the protocol, the Python, perfseer's
-    files and every environment variable that changes an answer."""
+    """The key of the warm process that may answer this call: the protocol, the Python (its
+    environment's prefix and interpreter, whatever name started it), the import path, perfseer's
+    files and every environment variable that changes an answer.  The first entry of the import
+    path is left out: it is the command's folder for ``perfseer``, the working folder for
+    ``python -m perfseer.cli.warm stop``, and perfseer's own place is in its files' stamp."""
     env = {k: v for k, v in os.environ.items()
            if k.startswith("PERFSEER_") and k not in (WARM_ENV, IDLE_ENV)
            or k in ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "PYTHONPATH", "HF_HOME", "TORCH_HOME")}
-    blob = json.dumps([PROTOCOL, sys.executable, sys.version, sys.path, sorted(env.items()), _code_stamp()])
+    python = [sys.prefix, os.path.realpath(sys.executable)]
+    blob = json.dumps([PROTOCOL, python, sys.version, sys.path[1:], sorted(env.items()), _code_stamp()])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
