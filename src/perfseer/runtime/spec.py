@@ -99,9 +99,8 @@ class SpecModel:
         self.name = self.card.get("name", "spec-kernels")
         self._tables: OrderedDict = OrderedDict()  # graph key -> kernel table (:meth:`_kernels_and_us`)
         self._us: OrderedDict = OrderedDict()  # (graph key, device spec) -> kernel µs
-        self._autocast: OrderedDict = OrderedDict()  # graph key -> its kernel table with autocast's casts
         self._ahead = threading.local()  # .specs: the GPUs a comparison asks next (:meth:`expecting`)
-        self._prepared: OrderedDict = OrderedDict()  # (graph key, autocast, fused) -> the any-GPU model's table
+        self._prepared: OrderedDict = OrderedDict()  # (graph key, precision, autocast, fused) -> eager table
         self._columns: OrderedDict = OrderedDict()  # graph key -> its kernel table's columns as arrays
         self._cells: OrderedDict = OrderedDict()  # (graph key, phase, precision) -> its route cell
 
@@ -151,23 +150,10 @@ class SpecModel:
         """Forget the kept kernel tables and predictions (to time a first call on a graph)."""
         self._tables.clear()
         self._us.clear()
-        self._autocast.clear()
         self._prepared.clear()
         self._columns.clear()
         self._cells.clear()
         forget_op_masks()  # the trust reasons' per-graph operators
-
-    def autocast_table(self, gkey, table):
-        """``table`` (the kernels of the graph keyed ``gkey``) with autocast's casts
-        (:func:`perfseer.specmodel.compose.with_autocast`), composed once per graph: a comparison
-        asks the same step on every GPU."""
-        from perfseer.specmodel.compose import with_autocast
-
-        hit = self._autocast.get(gkey)
-        if hit is None:
-            hit = with_autocast(table)
-            _remember(self._autocast, gkey, hit)
-        return hit
 
     def _table(self, x, op_types, phase, precision, params, optimizer, edge_index, dropout):
         """The step's kernel table (kept, not copied: callers must not modify it) and its graph key
@@ -228,19 +214,14 @@ class SpecModel:
         us = self._kernel_us(table, gkey, spec, precision)
         return table.copy(), us.copy(), gkey
 
-    def anygpu_table(self, gkey, table, autocast: bool, fused: bool):
-        """``table`` (the kernels of the graph keyed ``gkey``) as the any-GPU model composes it
-        (:func:`perfseer.specmodel.anygpu.design`): autocast's casts where ``autocast`` (they
-        touch no attention), each attention fused into one kernel where ``fused``; composed once
-        per graph, since a comparison asks the same step on every GPU."""
-        from perfseer.specmodel.attention import fuse_attention
-
-        key = (gkey, bool(autocast), bool(fused))
+    def anygpu_table(self, m: AnyGpuModel, gkey, table, precision: str, autocast: bool):
+        """``table`` (the kernels of the graph keyed ``gkey``) as ``m`` composes it
+        (:meth:`~perfseer.specmodel.anygpu.AnyGpuModel.eager_table`), once per graph: a
+        comparison asks the same step on every GPU."""
+        key = (gkey, precision, bool(autocast), m.fused_attention)
         hit = self._prepared.get(key)
         if hit is None:
-            hit = self.autocast_table(gkey, table) if autocast else table
-            if fused:
-                hit = fuse_attention(hit)
+            hit = m.eager_table(table, precision, autocast)
             _remember(self._prepared, key, hit)
         return hit
 
@@ -306,15 +287,13 @@ class SpecModel:
         ``cell``); ``us``: the kernel networks' µs of ``table``'s kernels, or a function giving them
         (the trust reasons call it only where they need it)."""
         m = load_anygpu()
-        # as step_ms(autocast=...) composes it: attention fused as the card's setting runs it, and in an
-        # AMP cell autocast's casts; composed once per graph for every GPU of a comparison
-        step = self.anygpu_table(gkey, table, cell.endswith("/amp") and precision in ("fp16", "bf16"),
-                                 m.fused_attention)
+        # as eager PyTorch runs it (in an AMP cell with autocast's casts), composed once per graph
+        step = self.anygpu_table(m, gkey, table, precision, cell.endswith("/amp"))
         if choice == "anygpu":
-            ms = m.step_ms(step, spec, precision, fused_attention=False)["latency_ms"]
+            ms = m.step_ms(step, spec, precision, eager=True)["latency_ms"]
             q = m.interval_q(*cell.split("/"))
         elif choice == "blend":  # the geometric mean of the any-GPU model and the kernel networks (uncalibrated)
-            ms = math.sqrt(m.step_ms(step, spec, precision, fused_attention=False)["latency_ms"]
+            ms = math.sqrt(m.step_ms(step, spec, precision, eager=True)["latency_ms"]
                            * float(np.asarray(us).sum()) / 1000)
             q = ((m.card.get("intervals_by_basis") or {}).get(cell) or {}).get("blend")
         else:

@@ -186,26 +186,36 @@ def _merge_repeats(d: dict) -> dict:
             "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64), "log_power": uniq[:, 11]}
 
 
-def design(items, settings=None) -> Design:
-    """A :class:`Design` from ``(table, spec, precision, h2d_bytes[, autocast[, fused_attention]])``
-    items, one per step (``settings``: each step's software-setting index, default 0;
-    ``autocast``: the step ran under ``torch.autocast``, its 16-bit ``table`` gets autocast's casts,
-    :func:`perfseer.specmodel.compose.with_autocast`; ``fused_attention``: its software runs
-    ``scaled_dot_product_attention`` as one kernel (PyTorch 2),
-    :func:`perfseer.specmodel.attention.fuse_attention`).  Every table's SiLUs are one kernel each
-    (:func:`perfseer.specmodel.eager.fuse_silu`)."""
+def eager_table(table: pd.DataFrame, precision: str, autocast: bool = False,
+                fused_attention: bool = False) -> pd.DataFrame:
+    """A step's kernel table as eager PyTorch runs it: each SiLU one kernel
+    (:func:`perfseer.specmodel.eager.fuse_silu`), each attention one fused kernel where
+    ``fused_attention`` (PyTorch 2's ``scaled_dot_product_attention``,
+    :func:`perfseer.specmodel.attention.fuse_attention`), and autocast's casts where ``autocast``
+    and ``precision`` is 16-bit (:func:`perfseer.specmodel.compose.with_autocast`)."""
     from perfseer.specmodel.attention import fuse_attention
     from perfseer.specmodel.compose import with_autocast
     from perfseer.specmodel.eager import fuse_silu
 
+    table = fuse_silu(table)
+    if fused_attention:
+        table = fuse_attention(table)
+    if autocast and precision in ("fp16", "bf16"):
+        table = with_autocast(table)
+    return table
+
+
+def design(items, settings=None, eager: bool = False) -> Design:
+    """A :class:`Design` from ``(table, spec, precision, h2d_bytes[, autocast[, fused_attention]])``
+    items, one per step (``settings``: each step's software-setting index, default 0;
+    ``autocast``: the step ran under ``torch.autocast``; ``fused_attention``: its software runs
+    ``scaled_dot_product_attention`` as one kernel, PyTorch 2), each table composed by
+    :func:`eager_table` (``eager``: the tables already are, the last two fields unused)."""
     parts, h2d = [], []
     for i, item in enumerate(items):
         table, spec, precision, hb = item[:4]
-        table = fuse_silu(table)  # SiLU: one kernel in eager PyTorch, Sigmoid + Mul in the graph
-        if len(item) > 5 and item[5]:
-            table = fuse_attention(table)
-        if len(item) > 4 and item[4] and precision in ("fp16", "bf16"):
-            table = with_autocast(table)
+        if not eager:
+            table = eager_table(table, precision, len(item) > 4 and bool(item[4]), len(item) > 5 and bool(item[5]))
         d = _merge_repeats(kernel_inputs(table, spec, precision))
         d["step"] = np.full(len(d["t_c0"]), i, dtype=np.int64)
         parts.append(d)
@@ -330,23 +340,28 @@ class AnyGpuModel:
         self.name = card.get("name", "anygpu")
 
     def step_ms(self, table: pd.DataFrame, spec, precision: str, h2d_bytes: float = 0.0,
-                autocast: bool = False, fused_attention: bool | None = None) -> dict:
+                autocast: bool = False, fused_attention: bool | None = None, eager: bool = False) -> dict:
         """``{"latency_ms", "kernel_us", "gpu_ms", "host_ms"}`` of one step's kernel table, with the
         framework overhead of the card's default software setting; ``autocast``: the 16-bit
-        ``table`` runs under ``torch.autocast`` (its casts added, :func:`design`);
+        ``table`` runs under ``torch.autocast`` (its casts added, :func:`eager_table`);
         ``fused_attention``: each attention of the table (its ``attn`` column) is one fused kernel
-        (default: as the card's default setting runs it, :attr:`fused_attention`)."""
+        (default: as the card's default setting runs it, :attr:`fused_attention`); ``eager``: the
+        table already is :meth:`eager_table`'s (``autocast`` and ``fused_attention`` unused)."""
         fused = self.fused_attention if fused_attention is None else bool(fused_attention)
-        if fused and any(k not in self.card["params"] for k in ATTENTION_PARAMS):
+        if fused and not eager and any(k not in self.card["params"] for k in ATTENTION_PARAMS):
             raise AnyGpuError("this any-GPU card has no fused-attention constants",
                               "refit it with python -m benchmarks.lib.anygpu_logo --fit-all CARD")
-        d = design([(table, spec, precision, h2d_bytes, autocast, fused)])
+        d = design([(table, spec, precision, h2d_bytes, autocast, fused)], eager=eager)
         th = self._theta
         k = kernel_us(th, d)
         late = d.scale[d.pass_code > 0].sum()
         return {"latency_ms": float(step_us(th, self.overhead, d)[0]) / 1000, "kernel_us": k,
                 "gpu_ms": float((k * d.scale).sum()) / 1000,
                 "host_ms": float(d.scale.sum() * np.exp(self.overhead[0, 0]) + late * np.exp(th[17])) / 1000}
+
+    def eager_table(self, table: pd.DataFrame, precision: str, autocast: bool = False) -> pd.DataFrame:
+        """:func:`eager_table` with the attention fused as the card's default setting runs it."""
+        return eager_table(table, precision, autocast, self.fused_attention)
 
     def interval_q(self, kind: str, phase: str, precision: str) -> float | None:
         """The 90 % quantile of |log(measured / predicted)| of the leave-one-GPU-out runs of the cell,

@@ -112,9 +112,9 @@ def backward_table(fw: pd.DataFrame | dict, fns, frame: bool = True) -> pd.DataF
         scores = B * L * S
         qkv, o = B * (L * E + S * E + S * Ev), B * L * Ev
         mask = np.maximum(c["bytes"][sel] - (qkv + o) * d, 0.0)
-        add(kt._table("attn", False, flops=2 * scores * (3 * E + 2 * Ev) + ATTENTION_BACKWARD_SCORE_FLOPS * scores,
-                      bytes=(2 * qkv + 2 * o) * d + mask, dtype_bytes=d, B=B, M=L, N=Ev, K=S, cols=E, elems=qkv,
-                      inputs=c["inputs"][sel] + 2), sel, 0)
+        add(kt.attention_backward_rows(B, L, S, E, Ev, 2 * scores * (3 * E + 2 * Ev) + ATTENTION_BACKWARD_SCORE_FLOPS
+                                       * scores, (2 * qkv + 2 * o) * d + mask, dtype_bytes=d,
+                                       inputs=c["inputs"][sel] + 2, frame=False), sel, 0)
     if not parts:
         return _empty(frame)
     src = np.concatenate([p[1] for p in parts])

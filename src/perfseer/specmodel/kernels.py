@@ -126,6 +126,16 @@ def attention_rows(B, L, S, E, Ev, dtype_bytes=2.0, mask_bytes=0.0, frame: bool 
                   N=Ev, K=S, cols=E, elems=B * L * Ev, inputs=3.0 + (mask > 0))
 
 
+def attention_backward_rows(B, L, S, E, Ev, flops, bytes_, dtype_bytes=2.0, inputs=3.0,
+                            frame: bool = True) -> pd.DataFrame:
+    """A fused attention's backward kernels (:mod:`perfseer.specmodel.backward` gives their
+    ``flops`` and ``bytes_``), with :func:`attention_rows`' columns (``elems``: the Q, K and V
+    elements, the gradients it writes)."""
+    B, L, S, E, Ev = (np.asarray(v, dtype=float) for v in (B, L, S, E, Ev))
+    return _table("attn", frame, flops=flops, bytes=bytes_, dtype_bytes=dtype_bytes, B=B, M=L, N=Ev, K=S, cols=E,
+                  elems=B * (L * E + S * E + S * Ev), inputs=inputs)
+
+
 def _table(family: str, frame: bool = True, **cols) -> pd.DataFrame | dict:
     n = max(np.size(v) for v in cols.values())
     out = {"family": np.full(n, family, dtype=object)}
