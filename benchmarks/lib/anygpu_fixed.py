@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     names = sorted(df["setting"].unique())
     settings = np.array([names.index(s) for s in df["setting"]])
     specs = {g: get_device(g) for g in df["gpu"].unique()}
-    d = anygpu.design([(tables[k], specs[g], L.KERNEL_PRECISION[p], hb, p == "amp", L.FUSED_ATTENTION[st])
+    d = anygpu.design([(tables[k], specs[g], L.kernel_precision(p, st), hb, p == "amp", L.FUSED_ATTENTION[st])
                        for k, g, p, hb, st in zip(df["key"], df["gpu"], df["precision"], df["h2d_bytes"], df["setting"])],
                       settings)
     meas = df["measured_ms"].to_numpy()

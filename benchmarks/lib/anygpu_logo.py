@@ -43,6 +43,20 @@ DEFAULT_SETTING = "timm-pt291"  # the framework overhead an answer uses: PyTorch
 # and NeuSight's rows are its own traces (no composed attention), so their entry changes nothing
 FUSED_ATTENTION = {"timm-pt112": False, "timm-pt240": True, "timm-pt291": True, "h200": True, "gpu-benchmark": False,
                    "nb201": False, "neusight": False}
+# settings whose fp32 steps ran with TF32 off for convolutions too (perfseer's collection kit sets
+# torch.backends.cudnn.allow_tf32 = False): their kernels at rules.FP32_IEEE, not PyTorch's default
+# (TF32 convolutions on Ampere and later); the other sources' fp32 GPUs are pre-Ampere or ran GEMMs only
+FP32_IEEE_SETTINGS = ("h200",)
+
+
+def kernel_precision(precision: str, setting: str) -> str:
+    """The precision a row's kernels run at (:mod:`perfseer.specmodel.rules`): ``amp`` as 16-bit
+    kernels (autocast's casts composed), ``fp32`` as its setting's library defaults had it."""
+    from perfseer.specmodel import rules
+
+    if precision == "fp32" and setting in FP32_IEEE_SETTINGS:
+        return rules.FP32_IEEE
+    return KERNEL_PRECISION[precision]
 
 
 def setting_of(r) -> str:
@@ -257,7 +271,7 @@ def main(argv=None) -> int:
     df["setting"] = [setting_of(r) for _, r in df.iterrows()]
     names = sorted(df["setting"].unique())
     settings = np.array([names.index(s) for s in df["setting"]])
-    d = anygpu.design([(tables[k], specs[g], KERNEL_PRECISION[p], hb, p == "amp", FUSED_ATTENTION[st])  # amp: casts
+    d = anygpu.design([(tables[k], specs[g], kernel_precision(p, st), hb, p == "amp", FUSED_ATTENTION[st])  # amp: casts
                        for k, g, p, hb, st in zip(df["key"], df["gpu"], df["precision"], df["h2d_bytes"], df["setting"])],
                       settings)
     df["cell"] = [cell_of(r) for _, r in df.iterrows()]

@@ -15,7 +15,9 @@ generation and on the library defaults:
   better of the native 16-bit rate and the FP32 rate (P100's native FP16 is twice its FP32).
 - **FP32 on Ampere and later follows PyTorch's defaults**: ``torch.backends.cudnn.allow_tf32``
   is ``True`` (convolutions run TF32 on tensor cores) and ``torch.backends.cuda.matmul.allow_tf32``
-  is ``False`` since PyTorch 1.12 (matmuls run FP32 on the CUDA cores).  Asking ``tf32`` sets both.
+  is ``False`` since PyTorch 1.12 (matmuls run FP32 on the CUDA cores).  Asking ``tf32`` sets both;
+  :data:`FP32_IEEE` clears both (``cudnn.allow_tf32 = False``; PyTorch 2.9's ``fp32_precision =
+  "ieee"``): FP32 everywhere, as perfseer's collection kit measures its ``fp32`` steps.
 - **Vector (memory-bound) kernels** run on the CUDA cores: FP32 at the FP32 peak; 16-bit at
   twice it where the generation has packed half arithmetic at 2x (P100, Volta, Turing, Ampere
   and later data-centre parts with the FP16 rate given), at the FP32 rate elsewhere.
@@ -38,7 +40,8 @@ TENSOR_PRECISIONS = {
 # generations where cuDNN runs FP32 convolutions as TF32 by default (PyTorch: cudnn.allow_tf32 = True)
 TF32_CONV_DEFAULT = ("ampere", "ada", "hopper", "blackwell")
 MATRIX_FAMILIES = ("gemm", "conv")
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+FP32_IEEE = "fp32-ieee"  # FP32 with TF32 off for convolutions too (torch.backends.cudnn.allow_tf32 = False)
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", FP32_IEEE)
 
 
 class RuleError(PerfseerError):
@@ -62,9 +65,12 @@ def has_tensor(spec, precision: str) -> bool:
 
 def matrix_precision(spec, precision: str, family: str) -> str:
     """The precision a GEMM/convolution asked at ``precision`` runs at on ``spec`` under PyTorch's
-    defaults: ``fp32`` convolutions become ``tf32`` on Ampere and later (cuDNN's default)."""
+    defaults: ``fp32`` convolutions become ``tf32`` on Ampere and later (cuDNN's default);
+    :data:`FP32_IEEE` stays ``fp32`` (TF32 turned off)."""
     if precision not in PRECISIONS:
         raise RuleError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+    if precision == FP32_IEEE:
+        return "fp32"
     if precision == "fp32" and family == "conv" and generation(spec) in TF32_CONV_DEFAULT:
         return "tf32"
     return precision
