@@ -41,6 +41,9 @@ def test_fp32_on_ampere_follows_pytorch_defaults():
     for prec, want in (("fp32", 7048.2), ("tf32", 881.0)):
         t_flop, _ = kt.roofline_us(g, kt.device_frame([s], [prec], ["gemm"], library_rules=True))
         assert t_flop[0] == pytest.approx(want, rel=1e-3)
+    # TF32 turned off (cudnn.allow_tf32 = False, as the collection kit measures): FP32 everywhere
+    assert rules.matrix_peak(s, rules.FP32_IEEE, "conv") == pytest.approx(19.5)
+    assert rules.unit(s, rules.FP32_IEEE, "conv") == "cuda" and rules.peak(s, rules.FP32_IEEE, "vec") == pytest.approx(19.5)
     # Volta has no TF32: fp32 convolutions stay FP32 (V100 SXM2: 15.7)
     assert rules.matrix_peak(get_device("v100"), "fp32", "conv") == pytest.approx(15.7)
     assert rules.matrix_peak(get_device("v100"), "tf32", "gemm") == pytest.approx(15.7)
