@@ -1,4 +1,5 @@
-"""Activations that eager PyTorch runs as one kernel where the exported graph has two.
+"""What eager PyTorch runs where the exported graph says otherwise: activations it runs as one
+kernel where the graph has two, and slices and broadcasts it runs as no kernel at all.
 
 ``nn.SiLU`` (Swish, ``x * sigmoid(x)``: EfficientNets, the ``*ts`` ResNets of timm, RegNetY's
 and NFNet's variants...) is one element-wise kernel in PyTorch since 1.7 (``silu``: reads ``x``,
@@ -18,6 +19,16 @@ pooled ``B x C`` tensor, then a ``Mul`` by the ``B x C x H x W`` map) does not m
 two kernels, as eager PyTorch runs it.  A gated unit written out as ``a * sigmoid(b)`` with ``a``
 and ``b`` of one size matches too, though eager PyTorch runs it as two kernels: such layers are
 rare in the models perfseer is used on (GLU is its own ``F.glu`` kernel).
+
+Slicing (``x[:, 0]``, ``unbind``, ``narrow``) and ``expand`` return views in PyTorch: no kernel
+runs, the consumer reads the strided or broadcast tensor.  The exporter writes them as ``Slice``
+and ``Expand`` nodes, which :func:`perfseer.specmodel.compose.node_kernels` composes as copies (a
+ViT's ``qkv.unbind(0)`` three copies of its Q, K, V per block, an ECA gate's ``expand_as`` a copy
+of the whole feature map); :func:`drop_views` removes their forward kernels (their gradients,
+PyTorch's ``slice_backward`` into zeros and ``expand``'s sum, are kernels and stay).  A consumer
+that needs contiguous memory (a convolution of a channel slice) copies it; the table does not
+know the consumers, so such a copy is missed, and ``torch.split``/``chunk`` (``Split``: the
+channel splits of Res2Net and ShuffleNet, each into a convolution) stays a copy.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 REL_TOL = 1e-3  # relative tolerance of "the Mul reads twice the Sigmoid's elements"
+VIEW_OPS = ("Slice", "Expand")  # views in eager PyTorch: no forward kernel
 
 
 def silu_pairs(table: pd.DataFrame) -> np.ndarray:
@@ -61,3 +73,16 @@ def fuse_silu(table: pd.DataFrame) -> pd.DataFrame:
     flops[at - 1] += flops[at]
     out["flops"] = flops
     return out.loc[~mul].reset_index(drop=True)
+
+
+def drop_views(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` without the forward kernels of :data:`VIEW_OPS` (views in eager PyTorch); a
+    table without an ``op`` column or without such kernels is returned as is."""
+    if "op" not in table or not len(table):
+        return table
+    view = table["op"].isin(VIEW_OPS).to_numpy().copy()
+    if "pass" in table:
+        view &= (table["pass"] == "fw").to_numpy()
+    if not view.any():
+        return table
+    return table.loc[~view].reset_index(drop=True)
