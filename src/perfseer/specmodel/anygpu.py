@@ -189,8 +189,8 @@ def _merge_repeats(d: dict) -> dict:
 def eager_table(table: pd.DataFrame, precision: str, autocast: bool = False,
                 fused_attention: bool = False) -> pd.DataFrame:
     """A step's kernel table as eager PyTorch runs it: each SiLU one kernel
-    (:func:`perfseer.specmodel.eager.fuse_silu`), no kernel for a forward slice or broadcast
-    (:func:`perfseer.specmodel.eager.drop_views`), each attention one fused kernel where
+    (:func:`perfseer.specmodel.eager.fuse_silu`), no kernel for a forward broadcast, nor for a
+    forward slice where attention is fused (:func:`perfseer.specmodel.eager.drop_views`), each attention one fused kernel where
     ``fused_attention`` (PyTorch 2's ``scaled_dot_product_attention``,
     :func:`perfseer.specmodel.attention.fuse_attention`), and autocast's casts where ``autocast``
     and ``precision`` is 16-bit (:func:`perfseer.specmodel.compose.with_autocast`)."""
@@ -198,7 +198,7 @@ def eager_table(table: pd.DataFrame, precision: str, autocast: bool = False,
     from perfseer.specmodel.compose import with_autocast
     from perfseer.specmodel.eager import drop_views, fuse_silu
 
-    table = drop_views(fuse_silu(table))
+    table = drop_views(fuse_silu(table), slices=fused_attention)
     if fused_attention:
         table = fuse_attention(table)
     if autocast and precision in ("fp16", "bf16"):

@@ -26,9 +26,12 @@ and ``Expand`` nodes, which :func:`perfseer.specmodel.compose.node_kernels` comp
 ViT's ``qkv.unbind(0)`` three copies of its Q, K, V per block, an ECA gate's ``expand_as`` a copy
 of the whole feature map); :func:`drop_views` removes their forward kernels (their gradients,
 PyTorch's ``slice_backward`` into zeros and ``expand``'s sum, are kernels and stay).  A consumer
-that needs contiguous memory (a convolution of a channel slice) copies it; the table does not
-know the consumers, so such a copy is missed, and ``torch.split``/``chunk`` (``Split``: the
-channel splits of Res2Net and ShuffleNet, each into a convolution) stays a copy.
+that needs contiguous memory copies the view, which the table, without its consumers, cannot
+see; so the slices go only where the software fuses attention: PyTorch 2's
+``scaled_dot_product_attention`` reads a ViT's strided Q, K and V in place, while the unfused
+attention's ``torch.matmul`` reshapes them into copies (the copies the ``Slice`` kernels stand
+for).  ``torch.split``/``chunk`` (``Split``: the channel splits of Res2Net and ShuffleNet, each
+into a convolution, which copies it) stays a copy.
 """
 
 from __future__ import annotations
@@ -75,12 +78,13 @@ def fuse_silu(table: pd.DataFrame) -> pd.DataFrame:
     return out.loc[~mul].reset_index(drop=True)
 
 
-def drop_views(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` without the forward kernels of :data:`VIEW_OPS` (views in eager PyTorch); a
-    table without an ``op`` column or without such kernels is returned as is."""
+def drop_views(table: pd.DataFrame, slices: bool = True) -> pd.DataFrame:
+    """``table`` without the forward kernels of :data:`VIEW_OPS` (views in eager PyTorch; the
+    ``Slice`` ones only where ``slices``: the software fuses attention); a table without an ``op``
+    column or without such kernels is returned as is."""
     if "op" not in table or not len(table):
         return table
-    view = table["op"].isin(VIEW_OPS).to_numpy().copy()
+    view = table["op"].isin(VIEW_OPS if slices else ("Expand",)).to_numpy().copy()
     if "pass" in table:
         view &= (table["pass"] == "fw").to_numpy()
     if not view.any():
