@@ -33,16 +33,20 @@ def test_forward_slices_and_expands_launch_nothing_their_gradients_do():
 
 
 def test_the_step_pays_nothing_for_a_view():
-    """Hand-computed: memory-bound kernels at the bandwidth, a 2 us floor, no host cost.  The
-    forward Slice (4000 bytes) adds nothing: the step is the Mul's 6000 bytes and one floor."""
+    """Hand-computed: memory-bound kernels at the bandwidth, a 2 us floor, no host cost.  Where
+    attention is fused, the forward Slice (4000 bytes) adds nothing: the step is the Mul's 6000
+    bytes and one floor; where it is not, the Slice is a copy."""
     spec = get_device("rtx4090")
     th = dict(anygpu.INIT)
     th.update(m_vec=0.0, bw_slope=0.0, l2=0.0, kernel_floor=np.log(2.0), host_train=-20.0, overlap=3.0)
     ov = np.array([[-20.0, -20.0]])
     e = 1000.0
     t = pd.concat([_vec("Slice", e, 2 * e, 2 * e), _vec("Mul", 2 * e, 4 * e, 2 * e)], ignore_index=True)
-    got = anygpu.step_us(th, ov, anygpu.design([(t, spec, "fp16", 0.0)]))[0]
-    assert got == pytest.approx(6000.0 / (spec.mem_bandwidth_gbs * 1e3) + 2.0, rel=1e-6)
+    bw_us = spec.mem_bandwidth_gbs * 1e3  # bytes per us
+    got = anygpu.step_us(th, ov, anygpu.design([(t, spec, "fp16", 0.0, False, True)]))[0]
+    assert got == pytest.approx(6000.0 / bw_us + 2.0, rel=1e-6)
+    got = anygpu.step_us(th, ov, anygpu.design([(t, spec, "fp16", 0.0, False, False)]))[0]
+    assert got == pytest.approx(10000.0 / bw_us + 2 * 2.0, rel=1e-6)
 
 
 def test_exported_qkv_unbind_and_expand_are_views():
