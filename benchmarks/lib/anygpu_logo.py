@@ -81,6 +81,9 @@ def _subset(d, mask_steps: np.ndarray, setting=None):
 EAGER_HOST_FLOOR_US = 4.0  # eager PyTorch's CPU cost of launching one kernel is at least a few us (NeuSight's sums have none)
 
 
+FIT_STARTS = 3  # starts of each fit (anygpu.fit(starts=)): INIT and two seeded perturbations
+
+
 def fit_predict(d, meas, w, settings: np.ndarray, names: list, train: np.ndarray, max_nfev: int):
     """Fit on the ``train`` steps (their settings renumbered), predict every other step (a setting
     the training steps lack answered with :data:`DEFAULT_SETTING`'s overhead, or the mean one)."""
@@ -91,7 +94,7 @@ def fit_predict(d, meas, w, settings: np.ndarray, names: list, train: np.ndarray
     st = np.array([local.get(s, 0) for s in settings])
     floor = [None if names[s] == "neusight" else np.log(EAGER_HOST_FLOOR_US) for s in present]
     params, ov = anygpu.fit(_subset(d, train, st), meas[train], w[train], n_settings=len(present), max_nfev=max_nfev,
-                            host_floor=floor)
+                            host_floor=floor, starts=FIT_STARTS)
     dflt = names.index(DEFAULT_SETTING) if DEFAULT_SETTING in names else -1
     fallback = ov[local[dflt]] if dflt in local else ov.mean(axis=0)
     ov_all = np.array([ov[local[i]] if i in local else fallback for i in range(len(names))])

@@ -95,6 +95,7 @@ BOUNDS = {"peak_slope": (-0.5, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0)
           "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_backward_tensor": (-1.0, 2.0),
           "power_knee": (-2.0, 2.0)}
 CARD_FORMAT = "perfseer.anygpu"
+START_SPREAD = 0.5  # the standard deviation of a perturbed start's log constants (fit(starts=))
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
 
 
@@ -290,11 +291,14 @@ def step_us(theta, overhead: np.ndarray, d: Design) -> np.ndarray:
 
 
 def fit(d: Design, measured_ms: np.ndarray, weights: np.ndarray | None = None, n_settings: int = 1,
-        max_nfev: int = 200, host_floor=None) -> tuple[dict, np.ndarray]:
+        max_nfev: int = 200, host_floor=None, starts: int = 1) -> tuple[dict, np.ndarray]:
     """The shared constants and the per-setting overheads (``[n_settings, 2]``) minimising the
     weighted robust (soft-L1, scale 0.15) squared log error of :func:`step_us` against
     ``measured_ms``; ``host_floor``: per setting, the least log host µs per kernel (``None``: free),
-    for settings whose long steps do not show their launch cost."""
+    for settings whose long steps do not show their launch cost.  ``starts``: the fit runs from
+    :data:`INIT` and ``starts - 1`` seeded perturbations of it (each log constant moved by
+    N(0, :data:`START_SPREAD`)) and keeps the lowest objective: the constants trade against each
+    other and one start can stop in a poorer local minimum."""
     from scipy.optimize import least_squares  # deferred: fitting only
 
     y = np.log(np.asarray(measured_ms, float) * 1000.0)
@@ -308,11 +312,16 @@ def fit(d: Design, measured_ms: np.ndarray, weights: np.ndarray | None = None, n
         for i, f in enumerate(host_floor):
             if f is not None:
                 lo[n0 + 2 * i] = max(lo[n0 + 2 * i], float(f))
-    x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
     n = len(PARAMS)
-    res = least_squares(lambda x: w * (np.log(step_us(x[:n], x[n:], d)) - y), x0, bounds=(lo, hi), loss="soft_l1",
-                        f_scale=0.15, max_nfev=max_nfev, x_scale=1.0, diff_step=1e-3)
-    return {k: float(v) for k, v in zip(PARAMS, res.x[:n])}, res.x[n:].reshape(n_settings, 2)
+    best = None
+    for i in range(max(int(starts), 1)):
+        x = x0 if i == 0 else x0 + np.random.default_rng(i).normal(0.0, START_SPREAD, len(x0))
+        x = np.clip(x, lo + 1e-6, hi - 1e-6)
+        res = least_squares(lambda v: w * (np.log(step_us(v[:n], v[n:], d)) - y), x, bounds=(lo, hi), loss="soft_l1",
+                            f_scale=0.15, max_nfev=max_nfev, x_scale=1.0, diff_step=1e-3)
+        if best is None or res.cost < best.cost:
+            best = res
+    return {k: float(v) for k, v in zip(PARAMS, best.x[:n])}, best.x[n:].reshape(n_settings, 2)
 
 
 class AnyGpuModel:
