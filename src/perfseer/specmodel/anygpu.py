@@ -32,10 +32,10 @@ full-power ones) and ``x_0`` the knee under which the power limit holds the SMs 
 boost clock (the clock goes as the cube root of the power: dynamic power ~ f V^2, V ~ f; the
 memory's clock is not lowered), ``p`` the sharpness of the compute/memory overlap and ``\\ell`` the per-kernel floor; two
 slopes scale ``t_c`` by ``(peak / 100 TFLOP/s)^a`` and ``t_m`` by ``(bandwidth / 1 TB/s)^b`` (a
-bigger GPU is harder to fill from eager PyTorch).  No GEMM or tensor-core convolution runs faster
-than its unit's peak (the compute factor ``e^{c_{f,u}} (peak / 100)^a`` is at least 1 for them;
-a CUDA-core convolution may beat its direct FLOPs: cuDNN's Winograd and FFT algorithms do fewer
-multiplications).
+bigger GPU is harder to fill from eager PyTorch).  No kernel runs faster than its unit's peak
+(the compute factor ``e^{c_{f,u}} (peak / 100)^a`` is at least 1) but a 3 x 3 convolution without
+groups on the CUDA cores, which cuDNN's Winograd algorithm runs with fewer multiplications than
+its direct FLOPs: at most :data:`WINOGRAD_GAIN` times the peak.
 Eager PyTorch launches one kernel at a time: a kernel shorter than the host's launch cost ``h``
 leaves the GPU waiting for the next launch, so each kernel takes the smooth maximum of its GPU
 time and ``h``, and the step is their sum plus a per-step constant:
@@ -95,6 +95,8 @@ BOUNDS = {"peak_slope": (0.0, 0.5), "bw_slope": (-0.5, 0.5), "wave": (0.0, 1.0),
           "step": (-3.0, 10.0), "host_train": (-3.0, 6.0), "step_train": (-3.0, 10.0), "c_backward_tensor": (-1.0, 2.0),
           "power_knee": (-2.0, 2.0)}
 CARD_FORMAT = "perfseer.anygpu"
+# Winograd F(2x2, 3x3): a 2 x 2 output tile of a 3 x 3 filter in 16 multiplications instead of 36
+WINOGRAD_GAIN = 36.0 / 16.0
 LAUNCH_P = 3.0  # sharpness of the smooth maximum of a kernel's GPU time and its launch cost
 
 
@@ -124,6 +126,7 @@ class Design:
     l2_fit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # 1 / (1 + bytes / L2 size)
     pass_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # 0 forward, 1 backward, 2 optimizer
     log_power: np.ndarray = field(default_factory=lambda: np.zeros(0))  # log of the GPU's power per FLOP (rules.power_per_flop)
+    min_eff: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the least compute factor (1; Winograd: 1 / gain)
 
 
 def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
@@ -156,13 +159,16 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
     K = table["K"].to_numpy(dtype=float)
     gemm_like = mat & (code < 6)  # the thin-output and short-reduction terms are a GEMM's, not an attention's
     pass_code = np.where(passes == "bw", 1, np.where(passes == "opt", 2, 0)).astype(np.int64)
+    kern = table["kernel"].to_numpy(dtype=float) if "kernel" in table else np.zeros(n)
+    winograd = (code == 3) & (kern == 3) & (B <= 1)  # a 3 x 3 convolution without groups, CUDA cores
     return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & mat,
             "pass_code": pass_code,
             "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
             "dim_n": np.where(gemm_like, np.maximum(np.minimum(M, N), 1.0), 1e9),
             "dim_k": np.where(gemm_like, np.maximum(K, 1.0), 1e9),
             "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0)),
-            "log_power": np.full(n, np.log(rules.power_per_flop(spec)))}
+            "log_power": np.full(n, np.log(rules.power_per_flop(spec))),
+            "min_eff": np.where(winograd, 1.0 / WINOGRAD_GAIN, 1.0)}
 
 
 def _matrix(code: np.ndarray) -> np.ndarray:
@@ -175,7 +181,7 @@ def _merge_repeats(d: dict) -> dict:
     time is unchanged and fitting evaluates fewer rows."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
                     d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float),
-                    d["log_power"]], axis=1)
+                    d["log_power"], d["min_eff"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
     if len(uniq) == len(key):
         return d
@@ -183,7 +189,8 @@ def _merge_repeats(d: dict) -> dict:
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
             "backward": uniq[:, 4] > 0.5, "scale": np.bincount(inv, weights=d["scale"], minlength=len(uniq)),
             "log_peak": uniq[:, 5], "log_bw": uniq[:, 6], "dim_n": uniq[:, 7], "dim_k": uniq[:, 8],
-            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64), "log_power": uniq[:, 11]}
+            "l2_fit": uniq[:, 9], "pass_code": uniq[:, 10].astype(np.int64), "log_power": uniq[:, 11],
+            "min_eff": uniq[:, 12]}
 
 
 def eager_table(table: pd.DataFrame, precision: str, autocast: bool = False,
@@ -227,7 +234,7 @@ def design(items, settings=None, eager: bool = False) -> Design:
 
 
 KERNEL_FIELDS = ("t_c0", "t_m0", "occ", "code", "backward", "scale", "log_peak", "log_bw", "dim_n", "dim_k", "l2_fit",
-                 "pass_code", "log_power")
+                 "pass_code", "log_power", "min_eff")
 
 
 def subset(d: Design, steps: np.ndarray, setting: np.ndarray | None = None) -> Design:
@@ -253,9 +260,8 @@ def kernel_us(theta, d: Design) -> np.ndarray:
     mat = _matrix(d.code)
     cc = np.where(mat, c[d.code], 0.0)
     eff = np.exp(cc + th[12] * d.log_peak)
-    # no GEMM or tensor-core convolution beats its unit's peak (CUDA-core convolutions may: Winograd and
-    # FFT algorithms do fewer multiplications than the direct convolution's FLOPs)
-    eff = np.where(d.code != 3, np.maximum(eff, 1.0), eff)
+    # no kernel beats its unit's peak but a CUDA-core 3 x 3 convolution, by Winograd's gain at most
+    eff = np.maximum(eff, d.min_eff if len(d.min_eff) else np.where(d.code != 3, 1.0, 0.0))
     tc = d.t_c0 * eff * np.where(mat, d.occ ** (-th[7]), 1.0) \
         * np.where(d.backward, np.exp(th[10] + np.where((d.code == 0) | (d.code == 2) | (d.code == 6), th[21], 0.0)), 1.0)
     tc = tc * (1.0 + np.exp(th[14]) / d.dim_n) * (1.0 + np.exp(th[15]) / d.dim_k)
