@@ -65,6 +65,24 @@ def test_fit_recovers_its_constants():
     assert np.mean(np.abs(pred / y - 1)) < 0.03
 
 
+def test_a_prepared_table_answers_as_the_table():
+    """prepare() reads a table once for every GPU: identical rows merged with their repetitions
+    summed, in table order; the step time on any GPU is the table's, bit for bit."""
+    g = kt.gemm_rows(1, 512, 512, 512)
+    v = kt.vec_rows(512 * 512, 2, 1)
+    t = pd.concat([g, v, g, v, v], ignore_index=True)
+    t["pass"], t["scale"] = "fw", [1.0, 1.0, 2.0, 1.0, 3.0]
+    p = anygpu.prepare(t)
+    assert len(p) == 2 and list(p.family) == ["gemm", "vec"] and list(p.scale) == [3.0, 5.0]
+    assert anygpu.prepare(p) is p
+    from perfseer.runtime import spec as rs
+
+    m = rs.load_anygpu()
+    for name in ("t4", "rtx4090", "h100-sxm"):
+        s = get_device(name)
+        assert m.step_ms(p, s, "fp16", eager=True)["latency_ms"] == m.step_ms(t, s, "fp16", eager=True)["latency_ms"]
+
+
 def test_card_without_constants_is_refused():
     with pytest.raises(anygpu.AnyGpuError, match="lacks constants"):
         anygpu.AnyGpuModel({"format": anygpu.CARD_FORMAT, "params": {}})
@@ -110,7 +128,7 @@ def test_the_bundled_card_loads_and_routes():
 
 def _one_kernel_design(t_c0, t_m0=0.0, dim_n=1e9, dim_k=1e9, code=0, scale=1.0):
     n = np.size(t_c0)
-    f = lambda v: np.full(n, v, dtype=float) if np.ndim(v) == 0 else np.asarray(v, float)  # noqa: E731
+    f = lambda v: np.full(n, v, dtype=float) if np.ndim(v) == 0 else np.asarray(v, float)
     return anygpu.Design(t_c0=f(t_c0), t_m0=f(t_m0), occ=np.ones(n), code=np.full(n, code), backward=np.zeros(n, bool),
                          scale=f(scale), log_peak=np.zeros(n), log_bw=np.zeros(n), step=np.zeros(n, dtype=np.int64),
                          n_steps=1, dim_n=f(dim_n), dim_k=f(dim_k), h2d_bytes=np.zeros(1),

@@ -22,8 +22,8 @@ import hashlib
 import math
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +100,7 @@ class SpecModel:
         self._tables: OrderedDict = OrderedDict()  # graph key -> kernel table (:meth:`_kernels_and_us`)
         self._us: OrderedDict = OrderedDict()  # (graph key, device spec) -> kernel µs
         self._ahead = threading.local()  # .specs: the GPUs a comparison asks next (:meth:`expecting`)
-        self._prepared: OrderedDict = OrderedDict()  # (graph key, precision, autocast, fused) -> eager table
+        self._prepared: OrderedDict = OrderedDict()  # (graph key, precision, autocast, fused) -> anygpu.Prepared
         self._columns: OrderedDict = OrderedDict()  # graph key -> its kernel table's columns as arrays
         self._cells: OrderedDict = OrderedDict()  # (graph key, phase, precision) -> its route cell
 
@@ -215,13 +215,13 @@ class SpecModel:
         return table.copy(), us.copy(), gkey
 
     def anygpu_table(self, m: AnyGpuModel, gkey, table, precision: str, autocast: bool):
-        """``table`` (the kernels of the graph keyed ``gkey``) as ``m`` composes it
-        (:meth:`~perfseer.specmodel.anygpu.AnyGpuModel.eager_table`), once per graph: a
-        comparison asks the same step on every GPU."""
+        """``table`` (the kernels of the graph keyed ``gkey``) as ``m`` composes it, its columns read
+        (:meth:`~perfseer.specmodel.anygpu.AnyGpuModel.prepared`), once per graph: a comparison
+        asks the same step on every GPU."""
         key = (gkey, precision, bool(autocast), m.fused_attention)
         hit = self._prepared.get(key)
         if hit is None:
-            hit = m.eager_table(table, precision, autocast)
+            hit = m.prepared(table, precision, autocast)
             _remember(self._prepared, key, hit)
         return hit
 

@@ -126,12 +126,69 @@ class Design:
     log_power: np.ndarray = field(default_factory=lambda: np.zeros(0))  # log of the GPU's power per FLOP (rules.power_per_flop)
 
 
-def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
-    """The device-dependent inputs of one kernel table on ``spec`` at ``precision`` (``fp32``,
-    ``tf32``, ``fp16``, ``bf16``; autocast is composed as ``fp16``/``bf16`` kernels)."""
+@dataclass(frozen=True)
+class Prepared:
+    """A kernel table's device-independent columns as arrays, its rows with the same columns merged
+    (their ``scale`` summed): read once for every GPU a comparison asks (:func:`prepare`)."""
+
+    family: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    B: np.ndarray
+    M: np.ndarray
+    N: np.ndarray
+    K: np.ndarray
+    passes: np.ndarray
+    scale: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.family)
+
+
+_COLUMNS = ("flops", "bytes", "B", "M", "N", "K")
+
+
+def prepare(table: pd.DataFrame | Prepared) -> Prepared:
+    """``table``'s columns the model reads, identical rows merged (a repeated layer's kernels are
+    the same row on every GPU)."""
+    if isinstance(table, Prepared):
+        return table
+    n = len(table)
+    fam = table["family"].to_numpy().astype(str)
+    passes = table["pass"].to_numpy().astype(str) if "pass" in table else np.full(n, "fw")
+    num = [table[c].to_numpy(dtype=float) for c in _COLUMNS]
+    scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n)
+    if n == 0:
+        return Prepared(fam, *num, passes, scale)
+    fam_code = np.unique(fam, return_inverse=True)[1].reshape(-1)
+    pass_code = np.unique(passes, return_inverse=True)[1].reshape(-1)
+    key = np.stack([fam_code.astype(float), pass_code.astype(float), *num], axis=1)
+    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    order = np.argsort(first, kind="stable")  # the groups in table order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    rows = first[order]
+    return Prepared(fam[rows], *(c[rows] for c in num), passes[rows],
+                    np.bincount(rank[inv], weights=scale, minlength=len(rows)))
+
+
+def kernel_inputs(table: pd.DataFrame | Prepared, spec, precision: str) -> dict:
+    """The device-dependent inputs of one kernel table (or its :func:`prepare`) on ``spec`` at
+    ``precision`` (``fp32``, ``tf32``, ``fp16``, ``bf16``; autocast is composed as
+    ``fp16``/``bf16`` kernels)."""
     if spec.kind != "gpu" or not spec.mem_bandwidth_gbs:
         raise AnyGpuError(f"{spec.name} is not a GPU with a memory bandwidth", "pass a GPU of the registry")
-    fam = table["family"].to_numpy()
+    if isinstance(table, Prepared):
+        return _inputs(table.family, table.flops, table.bytes, table.B, table.M, table.N, table.K, table.passes,
+                       table.scale, spec, precision)
+    n = len(table)
+    return _inputs(table["family"].to_numpy(), *(table[c].to_numpy(dtype=float) for c in _COLUMNS),
+                   table["pass"].to_numpy() if "pass" in table else np.full(n, "fw"),
+                   table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n), spec, precision)
+
+
+def _inputs(fam, flops, nbytes, B, M, N, K, passes, scale, spec, precision: str) -> dict:
     n = len(fam)
     peak = np.empty(n)
     code = np.empty(n, dtype=np.int64)
@@ -144,16 +201,12 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
             code[sel] = {"gemm": 0, "conv": 2, "attn": 6}[f] + (0 if u == "tensor" else 1)
         else:
             code[sel] = 4 if f == "vec" else 5
-    t_c0 = table["flops"].to_numpy(dtype=float) / (peak * 1e6)
-    t_m0 = table["bytes"].to_numpy(dtype=float) / (spec.mem_bandwidth_gbs * 1e3)
-    B, M, N = (table[c].to_numpy(dtype=float) for c in ("B", "M", "N"))
+    t_c0 = flops / (peak * 1e6)
+    t_m0 = nbytes / (spec.mem_bandwidth_gbs * 1e3)
     tiles = np.maximum(np.maximum(B, 1) * np.ceil(np.maximum(M, 1) / 128) * np.ceil(np.maximum(N, 1) / 128), 1.0)
     sms = float(spec.sms)
     mat = _matrix(code)
     occ = np.where(mat, tiles / (np.ceil(tiles / sms) * sms), 1.0)
-    passes = table["pass"].to_numpy() if "pass" in table else np.full(n, "fw")
-    scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n)
-    K = table["K"].to_numpy(dtype=float)
     gemm_like = mat & (code < 6)  # the thin-output and short-reduction terms are a GEMM's, not an attention's
     pass_code = np.where(passes == "bw", 1, np.where(passes == "opt", 2, 0)).astype(np.int64)
     return {"t_c0": t_c0, "t_m0": t_m0, "occ": occ, "code": code, "backward": (passes == "bw") & mat,
@@ -161,7 +214,7 @@ def kernel_inputs(table: pd.DataFrame, spec, precision: str) -> dict:
             "scale": scale, "log_peak": np.log(peak / 100.0), "log_bw": np.full(n, np.log(spec.mem_bandwidth_gbs / 1000)),
             "dim_n": np.where(gemm_like, np.maximum(np.minimum(M, N), 1.0), 1e9),
             "dim_k": np.where(gemm_like, np.maximum(K, 1.0), 1e9),
-            "l2_fit": 1.0 / (1.0 + table["bytes"].to_numpy(dtype=float) / (float(spec.l2_mib or 0.0) * 2**20 + 1.0)),
+            "l2_fit": 1.0 / (1.0 + nbytes / (float(spec.l2_mib or 0.0) * 2**20 + 1.0)),
             "log_power": np.full(n, np.log(rules.power_per_flop(spec)))}
 
 
@@ -170,14 +223,15 @@ def _matrix(code: np.ndarray) -> np.ndarray:
     return (code < 4) | (code >= 6)
 
 
-def _merge_repeats(d: dict) -> dict:
-    """One row per distinct kernel of a step (repeated layers: their ``scale`` summed); the step's
-    time is unchanged and fitting evaluates fewer rows."""
+def _merge_repeats(d: dict, always: bool = False) -> dict:
+    """One row per distinct kernel of a step (repeated layers: their ``scale`` summed), in the
+    order of their inputs; the step's time is unchanged and fitting evaluates fewer rows.  A step
+    without repeats keeps its order unless ``always``."""
     key = np.stack([d["t_c0"], d["t_m0"], d["occ"], d["code"].astype(float), d["backward"].astype(float),
                     d["log_peak"], d["log_bw"], d["dim_n"], d["dim_k"], d["l2_fit"], d["pass_code"].astype(float),
                     d["log_power"]], axis=1)
     uniq, inv = np.unique(key, axis=0, return_inverse=True)
-    if len(uniq) == len(key):
+    if len(uniq) == len(key) and not always:
         return d
     inv = inv.reshape(-1)
     return {"t_c0": uniq[:, 0], "t_m0": uniq[:, 1], "occ": uniq[:, 2], "code": uniq[:, 3].astype(np.int64),
@@ -207,16 +261,17 @@ def eager_table(table: pd.DataFrame, precision: str, autocast: bool = False,
 
 def design(items, settings=None, eager: bool = False) -> Design:
     """A :class:`Design` from ``(table, spec, precision, h2d_bytes[, autocast[, fused_attention]])``
-    items, one per step (``settings``: each step's software-setting index, default 0;
+    items, one per step (``table``: a kernel table, or a composed one's :func:`prepare`) (``settings``: each step's software-setting index, default 0;
     ``autocast``: the step ran under ``torch.autocast``; ``fused_attention``: its software runs
     ``scaled_dot_product_attention`` as one kernel, PyTorch 2), each table composed by
     :func:`eager_table` (``eager``: the tables already are, the last two fields unused)."""
     parts, h2d = [], []
     for i, item in enumerate(items):
         table, spec, precision, hb = item[:4]
-        if not eager:
+        ready = isinstance(table, Prepared)  # composed and its identical rows merged: sorted as a table's merge is
+        if not eager and not ready:
             table = eager_table(table, precision, len(item) > 4 and bool(item[4]), len(item) > 5 and bool(item[5]))
-        d = _merge_repeats(kernel_inputs(table, spec, precision))
+        d = _merge_repeats(kernel_inputs(table, spec, precision), always=ready)
         d["step"] = np.full(len(d["t_c0"]), i, dtype=np.int64)
         parts.append(d)
         h2d.append(float(hb or 0.0))
@@ -339,14 +394,15 @@ class AnyGpuModel:
         self.overhead = np.array([[ov[k] for k in OVERHEAD]])
         self.name = card.get("name", "anygpu")
 
-    def step_ms(self, table: pd.DataFrame, spec, precision: str, h2d_bytes: float = 0.0,
+    def step_ms(self, table: pd.DataFrame | Prepared, spec, precision: str, h2d_bytes: float = 0.0,
                 autocast: bool = False, fused_attention: bool | None = None, eager: bool = False) -> dict:
         """``{"latency_ms", "kernel_us", "gpu_ms", "host_ms"}`` of one step's kernel table, with the
         framework overhead of the card's default software setting; ``autocast``: the 16-bit
         ``table`` runs under ``torch.autocast`` (its casts added, :func:`eager_table`);
         ``fused_attention``: each attention of the table (its ``attn`` column) is one fused kernel
         (default: as the card's default setting runs it, :attr:`fused_attention`); ``eager``: the
-        table already is :meth:`eager_table`'s (``autocast`` and ``fused_attention`` unused)."""
+        table already is :meth:`eager_table`'s (``autocast`` and ``fused_attention`` unused), as
+        :meth:`prepared`'s always is."""
         fused = self.fused_attention if fused_attention is None else bool(fused_attention)
         if fused and not eager and any(k not in self.card["params"] for k in ATTENTION_PARAMS):
             raise AnyGpuError("this any-GPU card has no fused-attention constants",
@@ -362,6 +418,10 @@ class AnyGpuModel:
     def eager_table(self, table: pd.DataFrame, precision: str, autocast: bool = False) -> pd.DataFrame:
         """:func:`eager_table` with the attention fused as the card's default setting runs it."""
         return eager_table(table, precision, autocast, self.fused_attention)
+
+    def prepared(self, table: pd.DataFrame, precision: str, autocast: bool = False) -> Prepared:
+        """:meth:`eager_table`'s :func:`prepare`: what :meth:`step_ms` reads for every GPU."""
+        return prepare(self.eager_table(table, precision, autocast))
 
     def interval_q(self, kind: str, phase: str, precision: str) -> float | None:
         """The 90 % quantile of |log(measured / predicted)| of the leave-one-GPU-out runs of the cell,
