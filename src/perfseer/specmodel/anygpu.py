@@ -261,7 +261,8 @@ def eager_table(table: pd.DataFrame, precision: str, autocast: bool = False,
 
 def design(items, settings=None, eager: bool = False) -> Design:
     """A :class:`Design` from ``(table, spec, precision, h2d_bytes[, autocast[, fused_attention]])``
-    items, one per step (``table``: a kernel table, or a composed one's :func:`prepare`) (``settings``: each step's software-setting index, default 0;
+    items, one per step (``table``: a kernel table, or a composed one's :func:`prepare`;
+    ``settings``: each step's software-setting index, default 0;
     ``autocast``: the step ran under ``torch.autocast``; ``fused_attention``: its software runs
     ``scaled_dot_product_attention`` as one kernel, PyTorch 2), each table composed by
     :func:`eager_table` (``eager``: the tables already are, the last two fields unused)."""
