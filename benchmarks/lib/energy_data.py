@@ -83,6 +83,7 @@ def h200_record(row, sm=None) -> dict:
     from perfseer.energy import activity_from_kernels
     from perfseer.runtime.route import cached_extract
     from perfseer.runtime.spec import load_spec_model
+    from perfseer.specmodel import rules
 
     sm = sm or load_spec_model()
     spec = get_device("h200")
@@ -94,7 +95,8 @@ def h200_record(row, sm=None) -> dict:
     opt = row.optimizer if isinstance(row.optimizer, str) and row.optimizer else "adamw"
     r = sm.graph_latency(pg.x, pg.op_types, spec, phase=row.phase, precision=prec, params=float(pg.params),
                          optimizer=opt, edge_index=pg.edge_index, dropout=pg.dropout_elements)
-    act = activity_from_kernels(r["kernel_table"], r["kernel_us"], spec, prec)
+    # the collection kit measured fp32 with TF32 off (cudnn.allow_tf32 = False): convolutions at the FP32 peak
+    act = activity_from_kernels(r["kernel_table"], r["kernel_us"], spec, rules.FP32_IEEE if prec == "fp32" else prec)
     return {"model": row.model, "arch": row.arch, "batch_size": int(row.batch_size), "phase": row.phase,
             "precision": row.precision, "converged": bool(row.converged),
             "latency_ms": float(row.latency_ms), "util_pct": float(row.util_pct), "energy_j": float(row.energy_j),

@@ -175,6 +175,26 @@ def test_activity_of_one_gemm_by_hand():
     assert math.isclose(faster.compute, 1.0, rel_tol=1e-9)
 
 
+def test_activity_of_an_fp32_convolution_with_and_without_tf32():
+    """H200 (FP32 67.0, TF32 494.7 TFLOP/s): at fp32 a convolution runs TF32 (PyTorch's default),
+    with TF32 off (rules.FP32_IEEE, how the collection kit measures) at the FP32 peak.  A kernel of
+    1 ms doing 20 GFLOP: compute share 20e9 / 494.7e12 s = 4.04 % against 20e9 / 67.0e12 = 29.9 %."""
+    from perfseer.devices import get_device
+    from perfseer.energy import activity_from_kernels
+    from perfseer.specmodel import kernels as kt
+    from perfseer.specmodel import rules
+
+    spec = get_device("h200")
+    t = kt.gemm_rows(1, 2048, 2048, 2384.2, dtype_bytes=4.0)
+    t["family"] = "conv"
+    flops = float(t["flops"].iloc[0])
+    default = activity_from_kernels(t, [1000.0], spec, "fp32")
+    ieee = activity_from_kernels(t, [1000.0], spec, rules.FP32_IEEE)
+    assert math.isclose(default.compute, flops / (spec.peak("tf32") * 1e9), rel_tol=1e-9)
+    assert math.isclose(ieee.compute, flops / (spec.peak("fp32") * 1e9), rel_tol=1e-9)
+    assert ieee.compute > 7 * default.compute
+
+
 def test_energy_rows_leave_other_metrics_alone():
     from perfseer.runtime.power import energy_rows
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from perfseer.specmodel import kernels as kt
+from perfseer.specmodel import rules
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,16 @@ class Activity:
 
 def activity_from_kernels(table, kernel_us, spec, precision: str) -> Activity:
     """:class:`Activity` of a kernel table (:mod:`perfseer.specmodel.kernels`) whose kernels take
-    ``kernel_us`` (µs each) on ``spec`` at ``precision`` (``fp32``, ``tf32``, ``fp16``, ``bf16``)."""
+    ``kernel_us`` (µs each) on ``spec`` at ``precision`` (``fp32``, ``tf32``, ``fp16``, ``bf16``;
+    :data:`perfseer.specmodel.rules.FP32_IEEE`: FP32 with TF32 off, convolutions too)."""
     us = np.asarray(kernel_us, dtype=float)
     training = bool("pass" in table and (table["pass"] == "bw").any())
     if len(table) == 0 or not np.isfinite(us).all() or us.sum() <= 0:
         return Activity(0.0, int(len(table)), 0.0, 0.0, 0.0, training)
+    ieee = precision == rules.FP32_IEEE  # FP32 with TF32 off (how the collection kit measures fp32)
+    precision = "fp32" if ieee else precision
     dev = kt.device_frame([spec] * len(table), [precision] * len(table), table["family"])
-    if precision == "fp32" and spec.peak_tflops.get("tf32"):
+    if precision == "fp32" and not ieee and spec.peak_tflops.get("tf32"):
         # PyTorch runs FP32 convolutions on the tensor cores in TF32 by default
         # (torch.backends.cudnn.allow_tf32 = True); FP32 matmuls stay FP32 (allow_tf32 = False)
         conv = (table["family"] == "conv").to_numpy()
