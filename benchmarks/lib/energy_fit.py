@@ -7,7 +7,7 @@ step's FLOPs and bytes from the architecture).  Two stages, both least squares:
 1. utilisation (``host_us_per_kernel`` for inference and training, ``kappa`` on the kernels'
    time on the GPU, ``gpu_us_per_kernel``, ``u_max``) on the H200 steps' NVML utilisation, in points, given
    the measured step time;
-2. power (``a0``, ``a_c``, ``a_m``, shared by both GPUs, and the serving utilisation's ``kappa``)
+2. power (``a0``, ``a_c``, ``a_cc``, ``a_m``, shared by both GPUs, and the serving utilisation's ``kappa``)
    on the relative error of the H200 power (with stage 1's predicted utilisation, as a prediction
    has it) and of the A100 per-GPU power, each data set weighted equally.
 
@@ -64,15 +64,17 @@ def predict_util(h: pd.DataFrame, u: dict) -> np.ndarray:
     return u["u_max"] * np.minimum(1.0, np.maximum(busy, 0) / t)
 
 
-def _g(p: dict, c, m):
-    return np.clip(p["a0"] + p["a_c"] * c + p["a_m"] * m, 0.0, 1.0)
+def _g(p: dict, c, m, cc=0.0):
+    """The busy power's share: ``c`` compute (``cc`` of it on the CUDA cores), ``m`` memory."""
+    return np.clip(p["a0"] + p["a_c"] * (c - cc) + p["a_cc"] * cc + p["a_m"] * m, 0.0, 1.0)
 
 
 def predict_h200_power(h: pd.DataFrame, u: dict, p: dict, util: np.ndarray | None = None) -> np.ndarray:
     tdp = 700.0
     uu = predict_util(h, u) if util is None else util
     c, m = h["compute"].to_numpy(), h["memory"].to_numpy()
-    return np.clip(H200_IDLE_W + (tdp - H200_IDLE_W) * uu * _g(p, c, m), H200_IDLE_W, tdp)
+    cc = np.minimum(h["compute_cuda"].to_numpy(), c)
+    return np.clip(H200_IDLE_W + (tdp - H200_IDLE_W) * uu * _g(p, c, m, cc), H200_IDLE_W, tdp)
 
 
 def serving_util(s: pd.DataFrame, p: dict) -> np.ndarray:
@@ -92,7 +94,7 @@ def predict_serving_power(s: pd.DataFrame, p: dict, idle_fraction: float) -> np.
 
 UTIL0 = {"host_us_per_kernel": 10.0, "host_us_per_kernel_train": 40.0, "kappa": 2.0, "gpu_us_per_kernel": 3.0,
          "u_max": 0.97}
-POWER0 = {"a0": 0.5, "a_c": 0.4, "a_m": 0.3, "kappa_serving": 3.0, "u_max_serving": 1.0}
+POWER0 = {"a0": 0.5, "a_c": 0.4, "a_cc": 0.4, "a_m": 0.3, "kappa_serving": 3.0, "u_max_serving": 1.0}
 
 
 def fit_util(h: pd.DataFrame) -> dict:
@@ -106,7 +108,7 @@ def fit_util(h: pd.DataFrame) -> dict:
 
 
 def fit_power(h: pd.DataFrame, s: pd.DataFrame, u: dict, idle_fraction: float) -> dict:
-    keys = ["a0", "a_c", "a_m", "kappa_serving"]
+    keys = ["a0", "a_c", "a_cc", "a_m", "kappa_serving"]
     wh, ws = 1 / np.sqrt(max(len(h), 1)), 1 / np.sqrt(max(len(s), 1))
 
     def res(v):
@@ -118,7 +120,7 @@ def fit_power(h: pd.DataFrame, s: pd.DataFrame, u: dict, idle_fraction: float) -
             parts.append(ws * (predict_serving_power(s, p, idle_fraction) / s["power_w"].to_numpy() - 1))
         return np.concatenate(parts)
 
-    r = least_squares(res, [POWER0[k] for k in keys], bounds=([0.0, -1.0, -1.0, 0.5], [1.0, 2.0, 2.0, 20.0]))
+    r = least_squares(res, [POWER0[k] for k in keys], bounds=([0.0, -1.0, -1.0, -1.0, 0.5], [1.0, 2.0, 2.0, 2.0, 20.0]))
     return {**dict(zip(keys, map(float, r.x))), "u_max_serving": 1.0}
 
 

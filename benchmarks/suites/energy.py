@@ -78,7 +78,7 @@ def render(ctx: Context, res: dict[str, dict]) -> str:
             "the idle power is a rule of thumb and no energy was measured; read those as estimates.\n\n"
             f"Constants fitted on every row (`src/perfseer/energy/data/power-constants.json`, "
             f"{'the same as this fit' if r['shipped_constants_match'] else '**different from this fit: refit them**'}): "
-            f"a0 {c['power']['a0']:.3f}, a_c {c['power']['a_c']:.3f}, a_m {c['power']['a_m']:.3f}, serving "
+            f"a0 {c['power']['a0']:.3f}, a_c {c['power']['a_c']:.3f}, a_cc {c['power'].get('a_cc', c['power']['a_c']):.3f}, a_m {c['power']['a_m']:.3f}, serving "
             f"kappa {c['power']['kappa_serving']:.2f}; host {c['utilization']['host_us_per_kernel']:.1f} µs per kernel "
             f"(training {c['utilization']['host_us_per_kernel_train']:.1f}), kappa {c['utilization']['kappa']:.2f}, "
             f"u_max {c['utilization']['u_max']:.3f}.  A lowered power limit (`--power-limit`) is physics only: no "

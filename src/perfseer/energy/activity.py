@@ -34,6 +34,8 @@ class Activity:
             whole-model calibration): the GPU's busy time.
         kernels: how many kernels the step launches.
         compute: time-weighted share of the compute peak achieved while a kernel runs, [0, 1].
+        compute_cuda: the part of ``compute`` done on the CUDA cores (matrix kernels off the
+            tensor cores: FP32 GEMMs, TF32 turned off, Pascal; every element-wise kernel), [0, 1].
         memory: time-weighted share of the memory bandwidth achieved while a kernel runs, [0, 1].
         compute_bound: the share of the busy time in kernels whose roofline is the compute peak
             (the part a lower clock slows), [0, 1].
@@ -54,6 +56,7 @@ class Activity:
     training: bool = False
     roofline_ms: float = 0.0
     gpu_ms: float = 0.0
+    compute_cuda: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,7 +64,7 @@ class Activity:
     @classmethod
     def from_dict(cls, d: dict) -> "Activity":
         return cls(**{k: d[k] for k in ("kernel_ms", "kernels", "compute", "memory", "compute_bound", "training",
-                                          "roofline_ms", "gpu_ms")
+                                          "roofline_ms", "gpu_ms", "compute_cuda")
                       if k in d})
 
 
@@ -82,6 +85,12 @@ def activity_from_kernels(table, kernel_us, spec, precision: str) -> Activity:
         conv = (table["family"] == "conv").to_numpy()
         dev.loc[conv, "peak_tflops"] = spec.peak("tf32")
     t_flop, t_mem = kt.roofline_us(table, dev)
+    fam = table["family"].to_numpy()
+    cuda = np.ones(len(table), dtype=bool)  # the kernels on the CUDA cores (element-wise ones too)
+    for f in ("gemm", "conv"):
+        on = fam == f
+        if on.any():
+            cuda[on] = rules.unit(spec, rules.FP32_IEEE if ieee else precision, f) == "cuda"
     roof = np.maximum(t_flop, t_mem)
     t = np.maximum(us, roof)  # a kernel cannot beat its roofline
     busy = float(t.sum())
@@ -90,7 +99,8 @@ def activity_from_kernels(table, kernel_us, spec, precision: str) -> Activity:
                     compute=float(np.clip(t_flop.sum() / busy, 0.0, 1.0)),
                     memory=float(np.clip(t_mem.sum() / busy, 0.0, 1.0)),
                     compute_bound=float(t[t_flop >= t_mem].sum() / busy), training=training,
-                    roofline_ms=float(roof.sum()) / 1000, gpu_ms=float(on_gpu.sum()) / 1000)
+                    roofline_ms=float(roof.sum()) / 1000, gpu_ms=float(on_gpu.sum()) / 1000,
+                    compute_cuda=float(np.clip(t_flop[cuda].sum() / busy, 0.0, 1.0)))
 
 
 def activity_from_totals(busy_ms: float, flops: float, bytes_: float, spec, precision: str,

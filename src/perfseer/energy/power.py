@@ -13,13 +13,15 @@ and ``util = u_max min(1, busy / T)``.
 
 **Power.**  Between the board's idle power and its limit (the TDP unless lowered)::
 
-    P = P_idle + (P_tdp - P_idle) x util x clip(a0 + a_c x compute + a_m x memory, 0, 1)
+    P = P_idle + (P_tdp - P_idle) x util x clip(a0 + a_c x compute_tensor + a_cc x compute_cuda + a_m x memory, 0, 1)
 
-``compute`` and ``memory`` are the shares of the compute peak (at the step's precision; tensor
-cores for GEMMs and convolutions) and of the memory bandwidth its kernels achieve: the step's
-FLOPs and bytes over its kernels' time (:mod:`perfseer.energy.activity`).  ``a0`` is the
-power of a running GPU doing little (clocks up, schedulers busy), ``a_c`` and ``a_m`` what full
-compute and full bandwidth add.  The constants are shared by every GPU: the model carries to
+``compute`` (``compute_tensor + compute_cuda``) and ``memory`` are the shares of the compute peak
+(at the step's precision, on the unit each kernel runs on) and of the memory bandwidth its
+kernels achieve: the step's FLOPs and bytes over its kernels' time
+(:mod:`perfseer.energy.activity`).  ``a0`` is the power of a running GPU doing little (clocks up,
+schedulers busy), ``a_c`` and ``a_m`` what full tensor-core compute and full bandwidth add, and
+``a_cc`` what full CUDA-core compute adds (a CUDA-core kernel at its peak does a fraction of a
+tensor core's work per joule; a constants file without it takes ``a_c``).  The constants are shared by every GPU: the model carries to
 another GPU through its TDP, its idle power, its peaks and bandwidth.  They are fitted on this
 project's H200 steps and the ML.ENERGY A100 serving runs (``power-constants.json`` records the
 fit, its data and command).  The result is clipped to ``[P_idle, limit]``.
@@ -206,11 +208,14 @@ def utilization(activity: Activity | None, latency_ms: float, const: dict | None
     return float(u["u_max"] * min(1.0, max(busy, 0.0) / latency_ms))
 
 
-def busy_power(ps: PowerSpec, util: float, compute: float, memory: float, const: dict | None = None) -> float:
+def busy_power(ps: PowerSpec, util: float, compute: float, memory: float, const: dict | None = None,
+               compute_cuda: float = 0.0) -> float:
     """Average power (W) at ``util`` (share of time busy) with ``compute``/``memory`` shares while
-    busy, at the default limit (the TDP), before any lowered limit."""
+    busy (``compute_cuda`` of ``compute`` on the CUDA cores), at the default limit (the TDP),
+    before any lowered limit."""
     p = (const or constants())["power"]
-    g = min(1.0, max(0.0, p["a0"] + p["a_c"] * compute + p["a_m"] * memory))
+    cc = min(max(compute_cuda, 0.0), compute)
+    g = min(1.0, max(0.0, p["a0"] + p["a_c"] * (compute - cc) + p.get("a_cc", p["a_c"]) * cc + p["a_m"] * memory))
     return ps.idle_w + (ps.tdp_w - ps.idle_w) * min(1.0, max(0.0, util)) * g
 
 
@@ -279,8 +284,8 @@ def step_energy(device: str | DeviceSpec, latency_ms: float, activity: Activity 
     ps = power_spec(device, power_limit_w)
     notes = [] if ps.idle_source.startswith("measured") else [f"idle power {ps.idle_w:.0f} W: {ps.idle_source}"]
     u = utilization(activity, latency_ms, const) if util is None else float(util)
-    c, m = (activity.compute, activity.memory) if activity is not None else (0.0, 0.0)
-    p = min(busy_power(ps, u, c, m, const), ps.tdp_w)
+    c, m, cc = (activity.compute, activity.memory, activity.compute_cuda) if activity is not None else (0.0, 0.0, 0.0)
+    p = min(busy_power(ps, u, c, m, const, cc), ps.tdp_w)
     t, s = float(latency_ms), 1.0
     if p > ps.limit_w:  # the clock falls until the average power fits under the lowered limit
         s, t, u, p = _limited(ps, p, u, float(latency_ms), activity.compute_bound if activity is not None else 1.0)
