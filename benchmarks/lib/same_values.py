@@ -8,7 +8,8 @@ The calls: every shipped card (``force``) on ResNet-50, MobileNet-V3-small and a
 cell; the spec model (inference, training step, fp16), the spec transfer and the default route
 on six GPUs for four bundled example models; 300 NAS-Bench-201 cells batched through
 ``nb201-gpus.infer`` and 20 alone; each at batch 1, 8 and 64, each a first call (the per-graph
-caches emptied).  ``compare`` prints every field that differs (a number: beyond ``--rtol``,
+caches emptied); and ``perfseer.compare`` on every registered GPU (ResNet-50 training at batch 64,
+ViT-B/16 AMP inference at 32, MobileNet-V3-small inference at 8; memory not simulated).  ``compare`` prints every field that differs (a number: beyond ``--rtol``,
 default 1e-9 relative) and exits 1 if any does.  The values depend on the machine's BLAS at the
 last bits: compare files written on one machine.
 """
@@ -22,6 +23,9 @@ import warnings
 
 MODELS = ("resnet50", "resnet18", "mobilenet_v3_small", "vit_b_16")
 DEVICES = ("a100-40gb", "h100-sxm", "l4", "t4", "rtx3090", "v100")
+# perfseer.compare on every GPU: (model, phase, batch, precision)
+COMPARED = (("resnet50", "train", 64, None), ("vit_b_16", "infer", 32, "amp-fp16"),
+            ("mobilenet_v3_small", "infer", 8, None))
 
 
 def _plain(v):
@@ -66,6 +70,13 @@ def collect() -> dict:
             run(f"spec-fp16|{dev}|{m}", graphs[m], device=dev, basis="spec", precision="fp16")
             run(f"transfer|{dev}|{m}", graphs[m], device=dev, basis="transfer")
         run(f"route|{dev}|resnet50", graphs["resnet50"], device=dev)
+    for m, phase, b, prec in COMPARED:
+        forget()
+        try:
+            out[f"compare|{m}|{phase}|{b}|{prec}"] = [_plain(r) for r in perfseer.compare(
+                graphs[m], batch=b, phase=phase, precision=prec, memory=False)]
+        except Exception as e:  # noqa: BLE001  as run(): a refusal must stay the same
+            out[f"compare|{m}|{phase}|{b}|{prec}"] = f"{type(e).__name__}: {e}"
     cells = [perfseer.extract(f"nb201:{a}", batch=256).to_pyg() for a in nb201_archs(300, seed=1)]
     p = load_predictor("nb201-gpus.infer")
     out["nas-batched"] = _plain(np.asarray(p.predict_graphs(cells)).ravel().tolist())

@@ -24,6 +24,7 @@ from contextlib import nullcontext
 
 from perfseer.devices import get_device, list_devices
 from perfseer.errors import PerfseerError
+from perfseer.kept import remember
 from perfseer.runtime.route import predict
 
 _MEMORY_PRECISION = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "amp-fp16", "amp-bf16": "amp-bf16", "fp16": "fp16",
@@ -116,9 +117,7 @@ def _memory(model, batch, phase, precision, optimizer, input_shape) -> tuple[flo
     except PerfseerError as e:
         return None, f"memory not estimated: {e}"  # not kept: a time limit or a file may change
     if key is not None:
-        _MEMORY_KEPT[key] = out
-        while len(_MEMORY_KEPT) > 16:
-            _MEMORY_KEPT.popitem(last=False)
+        remember(_MEMORY_KEPT, key, out, 16)
     return out
 
 

@@ -32,6 +32,7 @@ from perfseer.devices import get_device
 from perfseer.errors import PerfseerError
 from perfseer.features.extract import extract
 from perfseer.features.perfgraph import PerfGraph
+from perfseer.kept import remember
 from perfseer.runtime.threads import limited
 from perfseer.specmodel import kernels as kt
 from perfseer.specmodel.anygpu import AnyGpuError, AnyGpuModel
@@ -76,12 +77,6 @@ def _digest(x, op_types, edge_index, dropout) -> bytes:
         h.update(b"no edges")
     h.update(np.asarray(list(dropout), dtype=float).tobytes())
     return h.digest()
-
-
-def _remember(cache: OrderedDict, key, value, size: int = CACHE_SIZE) -> None:
-    cache[key] = value
-    while len(cache) > size:
-        cache.popitem(last=False)
 
 
 def _sums_by(labels, us: np.ndarray) -> dict:
@@ -163,7 +158,7 @@ class SpecModel:
         if table is None:
             table = step_kernels(x, op_types, phase=phase, precision=precision, optimizer=optimizer, params=params,
                                  edge_index=edge_index, dropout=dropout)
-            _remember(self._tables, gkey, table)
+            remember(self._tables, gkey, table, CACHE_SIZE)
         return table, gkey
 
     @contextmanager
@@ -185,12 +180,12 @@ class SpecModel:
         us = self._us.get(ukey)
         if us is None:
             if not len(table):
-                _remember(self._us, ukey, np.zeros(0), US_CACHE_SIZE)
+                remember(self._us, ukey, np.zeros(0), US_CACHE_SIZE)
                 return self._us[ukey]
             cols = self._columns.get(gkey)
             if cols is None:  # the table's columns as arrays, read once per graph for every device
                 cols = {k: v for k, v in kt.columns(table).items() if k not in ("node", "op", "pass")}
-                _remember(self._columns, gkey, cols)
+                remember(self._columns, gkey, cols, CACHE_SIZE)
             group = [(ukey[1], spec)] + [(r, s) for r, s in getattr(self._ahead, "specs", ())
                                          if r != ukey[1] and (gkey, r) not in self._us]
             n = len(table)
@@ -200,7 +195,7 @@ class SpecModel:
             with limited(1):  # small products, one thread (runtime.threads)
                 out = self.kernels.predict(many, dev)
             for i, (r, _) in enumerate(group):
-                _remember(self._us, (gkey, r), out[i * n:(i + 1) * n], US_CACHE_SIZE)
+                remember(self._us, (gkey, r), out[i * n:(i + 1) * n], US_CACHE_SIZE)
             us = self._us[ukey]
         return us
 
@@ -222,7 +217,7 @@ class SpecModel:
         hit = self._prepared.get(key)
         if hit is None:
             hit = m.prepared(table, precision, autocast)
-            _remember(self._prepared, key, hit)
+            remember(self._prepared, key, hit, CACHE_SIZE)
         return hit
 
     def predict(self, model, batch: int | Sequence[int] = 1, device: str = "h100-sxm", phase: str = "infer",
@@ -261,7 +256,7 @@ class SpecModel:
             cell = self._cells.get(ckey)
             if cell is None:
                 cell = route_cell(table, *ckey[1:])
-                _remember(self._cells, ckey, cell)
+                remember(self._cells, ckey, cell, CACHE_SIZE)
             choice = route_choice(cell) if use_route else None
             if choice in ("anygpu", "roofline"):  # the kernel networks run only where the trust reasons need them
                 out.append(self._routed_row(choice, name, b, spec, phase, precision, cell, table, gkey,

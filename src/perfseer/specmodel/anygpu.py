@@ -64,7 +64,7 @@ pickle) holds the constants, the data they were fitted on and the leave-one-GPU-
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -144,8 +144,21 @@ class Prepared:
     def __len__(self) -> int:
         return len(self.family)
 
+    def arrays(self) -> tuple:
+        """The columns in :func:`_arrays`' order."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
 
 _COLUMNS = ("flops", "bytes", "B", "M", "N", "K")
+
+
+def _arrays(table: pd.DataFrame) -> tuple:
+    """``(family, flops, bytes, B, M, N, K, pass, scale)`` of a kernel table as arrays (every
+    kernel forward and run once where the table has no ``pass`` or ``scale``)."""
+    n = len(table)
+    return (table["family"].to_numpy().astype(str), *(table[c].to_numpy(dtype=float) for c in _COLUMNS),
+            table["pass"].to_numpy().astype(str) if "pass" in table else np.full(n, "fw"),
+            table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n))
 
 
 def prepare(table: pd.DataFrame | Prepared) -> Prepared:
@@ -153,12 +166,8 @@ def prepare(table: pd.DataFrame | Prepared) -> Prepared:
     the same row on every GPU)."""
     if isinstance(table, Prepared):
         return table
-    n = len(table)
-    fam = table["family"].to_numpy().astype(str)
-    passes = table["pass"].to_numpy().astype(str) if "pass" in table else np.full(n, "fw")
-    num = [table[c].to_numpy(dtype=float) for c in _COLUMNS]
-    scale = table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n)
-    if n == 0:
+    fam, *num, passes, scale = _arrays(table)
+    if len(fam) == 0:
         return Prepared(fam, *num, passes, scale)
     fam_code = np.unique(fam, return_inverse=True)[1].reshape(-1)
     pass_code = np.unique(passes, return_inverse=True)[1].reshape(-1)
@@ -179,13 +188,7 @@ def kernel_inputs(table: pd.DataFrame | Prepared, spec, precision: str) -> dict:
     ``fp16``/``bf16`` kernels)."""
     if spec.kind != "gpu" or not spec.mem_bandwidth_gbs:
         raise AnyGpuError(f"{spec.name} is not a GPU with a memory bandwidth", "pass a GPU of the registry")
-    if isinstance(table, Prepared):
-        return _inputs(table.family, table.flops, table.bytes, table.B, table.M, table.N, table.K, table.passes,
-                       table.scale, spec, precision)
-    n = len(table)
-    return _inputs(table["family"].to_numpy(), *(table[c].to_numpy(dtype=float) for c in _COLUMNS),
-                   table["pass"].to_numpy() if "pass" in table else np.full(n, "fw"),
-                   table["scale"].to_numpy(dtype=float) if "scale" in table else np.ones(n), spec, precision)
+    return _inputs(*(table.arrays() if isinstance(table, Prepared) else _arrays(table)), spec, precision)
 
 
 def _inputs(fam, flops, nbytes, B, M, N, K, passes, scale, spec, precision: str) -> dict:

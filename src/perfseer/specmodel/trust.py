@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from perfseer.features import schema
+from perfseer.kept import remember
 from perfseer.trust import bounds as bnd
 from perfseer.trust import intervals as itv
 from perfseer.trust.bounds import MATMUL_OPS
@@ -119,9 +120,7 @@ def op_reasons(table: pd.DataFrame, us: np.ndarray, x: np.ndarray, op_types, dom
     if hit is None:
         hit = _op_masks(table, x, op_types, family_ops)
         if mkey is not None:
-            _OP_MASKS[mkey] = hit
-            while len(_OP_MASKS) > 64:
-                _OP_MASKS.popitem(last=False)
+            remember(_OP_MASKS, mkey, hit, 64)
     heavy, approx, dw, op = hit
     out = []
     if heavy:
