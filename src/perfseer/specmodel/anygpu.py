@@ -311,7 +311,7 @@ def fit(d: Design, measured_ms: np.ndarray, weights: np.ndarray | None = None, n
     x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
     n = len(PARAMS)
     res = least_squares(lambda x: w * (np.log(step_us(x[:n], x[n:], d)) - y), x0, bounds=(lo, hi), loss="soft_l1",
-                        f_scale=0.15, max_nfev=max_nfev, x_scale=1.0, diff_step=1e-3)
+                        f_scale=0.15, max_nfev=max_nfev, x_scale="jac", diff_step=1e-3)
     return {k: float(v) for k, v in zip(PARAMS, res.x[:n])}, res.x[n:].reshape(n_settings, 2)
 
 
