@@ -1,6 +1,6 @@
 """Paired speed comparison of two source trees (e.g. ``main`` and a branch) on a shared machine.
 
-    python -m benchmarks.lib.speed_ab --old /work/main/src --new src [--rounds 6] [--cases extract,rebind,memory]
+    python -m benchmarks.lib.speed_ab --old /work/main/src --new src [--rounds 6] [--cases extract,rebind,memory,compare]
 
 On a machine whose load moves by the minute, an absolute timing of one tree says little; the two
 trees are timed here in alternating fresh processes, round after round, so that both see the same
@@ -12,6 +12,9 @@ load, and each round gives a ratio new/old.  Cases:
 * ``rebind``: ``PerfGraph.with_batch(32)`` of that graph, the median CPU milliseconds of 150 calls;
 * ``memory``: ``perfseer memory timm:resnet50 --batch 64 --phase train --optimizer sgd`` in a fresh
   process (``memory_speed``'s first command), wall and CPU seconds.
+* ``compare``: ``perfseer.compare`` of ResNet-50's training step at batch 64 on every registered
+  GPU (memory not simulated): the CPU seconds of the first call on the graph and the median of
+  three more.
 
 Prints per case the medians over the rounds of each tree and the median of the paired ratios, with
 the 1-minute load average at the end.
@@ -53,6 +56,16 @@ for _ in range(150):
     t0 = time.process_time(); pg.with_batch(32); ts.append(time.process_time() - t0)
 print(json.dumps({"cpu_ms": statistics.median(ts) * 1e3}))
 """
+_COMPARE = """
+import json, statistics, time
+import perfseer
+pg = perfseer.extract("timm:resnet50", batch=64)
+t0 = time.process_time(); perfseer.compare(pg, batch=64, phase="train", memory=False); first = time.process_time() - t0
+ts = []
+for _ in range(3):
+    t0 = time.process_time(); perfseer.compare(pg, batch=64, phase="train", memory=False); ts.append(time.process_time() - t0)
+print(json.dumps({"first_s": first, "again_s": statistics.median(ts)}))
+"""
 MEMORY = ["memory", "timm:resnet50", "--batch", "64", "--phase", "train", "--optimizer", "sgd"]
 
 
@@ -73,7 +86,7 @@ def _memory(src: str) -> dict:
 
 
 CASES = {"extract": lambda src: _snippet(_EXTRACT, src), "rebind": lambda src: _snippet(_REBIND, src),
-         "memory": _memory}
+         "memory": _memory, "compare": lambda src: _snippet(_COMPARE, src)}
 
 
 def main(argv=None) -> int:
